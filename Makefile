@@ -1,0 +1,38 @@
+# rltel: set up a virtual environment from nothing, run the demo, run the tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+STAMP := $(VENV)/.rltel-installed
+
+.PHONY: venv demo test lint format bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==$(TORCH_VERSION)
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: venv
+	$(VENV)/bin/rltel demo
+
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: venv
+	$(PY) bench/record_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

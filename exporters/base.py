@@ -1,0 +1,65 @@
+"""The sink contract: every sink takes frozen Snapshots and never raises into its caller."""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from enum import Enum
+
+from telemetry.snapshot import Snapshot
+
+
+class ExportResult(Enum):
+    """Outcome of one ``Sink.export`` call."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"  # retryable: a later attempt may succeed
+    PERMANENT_FAILURE = "permanent_failure"  # retrying the same snapshot cannot help
+
+
+class Sink(ABC):
+    """A destination for Snapshots (Prometheus, W&B, SwanLab, TensorBoard, console, ...).
+
+    ``export`` is called from one thread at a time, with a snapshot it must not mutate.
+    ``shutdown`` is idempotent and safe on a sink that never exported.
+    """
+
+    name: str = "sink"
+
+    @abstractmethod
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        """Deliver one snapshot; return the outcome instead of raising for data faults."""
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Push out anything buffered; True when everything was written."""
+        del timeout_s
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Flush and release resources; safe to call twice."""
+        self.force_flush(timeout_s)
+
+
+class InMemorySink(Sink):
+    """Keeps every exported snapshot in a list: the test double of the sink contract."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._snapshots: list[Snapshot] = []
+        self.shut_down = False
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        with self._lock:
+            self._snapshots.append(snapshot)
+        return ExportResult.SUCCESS
+
+    @property
+    def snapshots(self) -> list[Snapshot]:
+        """A copy of what was exported, in order."""
+        with self._lock:
+            return list(self._snapshots)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        self.shut_down = True

@@ -1,0 +1,389 @@
+"""Queue, retry and timeout written once around every sink, and the fan-out over sinks.
+
+:class:`QueuedSink` gives one sink its own bounded queue and a named daemon worker:
+``submit`` never blocks (a full queue drops the snapshot and counts it), each export runs
+under a timeout on a separate call thread, so a sink that stalls is counted as failed and
+abandoned (marked degraded) while the worker keeps draining its queue. Only
+``ExportResult.FAILURE`` is retried, with exponential backoff. :class:`FanOut` hands the
+same frozen Snapshot to every sink and never raises into its caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from exporters.base import ExportResult, Sink
+from telemetry.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class SinkStats:
+    """Counters of one queued sink."""
+
+    name: str
+    exported: int
+    failed: int
+    dropped: int
+    retried: int
+    timed_out: int
+    queue_depth: int
+    last_latency_s: float | None
+    degraded: bool
+
+
+class _Flush:
+    """A flush request travelling through the queue behind earlier snapshots."""
+
+    __slots__ = ("done", "ok", "timeout_s")
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.ok = False
+        self.done = threading.Event()
+
+
+class _Stalled(Exception):
+    """A sink call did not finish within its timeout; it keeps running, abandoned."""
+
+
+class _Degraded(Exception):
+    """An abandoned call is still running; the sink is not entered concurrently."""
+
+
+class QueuedSink:
+    """One sink behind a bounded queue, a worker thread, a per-export timeout and retries.
+
+    Args:
+        sink: the sink to drive; ``export`` is only ever called from one thread at a time.
+        queue_size: snapshots waiting at most; more are dropped and counted.
+        timeout_s: seconds one export may take before it is abandoned and counted failed.
+        max_retries: retries of an export that returned ``ExportResult.FAILURE``.
+        backoff_s: first retry delay; doubles per retry up to ``max_backoff_s``.
+        max_backoff_s: the longest delay between two retries.
+        name: label for stats and thread names; defaults to ``sink.name``.
+
+    Raises:
+        ValueError: ``queue_size`` < 1, ``timeout_s`` <= 0 or ``max_retries`` < 0.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        queue_size: int = 1024,
+        timeout_s: float = 10.0,
+        *,
+        max_retries: int = 3,
+        backoff_s: float = 0.05,
+        max_backoff_s: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.sink = sink
+        self.name = name or getattr(sink, "name", type(sink).__name__)
+        self.queue_size = queue_size
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._exported = self._failed = self._dropped = self._retried = self._timed_out = 0
+        self._last_latency: float | None = None
+        self._init_state()
+
+    def _init_state(self) -> None:
+        self._pid = os.getpid()
+        self._cond = threading.Condition()
+        self._queue: deque[Snapshot | _Flush] = deque()
+        self._closed = False
+        self._drain_deadline: float | None = None
+        self._wake = threading.Event()  # cuts a retry backoff short on shutdown
+        self._stalled: threading.Thread | None = None
+        self._worker: threading.Thread | None = None
+        self._streak = 0  # consecutive failed snapshots, for logging
+        self._shutdown_done = False
+
+    # -- caller side -------------------------------------------------------------------
+
+    def submit(self, snapshot: Snapshot) -> bool:
+        """Queue ``snapshot`` without blocking; False (and counted) when full or closed."""
+        with self._lock_after_fork():
+            if self._closed or len(self._queue) >= self.queue_size:
+                self._dropped += 1
+                return False
+            self._queue.append(snapshot)
+            self._ensure_worker()
+            self._cond.notify()
+            return True
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until everything queued before this call was exported, then flush the sink.
+
+        Returns:
+            True when the queue drained and the sink's ``force_flush`` returned True in time.
+        """
+        marker = self._request_flush(timeout_s)
+        return marker is not None and marker.done.wait(timeout_s) and marker.ok
+
+    def _request_flush(self, timeout_s: float) -> _Flush | None:
+        with self._lock_after_fork():
+            if self._closed:
+                return None
+            marker = _Flush(timeout_s)
+            self._queue.append(marker)  # control items may exceed queue_size
+            self._ensure_worker()
+            self._cond.notify()
+            return marker
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop accepting snapshots; the worker drains until ``timeout_s`` from now."""
+        with self._lock_after_fork():
+            if self._closed:
+                return
+            self._closed = True
+            self._drain_deadline = time.monotonic() + timeout_s
+            self._cond.notify_all()
+        self._wake.set()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Drain the queue with a deadline, then shut the sink down; safe to call twice.
+
+        Snapshots still queued at the deadline are dropped and counted.
+        """
+        deadline = time.monotonic() + timeout_s
+        self.close(timeout_s)
+        worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            if self._shutdown_done:
+                return
+            self._shutdown_done = True
+            self._dropped += sum(isinstance(item, Snapshot) for item in self._queue)
+            self._queue.clear()
+        remaining = max(0.05, deadline - time.monotonic())
+        try:
+            self._call(lambda: self.sink.shutdown(remaining), remaining)
+        except Exception as exc:  # a sink's shutdown failing must not reach the caller
+            logger.warning("sink %s: shutdown failed: %s", self.name, exc)
+
+    def stats(self) -> SinkStats:
+        """A consistent copy of this sink's counters."""
+        with self._cond:
+            return SinkStats(
+                name=self.name,
+                exported=self._exported,
+                failed=self._failed,
+                dropped=self._dropped,
+                retried=self._retried,
+                timed_out=self._timed_out,
+                queue_depth=sum(isinstance(item, Snapshot) for item in self._queue),
+                last_latency_s=self._last_latency,
+                degraded=self._stalled is not None and self._stalled.is_alive(),
+            )
+
+    def _lock_after_fork(self) -> threading.Condition:
+        if self._pid != os.getpid():  # the parent's threads and queue do not exist here
+            self._init_state()
+        return self._cond
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None:
+            self._worker = threading.Thread(
+                target=self._run, name=f"rltel-sink-{self.name}", daemon=True
+            )
+            self._worker.start()
+
+    # -- worker side -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                if self._drain_deadline is not None and time.monotonic() > self._drain_deadline:
+                    return  # shutdown counts what is left as dropped
+                item = self._queue.popleft()
+            if isinstance(item, _Flush):
+                self._flush(item)
+            else:
+                self._export(item)
+
+    def _flush(self, marker: _Flush) -> None:
+        try:
+            marker.ok = bool(
+                self._call(lambda: self.sink.force_flush(marker.timeout_s), marker.timeout_s)
+            )
+        except _Degraded:
+            pass  # an abandoned export is still running; the flush fails
+        except Exception as exc:
+            logger.warning("sink %s: force_flush failed: %s", self.name, exc)
+        marker.done.set()
+
+    def _export(self, snapshot: Snapshot) -> None:
+        delay = self.backoff_s
+        for attempt in range(self.max_retries + 1):
+            start = time.monotonic()
+            try:
+                result = self._call(
+                    lambda: self.sink.export(snapshot, self.timeout_s), self.timeout_s
+                )
+            except _Degraded:
+                self._failure("still stalled in an earlier call")
+                return
+            except _Stalled:
+                self._count(timed_out=1)
+                self._failure(f"stalled past {self.timeout_s:.3g}s; call abandoned")
+                return
+            except Exception as exc:
+                self._failure(f"raised {type(exc).__name__}: {exc}")
+                return
+            if result is ExportResult.SUCCESS:
+                self._count(exported=1, latency=time.monotonic() - start)
+                if self._streak:
+                    logger.info("sink %s: recovered after %d failures", self.name, self._streak)
+                    self._streak = 0
+                return
+            if result is not ExportResult.FAILURE or attempt == self.max_retries:
+                break
+            if self._wait_backoff(delay):
+                break
+            self._count(retried=1)
+            delay = min(delay * 2, self.max_backoff_s)
+        self._failure(f"returned {result}")
+
+    def _failure(self, why: str) -> None:
+        """Count one failed snapshot; log only the first of a run of failures."""
+        self._count(failed=1)
+        self._streak += 1
+        if self._streak == 1:
+            logger.warning("sink %s: export failed: %s (further failures counted)", self.name, why)
+
+    def _wait_backoff(self, delay: float) -> bool:
+        """Sleep ``delay`` unless shutdown's drain deadline comes first; True means give up."""
+        end = time.monotonic() + delay
+        self._wake.wait(delay)  # set by close(): re-check the deadline at once
+        deadline = self._drain_deadline
+        if deadline is not None and end > deadline:
+            return True
+        time.sleep(max(0.0, end - time.monotonic()))
+        return False
+
+    def _call(self, fn: Callable[[], T], timeout_s: float) -> T:
+        """Run ``fn`` on a call thread; raise :class:`_Stalled` if it outlives ``timeout_s``.
+
+        While an abandoned call is still running the sink is degraded: further calls fail
+        at once instead of entering the sink concurrently.
+        """
+        if self._stalled is not None:
+            if self._stalled.is_alive():
+                raise _Degraded
+            self._stalled = None
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = fn()
+            except BaseException as exc:
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name=f"rltel-sink-{self.name}-call", daemon=True)
+        thread.start()
+        thread.join(timeout_s)
+        if thread.is_alive():
+            self._stalled = thread
+            raise _Stalled
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _count(
+        self,
+        *,
+        exported: int = 0,
+        failed: int = 0,
+        retried: int = 0,
+        timed_out: int = 0,
+        latency: float | None = None,
+    ) -> None:
+        with self._cond:
+            self._exported += exported
+            self._failed += failed
+            self._retried += retried
+            self._timed_out += timed_out
+            if latency is not None:
+                self._last_latency = latency
+
+
+class FanOut:
+    """Hands every snapshot to every sink through its own :class:`QueuedSink`.
+
+    Args:
+        sinks: the sinks; names that repeat get ``#2``, ``#3`` suffixes in :meth:`stats`.
+        queue_size: per-sink queue bound.
+        timeout_s: per-export timeout of each sink.
+    """
+
+    def __init__(
+        self, sinks: Iterable[Sink], queue_size: int = 1024, timeout_s: float = 10.0
+    ) -> None:
+        self.queued: list[QueuedSink] = []
+        seen: dict[str, int] = {}
+        for sink in sinks:
+            base = getattr(sink, "name", type(sink).__name__)
+            seen[base] = seen.get(base, 0) + 1
+            name = base if seen[base] == 1 else f"{base}#{seen[base]}"
+            self.queued.append(QueuedSink(sink, queue_size, timeout_s, name=name))
+
+    def export(self, snapshot: Snapshot) -> bool:
+        """Queue ``snapshot`` for every sink without blocking; never raises.
+
+        Returns:
+            True when every sink's queue accepted it (rejections are counted as dropped).
+        """
+        accepted = True
+        for queued in self.queued:
+            try:
+                accepted = queued.submit(snapshot) and accepted
+            except Exception as exc:  # never reaches the training loop
+                accepted = False
+                logger.warning("sink %s: submit failed: %s", queued.name, exc)
+        return accepted
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Flush every sink concurrently within one deadline; True when all succeeded."""
+        deadline = time.monotonic() + timeout_s
+        markers = [queued._request_flush(timeout_s) for queued in self.queued]
+        ok = True
+        for marker in markers:
+            remaining = max(0.0, deadline - time.monotonic())
+            ok = marker is not None and marker.done.wait(remaining) and marker.ok and ok
+        return ok
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Drain and shut every sink down within one shared deadline; safe to call twice."""
+        deadline = time.monotonic() + timeout_s
+        for queued in self.queued:
+            queued.close(timeout_s)
+        for queued in self.queued:
+            queued.shutdown(max(0.0, deadline - time.monotonic()))
+
+    def stats(self) -> dict[str, SinkStats]:
+        """Counters of every sink, by name."""
+        return {queued.name: queued.stats() for queued in self.queued}

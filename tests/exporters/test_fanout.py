@@ -1,0 +1,191 @@
+"""QueuedSink and FanOut: isolation, drop-and-count, retries, timeouts, shutdown."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from exporters.base import ExportResult, InMemorySink, Sink
+from exporters.factory import build_sinks, enabled_sinks
+from exporters.fanout import FanOut, QueuedSink
+from telemetry.config import load_config
+from telemetry.snapshot import Gauge, Snapshot, Step
+
+
+def snap(step: int) -> Snapshot:
+    return Snapshot(points=(Gauge("loss", float(step)),), step=Step(0, step, step))
+
+
+class Raising(Sink):
+    name = "raising"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def export(self, snapshot, timeout_s=10.0):
+        self.calls += 1
+        raise RuntimeError("boom")
+
+
+class Sleeping(Sink):
+    """Stalls on the first export for ``stall_s``, then answers at once."""
+
+    name = "sleeping"
+
+    def __init__(self, stall_s: float) -> None:
+        self.stall_s = stall_s
+        self.calls = 0
+        self.release = threading.Event()
+
+    def export(self, snapshot, timeout_s=10.0):
+        self.calls += 1
+        if self.calls == 1:
+            self.release.wait(self.stall_s)
+        return ExportResult.SUCCESS
+
+
+class Flaky(Sink):
+    """Returns ``results`` in order, then SUCCESS."""
+
+    name = "flaky"
+
+    def __init__(self, results: list[ExportResult]) -> None:
+        self.results = list(results)
+        self.calls = 0
+        self.shutdowns = 0
+
+    def export(self, snapshot, timeout_s=10.0):
+        self.calls += 1
+        return self.results.pop(0) if self.results else ExportResult.SUCCESS
+
+    def shutdown(self, timeout_s=10.0):
+        self.shutdowns += 1
+
+
+def test_isolation_raising_and_stalling_sinks_do_not_hold_up_others():
+    good, other = InMemorySink(), InMemorySink()
+    raising, sleeping = Raising(), Sleeping(stall_s=5.0)
+    fan = FanOut([good, raising, sleeping, other], queue_size=64, timeout_s=0.2)
+    steps = 20
+    start = time.monotonic()
+    for step in range(steps):
+        assert fan.export(snap(step)) is True
+    assert time.monotonic() - start < 0.1  # the caller never waits on a sink
+    assert fan.force_flush(timeout_s=3.0) is False  # the stalled sink cannot flush
+    sent = [s.step.global_step for s in good.snapshots]
+    assert sent == list(range(steps))
+    assert [s.step.global_step for s in other.snapshots] == list(range(steps))
+    assert all(a is b for a, b in zip(good.snapshots, other.snapshots, strict=True))
+    stats = fan.stats()
+    assert stats["memory"].exported == steps and stats["memory#2"].exported == steps
+    assert stats["raising"].failed == steps and raising.calls == steps
+    sleeping_stats = stats["sleeping"]
+    # the stalled call is abandoned; the rest fail fast while it is still running
+    assert sleeping_stats.timed_out == 1
+    assert sleeping_stats.failed == steps and sleeping_stats.degraded
+    assert sleeping.calls == 1
+    sleeping.release.set()
+    time.sleep(0.05)
+    fan.export(snap(steps))
+    assert fan.force_flush(timeout_s=3.0) is True
+    recovered = fan.stats()["sleeping"]
+    assert recovered.exported == 1 and not recovered.degraded
+    fan.shutdown(timeout_s=2.0)
+    assert good.shut_down and other.shut_down
+
+
+def test_full_queue_drops_and_counts():
+    sleeping = Sleeping(stall_s=5.0)
+    queued = QueuedSink(sleeping, queue_size=3, timeout_s=5.0)
+    accepted = [queued.submit(snap(i)) for i in range(10)]
+    time.sleep(0.05)  # the worker holds the first snapshot in the stalled call
+    stats = queued.stats()
+    # the first submit is popped by the worker, 3 more fit in the queue
+    assert accepted.count(True) in (3, 4)
+    assert stats.dropped == 10 - accepted.count(True)
+    assert stats.queue_depth <= 3
+    sleeping.release.set()
+    assert queued.force_flush(2.0)
+    assert queued.stats().exported == accepted.count(True)
+    queued.shutdown(1.0)
+
+
+def test_retries_only_retryable_failures_with_backoff():
+    flaky = Flaky([ExportResult.FAILURE, ExportResult.FAILURE])
+    queued = QueuedSink(flaky, timeout_s=1.0, backoff_s=0.01)
+    queued.submit(snap(0))
+    assert queued.force_flush(2.0)
+    stats = queued.stats()
+    assert (flaky.calls, stats.retried, stats.exported, stats.failed) == (3, 2, 1, 0)
+    assert stats.last_latency_s is not None and stats.last_latency_s >= 0
+
+    permanent = Flaky([ExportResult.PERMANENT_FAILURE])
+    queued2 = QueuedSink(permanent, timeout_s=1.0, backoff_s=0.01)
+    queued2.submit(snap(0))
+    assert queued2.force_flush(2.0)
+    assert (permanent.calls, queued2.stats().retried, queued2.stats().failed) == (1, 0, 1)
+
+    exhausted = Flaky([ExportResult.FAILURE] * 10)
+    queued3 = QueuedSink(exhausted, timeout_s=1.0, max_retries=2, backoff_s=0.01)
+    queued3.submit(snap(0))
+    assert queued3.force_flush(2.0)
+    assert (exhausted.calls, queued3.stats().failed) == (3, 1)
+    for q in (queued, queued2, queued3):
+        q.shutdown(1.0)
+
+
+def test_shutdown_drains_with_deadline_and_is_idempotent():
+    flaky = Flaky([])
+    queued = QueuedSink(flaky, timeout_s=1.0)
+    for i in range(5):
+        queued.submit(snap(i))
+    queued.shutdown(2.0)
+    queued.shutdown(2.0)
+    assert flaky.calls == 5 and flaky.shutdowns == 1
+    assert queued.submit(snap(9)) is False and queued.stats().dropped == 1
+
+    sleeping = Sleeping(stall_s=5.0)
+    stuck = QueuedSink(sleeping, timeout_s=5.0)
+    for i in range(4):
+        stuck.submit(snap(i))
+    start = time.monotonic()
+    stuck.shutdown(0.3)
+    assert time.monotonic() - start < 1.5
+    assert stuck.stats().dropped == 3  # the first is in the stalled call
+    sleeping.release.set()
+
+
+def test_unused_queued_sink_shuts_down():
+    flaky = Flaky([])
+    QueuedSink(flaky).shutdown(1.0)
+    assert flaky.shutdowns == 1
+
+
+def test_bad_arguments_raise():
+    with pytest.raises(ValueError, match="queue_size"):
+        QueuedSink(InMemorySink(), queue_size=0)
+    with pytest.raises(ValueError, match="timeout_s"):
+        QueuedSink(InMemorySink(), timeout_s=0)
+
+
+def test_factory_builds_only_enabled_sinks(tmp_path):
+    assert build_sinks(load_config({})) == []
+    config = load_config({"fileroot": str(tmp_path), "prometheus": {"enabled": True, "port": 0}})
+    assert enabled_sinks(config) == ["prometheus"]
+    sinks = build_sinks(config)
+    try:
+        assert [type(s).__name__ for s in sinks] == ["PrometheusSink"]
+    finally:
+        for sink in sinks:
+            sink.shutdown()
+    config = load_config(
+        {
+            "wandb": {"mode": "offline"},
+            "swanlab": {"mode": "local"},
+            "tensorboard": {"path": str(tmp_path)},
+            "console": {"enabled": True},
+        }
+    )
+    assert enabled_sinks(config) == ["console", "wandb", "swanlab", "tensorboard"]

@@ -108,7 +108,10 @@ def _flat_payload(keys: list[str], states: Mapping[str, State], device: torch.de
         ((source, tensors),) = by_device.items()
         return torch.cat(tensors).to(device)
     # Several devices: concatenate per device, move each once, then restore key order.
-    moved = {src: torch.cat(ts).to(device).split([t.numel() for t in ts]) for src, ts in by_device.items()}
+    moved = {
+        src: torch.cat(ts).to(device).split([t.numel() for t in ts])
+        for src, ts in by_device.items()
+    }
     return torch.cat([moved[src][i] for src, i in order])
 
 
@@ -154,6 +157,16 @@ def reduce_states(
 ) -> dict[str, np.ndarray]:
     """Reduce every state across ``group``; return ``key -> float64 array`` on the host.
 
+    See :func:`reduce_states_with_layouts`, which also returns each key's layout.
+    """
+    return {key: values for key, (_, values) in reduce_states_with_layouts(states, group).items()}
+
+
+def reduce_states_with_layouts(
+    states: Mapping[str, State], group: dist.ProcessGroup | None = None
+) -> dict[str, tuple[StateLayout, np.ndarray]]:
+    """Reduce every state across ``group``; return ``key -> (layout, float64 array)``.
+
     Keys recorded on only some ranks are reduced over the ranks that have them (the
     others contribute the identity). With ``group=None`` and an initialised default
     process group, the default group is used, as in ``torch.distributed``.
@@ -187,9 +200,13 @@ def reduce_states(
         union = _check_layouts([s for s in all_specs if s is not None])
         union_keys = sorted(union)
         layouts.update(
-            (key, _layout_from_description(desc)) for key, desc in union.items() if key not in layouts
+            (key, _layout_from_description(desc))
+            for key, desc in union.items()
+            if key not in layouts
         )
-        filled = {key: states.get(key, (layouts[key], layouts[key].identity())) for key in union_keys}
+        filled = {
+            key: states.get(key, (layouts[key], layouts[key].identity())) for key in union_keys
+        }
         local = _flat_payload(union_keys, filled, device)
     if local.numel() == 0:
         return {}
@@ -206,10 +223,10 @@ def _layout_from_description(desc: str) -> StateLayout:
 
 
 def _split(keys: list[str], layouts: Mapping[str, StateLayout], flat: np.ndarray):
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, tuple[StateLayout, np.ndarray]] = {}
     offset = 0
     for key in keys:
         n = len(layouts[key].ops)
-        out[key] = flat[offset : offset + n].copy()
+        out[key] = (layouts[key], flat[offset : offset + n].copy())
         offset += n
     return out

@@ -1,0 +1,150 @@
+"""Drop-in for AReaL's ``areal.utils.stats_tracker``: module-level calls on a default tracker.
+
+    from telemetry import stats_tracker
+    with stats_tracker.scope("ppo_actor"):
+        stats_tracker.denominator(n_valid_tokens=loss_mask.bool())
+        stats_tracker.stat(loss=loss, denominator="n_valid_tokens")
+    stats_tracker.get("rollout").scalar(reward=0.5)
+    stats = stats_tracker.export_all(reduce_group=dp_group)
+
+``export_all`` reduces every named tracker and every registered :class:`StateSource`
+(MoE balance, train_perf, ...) in one coalesced reduction.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+
+import torch.distributed as dist
+
+from telemetry.reduce import State, reduce_states_with_layouts
+from telemetry.snapshot import Point, Stats
+from telemetry.source import StateSource
+from telemetry.tracker import DistributedStatsTracker, ReduceType
+
+__all__ = [
+    "DistributedStatsTracker",
+    "ReduceType",
+    "denominator",
+    "export",
+    "export_all",
+    "export_sources",
+    "get",
+    "record_timing",
+    "register_source",
+    "scalar",
+    "scope",
+    "set_bucket_bounds",
+    "stat",
+    "stat_compact",
+    "unregister_source",
+]
+
+_lock = threading.Lock()
+_trackers: dict[str, DistributedStatsTracker] = {"": DistributedStatsTracker("")}
+_sources: list[StateSource] = []
+DEFAULT_TRACKER = _trackers[""]
+
+
+def get(name: str) -> DistributedStatsTracker:
+    """The named tracker ``name`` (created on first use); its keys start with ``name/``."""
+    with _lock:
+        tracker = _trackers.get(name)
+        if tracker is None:
+            tracker = _trackers[name] = DistributedStatsTracker(name)
+        return tracker
+
+
+def register_source(source: StateSource) -> None:
+    """Make ``source`` join ``export_all``'s reduction (idempotent)."""
+    with _lock:
+        if not any(s is source for s in _sources):
+            _sources.append(source)
+
+
+def unregister_source(source: StateSource) -> None:
+    """Stop exporting ``source``; unknown sources are ignored."""
+    with _lock:
+        _sources[:] = [s for s in _sources if s is not source]
+
+
+def _tags(sources: Sequence[object]) -> list[str]:
+    """Stable per-process tags, equal across ranks that register sources in the same order."""
+    seen: dict[str, int] = {}
+    tags = []
+    for source in sources:
+        if isinstance(source, DistributedStatsTracker):
+            tags.append(f"tracker:{source.name}")
+            continue
+        base = getattr(source, "source_id", type(source).__name__)
+        seen[base] = seen.get(base, -1) + 1
+        tags.append(f"source:{base}:{seen[base]}")
+    return tags
+
+
+def export_sources(
+    sources: Iterable[object],
+    key: str | None = None,
+    reduce_group: dist.ProcessGroup | None = None,
+    reset: bool = True,
+) -> Stats:
+    """Reduce trackers and state sources together (one coalesced reduction) into Stats.
+
+    ``key`` limits trackers to keys starting with it. With ``reset=False`` the states
+    are put back after reading (trackers only keep accumulating).
+    """
+    sources = list(sources)
+    tags = _tags(sources)
+    merged: dict[str, State] = {}
+    for tag, source in zip(tags, sources):
+        if isinstance(source, DistributedStatsTracker):
+            states = source.collect_states(key, reset=reset)
+        else:
+            states = source.collect_states()
+            if reset:
+                source.reset()
+        merged.update((f"{tag}|{name}", state) for name, state in states.items())
+    reduced = reduce_states_with_layouts(merged, reduce_group)
+    by_tag: dict[str, dict] = {tag: {} for tag in tags}
+    for tagged, entry in reduced.items():
+        tag, _, name = tagged.partition("|")
+        if tag not in by_tag and tag.startswith("tracker:"):
+            # A named tracker that only other ranks used: every rank reports it.
+            tags.append(tag)
+            sources.append(DistributedStatsTracker(tag.partition(":")[2]))
+            by_tag[tag] = {}
+        if tag in by_tag:
+            by_tag[tag][name] = entry
+    points: list[Point] = []
+    for tag, source in zip(tags, sources):
+        entries = by_tag[tag]
+        if isinstance(source, DistributedStatsTracker):
+            points.extend(source.build_points_with_layouts(entries))
+        elif entries:
+            points.extend(source.build_points({k: v for k, (_, v) in entries.items()}))
+    return Stats(points)
+
+
+def export(
+    key: str | None = None, reduce_group: dist.ProcessGroup | None = None, reset: bool = True
+) -> Stats:
+    """Export the default tracker only (AReaL's ``stats_tracker.export``)."""
+    return DEFAULT_TRACKER.export(key=key, reduce_group=reduce_group, reset=reset)
+
+
+def export_all(reduce_group: dist.ProcessGroup | None = None, reset: bool = True) -> Stats:
+    """Export every tracker and registered source in one reduction (collective: call on all ranks)."""
+    with _lock:
+        sources: list[object] = [_trackers[name] for name in sorted(_trackers)]
+        sources.extend(_sources)
+    return export_sources(sources, reduce_group=reduce_group, reset=reset)
+
+
+denominator = DEFAULT_TRACKER.denominator
+stat = DEFAULT_TRACKER.stat
+stat_compact = DEFAULT_TRACKER.stat_compact
+scalar = DEFAULT_TRACKER.scalar
+scope = DEFAULT_TRACKER.scope
+record_timing = DEFAULT_TRACKER.record_timing
+set_bucket_bounds = DEFAULT_TRACKER.set_bucket_bounds

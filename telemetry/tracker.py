@@ -1,0 +1,345 @@
+"""``DistributedStatsTracker``: AReaL's stats tracker with compact state and one DP reduction.
+
+Keys are ``<tracker name>/<scope>/.../<key>``. A stat is accumulated per call into a
+fixed-size on-device state (see :mod:`telemetry.accumulate`); ``export`` reduces every
+key across the data-parallel group with a constant number of collectives and returns
+AReaL's flat dict as a :class:`~telemetry.snapshot.Stats`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from enum import Enum
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from telemetry import accumulate
+from telemetry.errors import (
+    InvalidValueError,
+    MaskTypeError,
+    ShapeMismatchError,
+    UnknownDenominatorError,
+)
+from telemetry.reduce import State, StateLayout
+from telemetry.snapshot import Gauge, Histogram, Point, StatReduce, Stats
+
+
+class ReduceType(Enum):
+    """AReaL's reduce types; SCALAR is what ``scalar()`` records."""
+
+    AVG_MIN_MAX = "avg_min_max"
+    AVG = "avg"
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+    SCALAR = "scalar"
+
+
+_STAT_TYPES = {
+    ReduceType.AVG_MIN_MAX: StatReduce.AVG_MIN_MAX,
+    ReduceType.AVG: StatReduce.AVG,
+    ReduceType.SUM: StatReduce.SUM,
+    ReduceType.MIN: StatReduce.MIN,
+    ReduceType.MAX: StatReduce.MAX,
+}
+_ACCEPTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class DistributedStatsTracker:
+    """One namespace of metrics (``name`` is the first key segment, "" for the default).
+
+    Thread-safe; the scope stack is per thread and per asyncio task.
+    """
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._scope: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+            f"rltel_scope_{name or 'default'}_{id(self)}", default=()
+        )
+        self._stats: dict[str, tuple[StatReduce, torch.Tensor]] = {}
+        self._scalars: dict[str, accumulate.ScalarState] = {}
+        self._denominators: dict[str, torch.Tensor] = {}
+        self._masks: dict[str, torch.Tensor] = {}
+        self._bounds: dict[str, tuple[tuple[float, ...], torch.Tensor | None]] = {}
+
+    # -- keys and scopes -------------------------------------------------------------
+
+    def full_key(self, key: str) -> str:
+        """``key`` under this tracker's name and the current scope."""
+        return "/".join(part for part in (self.name, *self._scope.get(), key) if part)
+
+    @contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        """Nest keys recorded inside under ``name``; exception-safe, per thread/task."""
+        token = self._scope.set((*self._scope.get(), name))
+        try:
+            yield
+        finally:
+            self._scope.reset(token)
+
+    @contextmanager
+    def record_timing(self, name: str) -> Iterator[None]:
+        """Record the wall time of the block as scalar ``timeperf/<name>`` (seconds)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self.scope("timeperf"):
+                self.scalar(**{name: time.perf_counter() - start})
+
+    def set_bucket_bounds(self, name: str, bounds: Sequence[float] | None) -> None:
+        """Give stat ``name`` (relative to the current scope) explicit histogram buckets.
+
+        Raises:
+            InvalidValueError: bounds are not strictly increasing finite numbers.
+        """
+        key = self.full_key(name)
+        if bounds is None:
+            self._bounds.pop(key, None)
+            return
+        values = tuple(float(b) for b in bounds)
+        if (
+            not values
+            or any(not math.isfinite(b) for b in values)
+            or any(b >= c for b, c in zip(values, values[1:]))
+        ):
+            raise InvalidValueError(f"{key!r}: bucket bounds must be increasing finite numbers")
+        with self._lock:
+            if key in self._stats:
+                raise InvalidValueError(f"{key!r}: set bucket bounds before recording the stat")
+            self._bounds[key] = (values, None)
+
+    # -- recording --------------------------------------------------------------------
+
+    def denominator(self, **masks: torch.Tensor) -> None:
+        """Declare boolean masks; each is exported as its SUM (the valid count).
+
+        Raises:
+            MaskTypeError: a mask is not a boolean tensor.
+            InvalidValueError: a mask is empty.
+        """
+        for name, mask in masks.items():
+            key = self.full_key(name)
+            if not isinstance(mask, torch.Tensor):
+                raise MaskTypeError(
+                    f"denominator {key!r}: expected a bool tensor, got {type(mask).__name__}"
+                )
+            if mask.dtype != torch.bool:
+                raise MaskTypeError(
+                    f"denominator {key!r}: mask dtype is {mask.dtype}, "
+                    "expected torch.bool (use mask.bool())"
+                )
+            if mask.numel() == 0:
+                raise InvalidValueError(f"denominator {key!r}: empty mask {tuple(mask.shape)}")
+            count = mask.sum(dtype=torch.float64).reshape(1)
+            with self._lock:
+                self._masks[key] = mask
+                total = self._denominators.get(key)
+                if total is None:
+                    self._denominators[key] = count
+                else:
+                    total += count.to(total.device)
+
+    def stat(
+        self,
+        denominator: str,
+        reduce_type: ReduceType | None = None,
+        **tensors: torch.Tensor,
+    ) -> None:
+        """Accumulate masked tensors over the declared ``denominator`` mask.
+
+        Args:
+            denominator: name of a mask declared with :meth:`denominator` in this scope.
+            reduce_type: AVG_MIN_MAX (default), AVG, SUM, MIN or MAX.
+            tensors: float tensors with the denominator's shape.
+
+        Raises:
+            UnknownDenominatorError, ShapeMismatchError, InvalidValueError: naming the key.
+        """
+        reduce = self._stat_reduce(reduce_type, tensors)
+        mask_key = self.full_key(denominator)
+        mask = self._masks.get(mask_key)
+        if mask is None:
+            first = self.full_key(next(iter(tensors), "?"))
+            raise UnknownDenominatorError(
+                f"{first!r}: unknown denominator {mask_key!r}; declared: "
+                f"{sorted(self._masks) or 'none'}"
+            )
+        keys = [self.full_key(name) for name in tensors]
+        values = [
+            self._checked(key, value, mask, mask_key) for key, value in zip(keys, tensors.values())
+        ]
+        with self._lock:
+            states, bounds = [], []
+            for key in keys:
+                state, key_bounds = self._stat_state(key, reduce, mask.device)
+                states.append(state)
+                bounds.append(key_bounds)
+            count = mask.sum(dtype=torch.float64)
+            accumulate.record_masked(states, values, mask, count, bounds)
+
+    stat_compact = stat
+
+    def scalar(self, **values: float | torch.Tensor) -> None:
+        """Record single values; exported as the count-weighted mean plus ``key__count``.
+
+        Raises:
+            InvalidValueError: a value is not a number or a one-element tensor.
+        """
+        for name, value in values.items():
+            key = self.full_key(name)
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    raise InvalidValueError(
+                        f"scalar {key!r}: expected one element, got shape {tuple(value.shape)}"
+                    )
+            elif isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise InvalidValueError(
+                    f"scalar {key!r}: expected a number, got {type(value).__name__}"
+                )
+            with self._lock:
+                if key in self._stats:
+                    raise InvalidValueError(f"{key!r}: recorded as a stat, now as a scalar")
+                state = self._scalars.setdefault(key, accumulate.ScalarState())
+                if isinstance(value, torch.Tensor):
+                    state.add_tensor(value)
+                else:
+                    state.add(float(value))
+
+    def _stat_reduce(self, reduce_type, tensors) -> StatReduce:
+        reduce_type = ReduceType.AVG_MIN_MAX if reduce_type is None else reduce_type
+        if reduce_type not in _STAT_TYPES:
+            first = self.full_key(next(iter(tensors), "?"))
+            raise InvalidValueError(f"{first!r}: reduce type {reduce_type} is not valid for stat()")
+        return _STAT_TYPES[reduce_type]
+
+    def _checked(self, key: str, value, mask: torch.Tensor, mask_key: str) -> torch.Tensor:
+        if not isinstance(value, torch.Tensor):
+            raise InvalidValueError(f"{key!r}: expected a tensor, got {type(value).__name__}")
+        if value.shape != mask.shape:
+            raise ShapeMismatchError(
+                f"{key!r}: shape {tuple(value.shape)} does not match denominator "
+                f"{mask_key!r} shape {tuple(mask.shape)}"
+            )
+        if value.dtype not in _ACCEPTED_DTYPES:
+            if value.dtype == torch.bool or value.is_complex():
+                raise InvalidValueError(f"{key!r}: dtype {value.dtype} is not a real number type")
+            value = value.to(torch.float64)
+        if value.device != mask.device:
+            raise InvalidValueError(
+                f"{key!r}: tensor on {value.device}, denominator {mask_key!r} on {mask.device}"
+            )
+        return value
+
+    def _stat_state(self, key: str, reduce: StatReduce, device: torch.device):
+        if key in self._scalars:
+            raise InvalidValueError(f"{key!r}: recorded as a scalar, now as a stat")
+        values, bounds = self._bounds.get(key, ((), None))
+        if values and (bounds is None or bounds.device != device):
+            bounds = torch.tensor(values, dtype=torch.float64, device=device)
+            self._bounds[key] = (values, bounds)
+        entry = self._stats.get(key)
+        if entry is None:
+            entry = (reduce, accumulate.new_stat_state(device, len(values) + 1 if values else 0))
+            self._stats[key] = entry
+        elif entry[0] is not reduce:
+            raise InvalidValueError(
+                f"{key!r}: recorded with reduce type {entry[0].value}, now {reduce.value}"
+            )
+        return entry[1], bounds
+
+    # -- export -----------------------------------------------------------------------
+
+    def collect_states(self, key: str | None = None, reset: bool = True) -> dict[str, State]:
+        """This window's states (keys starting with ``key`` if given), cleared if ``reset``."""
+        with self._lock:
+            stats, scalars, denoms = self._stats, self._scalars, self._denominators
+            if key is not None:
+                stats, kept_stats = _split_prefix(stats, key)
+                scalars, kept_scalars = _split_prefix(scalars, key)
+                denoms, kept_denoms = _split_prefix(denoms, key)
+                _, kept_masks = _split_prefix(self._masks, key)
+            else:
+                kept_stats, kept_scalars, kept_denoms, kept_masks = {}, {}, {}, {}
+            if reset:
+                self._stats, self._scalars = kept_stats, kept_scalars
+                self._denominators, self._masks = kept_denoms, kept_masks
+            else:
+                stats = {k: (r, t.clone()) for k, (r, t) in stats.items()}
+                denoms = {k: t.clone() for k, t in denoms.items()}
+        states: dict[str, State] = {}
+        for name, (reduce, state) in stats.items():
+            states[name] = (accumulate.stat_layout(reduce.value, state.numel() - 4), state)
+        for name, scalar in scalars.items():
+            states[name] = (accumulate.SCALAR_LAYOUT, scalar.state())
+        for name, count in denoms.items():
+            states[name] = (accumulate.DENOMINATOR_LAYOUT, count)
+        return states
+
+    def build_points_with_layouts(
+        self, reduced: Mapping[str, tuple[StateLayout, np.ndarray]]
+    ) -> list[Point]:
+        """Points for reduced states produced by :meth:`collect_states` on any rank."""
+        points: list[Point] = []
+        for key, (layout, values) in sorted(reduced.items()):
+            point = _point_for(key, layout, values, self._bounds.get(key, ((), None))[0])
+            if point is not None:
+                points.append(point)
+        return points
+
+    def reset(self) -> None:
+        """Drop everything recorded since the last export."""
+        self.collect_states()
+
+    def export(
+        self,
+        key: str | None = None,
+        reduce_group: dist.ProcessGroup | None = None,
+        reset: bool = True,
+    ) -> Stats:
+        """Reduce this tracker's keys over ``reduce_group`` and return AReaL's flat dict.
+
+        Every rank of the group must call it; all receive the same result.
+        """
+        from telemetry.stats_tracker import export_sources
+
+        return export_sources([self], key=key, reduce_group=reduce_group, reset=reset)
+
+
+def _split_prefix(mapping: dict, prefix: str) -> tuple[dict, dict]:
+    taken = {k: v for k, v in mapping.items() if k == prefix or k.startswith(prefix + "/")}
+    kept = {k: v for k, v in mapping.items() if k not in taken}
+    return taken, kept
+
+
+def _point_for(
+    key: str, layout: StateLayout, values: np.ndarray, bounds: tuple[float, ...]
+) -> Point | None:
+    if layout.kind == accumulate.DENOMINATOR_LAYOUT.kind:
+        return Gauge(key, float(values[0]))
+    total, count, low, negated_high = (float(v) for v in values[:4])
+    n = int(count)
+    if layout.kind == accumulate.SCALAR_LAYOUT.kind:
+        return Gauge(key, total / count, n) if n > 0 else None
+    reduce = StatReduce(layout.kind.split(":")[1])
+    buckets = tuple(int(c) for c in values[4:])
+    if len(bounds) + 1 != len(buckets):  # bounds configured on other ranks only
+        bounds, buckets = (), ()
+    return Histogram(
+        key,
+        count=n,
+        sum=total,
+        min=low if n > 0 else None,
+        max=-negated_high if n > 0 else None,
+        bounds=bounds,
+        bucket_counts=buckets,
+        reduce=reduce,
+    )

@@ -1,0 +1,68 @@
+"""Run a function on N gloo ranks in spawned processes, with a hard timeout."""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, queue) -> None:
+    import torch.distributed as dist
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+        )
+        try:
+            result = fn(rank, world, *args)
+            queue.put((rank, "ok", result))
+        finally:
+            dist.destroy_process_group()
+    except BaseException as exc:  # reported to the parent, which fails the test
+        queue.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 60.0) -> list:
+    """Call ``fn(rank, world, *args)`` on ``world`` gloo ranks; return results by rank.
+
+    ``fn`` must be a module-level function (it is pickled). A rank that raises makes this
+    raise ``AssertionError`` with every rank's traceback; a hang is killed after ``timeout``.
+    """
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    procs = [
+        ctx.Process(target=_entry, args=(r, world, port, fn, args, queue), daemon=True)
+        for r in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    results: dict[int, tuple[str, Any]] = {}
+    try:
+        for _ in range(world):
+            rank, status, value = queue.get(timeout=timeout)
+            results[rank] = (status, value)
+    except Exception as exc:
+        raise AssertionError(f"ranks timed out after {timeout}s; got {sorted(results)}") from exc
+    finally:
+        for proc in procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.kill()
+    errors = [f"rank {r}: {v}" for r, (s, v) in sorted(results.items()) if s == "error"]
+    if errors:
+        raise AssertionError("\n".join(errors))
+    return [results[r][1] for r in range(world)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ReduceType", "Snapshot", "StatsLogger", "Stats", "stats_tracker"]
+__all__ = ["ReduceType", "Snapshot", "Stats", "StatsLogger", "stats_tracker"]
 
 _LAZY = {
     "ReduceType": ("telemetry.tracker", "ReduceType"),

@@ -105,7 +105,7 @@ def _flat_payload(keys: list[str], states: Mapping[str, State], device: torch.de
         order.append((tensor.device, len(bucket)))
         bucket.append(tensor)
     if len(by_device) == 1:
-        ((source, tensors),) = by_device.items()
+        ((_, tensors),) = by_device.items()
         return torch.cat(tensors).to(device)
     # Several devices: concatenate per device, move each once, then restore key order.
     moved = {

@@ -15,11 +15,10 @@ import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Union
 
 from telemetry.errors import InvalidValueError
 
-AttributeValue = Union[str, bool, int, float]
+AttributeValue = str | bool | int | float
 Attributes = tuple[tuple[str, AttributeValue], ...]
 
 COUNT_SUFFIX = "__count"
@@ -140,7 +139,7 @@ class Histogram:
             yield key, _or_nan(self.max)
 
 
-Point = Union[Gauge, Counter, Histogram]
+Point = Gauge | Counter | Histogram
 
 
 def _or_nan(value: float | None) -> float:

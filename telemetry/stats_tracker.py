@@ -134,7 +134,7 @@ def export(
 
 
 def export_all(reduce_group: dist.ProcessGroup | None = None, reset: bool = True) -> Stats:
-    """Export every tracker and registered source in one reduction (collective: call on all ranks)."""
+    """Export every tracker and registered source in one reduction (call on all ranks)."""
     with _lock:
         sources: list[object] = [_trackers[name] for name in sorted(_trackers)]
         sources.extend(_sources)

@@ -9,6 +9,7 @@ AReaL's flat dict as a :class:`~telemetry.snapshot.Stats`.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import math
 import threading
 import time
@@ -109,7 +110,7 @@ class DistributedStatsTracker:
         if (
             not values
             or any(not math.isfinite(b) for b in values)
-            or any(b >= c for b, c in zip(values, values[1:]))
+            or any(b >= c for b, c in itertools.pairwise(values))
         ):
             raise InvalidValueError(f"{key!r}: bucket bounds must be increasing finite numbers")
         with self._lock:

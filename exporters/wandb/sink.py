@@ -1,0 +1,201 @@
+"""Weights & Biases bridge: AReaL's flat keys per step, MoE expert loads as one table per step.
+
+W&B keeps one history row per ``_step`` and silently drops a row whose step is lower than
+the last one. Train snapshots are logged with ``step=global_step`` (so ``_step`` equals the
+global step, as in AReaL). Every key is also bound with ``define_metric`` to a hidden step
+metric of its stream (``global_step`` for train, ``<stream>/step`` for rollout and eval),
+which is logged in the same row and is the chart's x-axis. A rollout or eval snapshot
+(possibly with no step, or an older one) is placed in the first row W&B still accepts; a
+row that already holds one of its keys is closed first, so no value is overwritten or
+dropped, whatever order the streams arrive in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from exporters.base import ExportResult, Sink
+from exporters.moe_tables import TABLE_COLUMNS, expert_loads, flat_without_experts
+from telemetry.config import StatsLoggerConfig, public_dict
+from telemetry.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
+
+TABLE_KEY = "moe_balance/expert_loads"
+TRAIN_STEP_METRIC = "global_step"
+
+
+def step_metric(stream: str) -> str:
+    """The hidden x-axis metric of a stream: ``global_step`` for train, ``<stream>/step``."""
+    return TRAIN_STEP_METRIC if stream == "train" else f"{stream}/step"
+
+
+class WandbSink(Sink):
+    """Logs Snapshots to one W&B run ``<experiment>_<trial>_<id_suffix>``.
+
+    Args:
+        config: the stats_logger configuration; ``config.wandb`` selects mode, project,
+            entity, name, group, tags, notes and job type. Files go under
+            ``<fileroot>/<experiment>/<trial>``.
+
+    Raises:
+        ModuleNotFoundError: ``wandb`` is not installed (mode other than disabled).
+        OSError: the run directory cannot be created or written.
+        RuntimeError: ``wandb.init`` failed; the message names the run and directory.
+    """
+
+    name = "wandb"
+
+    def __init__(self, config: StatsLoggerConfig) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._run: Any = None
+        self._table_type: Any = None
+        self._next_row = 0  # the lowest row W&B still accepts
+        self._open_keys: set[str] = set()  # keys already logged into row ``_next_row``
+        self._stream_seq: dict[str, int] = {}
+        self._bound: dict[str, str] = {}  # key -> step metric it is plotted against
+        self._misbound: set[str] = set()
+        self._closed = False
+        section = config.wandb
+        suffix = f"_{section.id_suffix}" if section.id_suffix else ""
+        self.run_id = f"{config.experiment_name}_{config.trial_name}{suffix}"
+        if section.mode == "disabled":
+            return
+        try:
+            import wandb
+        except ModuleNotFoundError as exc:
+            raise ModuleNotFoundError(
+                "the W&B sink needs wandb: pip install rltel[wandb]", name="wandb"
+            ) from exc
+        run_dir = _writable_dir(config.run_dir)
+        settings: dict[str, Any] = {"silent": True}
+        if section.wandb_base_url:
+            settings["base_url"] = section.wandb_base_url
+        if section.wandb_api_key:
+            settings["api_key"] = section.wandb_api_key
+        try:
+            self._run = wandb.init(
+                mode=section.mode,
+                project=section.project,
+                entity=section.entity,
+                name=section.name or self.run_id,
+                group=section.group,
+                job_type=section.job_type,
+                notes=section.notes,
+                tags=list(section.tags) if section.tags else None,
+                id=self.run_id,
+                dir=str(run_dir),
+                config=public_dict(config),
+                resume="allow",
+                reinit="create_new",
+                settings=wandb.Settings(**settings),
+            )
+        except Exception as exc:
+            raise RuntimeError(
+                f"wandb: init of run {self.run_id!r} in {run_dir} failed: {exc}"
+            ) from exc
+        self._table_type = wandb.Table
+
+    @property
+    def run_dir(self) -> str | None:
+        """The run's local directory (where ``run-<id>.wandb`` lives), or None when disabled."""
+        return None if self._run is None else os.path.dirname(self._run.dir)
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        """Log one snapshot; FAILURE (logged) when W&B raises, never an exception."""
+        del timeout_s
+        with self._lock:
+            if self._run is None or self._closed:
+                return ExportResult.SUCCESS if self._run is None else ExportResult.FAILURE
+            try:
+                self._log(snapshot)
+            except Exception:
+                logger.exception("wandb: logging %s snapshot failed", snapshot.stream)
+                return ExportResult.FAILURE
+        return ExportResult.SUCCESS
+
+    def _log(self, snapshot: Snapshot) -> None:
+        stream = snapshot.stream
+        axis = step_metric(stream)
+        data: dict[str, Any] = dict(flat_without_experts(snapshot))
+        loads = expert_loads(snapshot)
+        if loads:
+            data[TABLE_KEY] = self._table_type(
+                columns=list(TABLE_COLUMNS), data=[load.row() for load in loads]
+            )
+        if not data:
+            return
+        data[axis] = self._stream_step(snapshot)
+        self._bind(axis, data)
+        row = self._next_row
+        if stream == "train" and snapshot.step is not None:
+            row = max(row, snapshot.step.global_step)
+        if row == self._next_row and self._open_keys.intersection(data):
+            row += 1
+        if row != self._next_row:
+            self._open_keys = set()
+        if stream == "train":
+            self._run.log(data, step=row, commit=True)
+            self._next_row, self._open_keys = row + 1, set()
+        else:
+            self._run.log(data, step=row, commit=False)
+            self._next_row = row
+            self._open_keys.update(data)
+
+    def _stream_step(self, snapshot: Snapshot) -> int:
+        """The snapshot's global step, or for a stepless stream snapshot its sequence number."""
+        if snapshot.step is not None:
+            return snapshot.step.global_step
+        seq = self._stream_seq.get(snapshot.stream, 0)
+        self._stream_seq[snapshot.stream] = seq + 1
+        return seq
+
+    def _bind(self, axis: str, data: dict[str, Any]) -> None:
+        if axis not in self._bound:
+            self._run.define_metric(axis, hidden=True)
+            self._bound[axis] = axis
+        for key in data:
+            if key not in self._bound:
+                self._run.define_metric(key, step_metric=axis)
+                self._bound[key] = axis
+            elif self._bound[key] != axis and key not in self._misbound:
+                self._misbound.add(key)
+                logger.warning(
+                    "wandb: key %r of stream %r stays plotted against %r",
+                    key,
+                    axis,
+                    self._bound[key],
+                )
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Finish the run so its files are complete; safe to call twice."""
+        del timeout_s
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._run is not None:
+                try:
+                    self._run.finish()
+                except Exception:
+                    logger.exception("wandb: finishing run %s failed", self.run_id)
+
+
+def _writable_dir(path: os.PathLike | str) -> str:
+    """Create ``path`` and check it is writable.
+
+    Raises:
+        OSError: it cannot be created or written, naming the path.
+    """
+    path = os.fspath(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot create run directory {path}: {exc.strerror}") from exc
+    if not os.access(path, os.W_OK):
+        raise PermissionError(f"run directory {path} is not writable")
+    return os.path.abspath(path)

@@ -13,11 +13,13 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Sequence
 
 import torch.distributed as dist
 
+from telemetry.errors import KeyMismatchError
 from telemetry.reduce import State, reduce_states_with_layouts
 from telemetry.snapshot import Point, Stats
 from telemetry.source import StateSource
@@ -41,6 +43,7 @@ __all__ = [
     "unregister_source",
 ]
 
+_TAG = re.compile(r"'(?:tracker|source):[^|']*\|")
 _lock = threading.Lock()
 _trackers: dict[str, DistributedStatsTracker] = {"": DistributedStatsTracker("")}
 _sources: list[StateSource] = []
@@ -105,7 +108,10 @@ def export_sources(
             if reset:
                 source.reset()
         merged.update((f"{tag}|{name}", state) for name, state in states.items())
-    reduced = reduce_states_with_layouts(merged, reduce_group)
+    try:
+        reduced = reduce_states_with_layouts(merged, reduce_group)
+    except KeyMismatchError as exc:  # name user keys, not internal source tags
+        raise KeyMismatchError(_TAG.sub("'", str(exc))) from None
     by_tag: dict[str, dict] = {tag: {} for tag in tags}
     for tagged, entry in reduced.items():
         tag, _, name = tagged.partition("|")

@@ -1,0 +1,140 @@
+"""The AReaL metrics the dashboards and alerts use, named as the Prometheus sink names them.
+
+Each entry states the OTel instrument as the producers emit it (metric, kind, unit, point
+attributes); the Prometheus name comes from :mod:`exporters.prometheus.naming`, the same
+functions the sink uses, so a dashboard cannot drift from the exposition. The tests feed
+one point per entry through the real sink and check every name the dashboards use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporters.prometheus.naming import Kind, histogram_gauge_names, metric_name
+from telemetry.snapshot import Attributes, StatReduce
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """One instrument: AReaL metric name (flat key without attributes), kind, unit."""
+
+    metric: str
+    kind: Kind
+    unit: str = ""
+    reduce: StatReduce = StatReduce.AVG
+    attributes: Attributes = ()
+
+    @property
+    def name(self) -> str:
+        """The Prometheus family name (counters end in ``_total``)."""
+        return metric_name(self.metric, self.kind, self.unit)
+
+    def stat(self, which: str) -> str:
+        """A histogram's companion gauge (``avg``, ``min``, ``max``) or sample series.
+
+        Args:
+            which: ``avg``/``min``/``max`` for the last window's gauges, ``sum``/``count``/
+                ``bucket`` for the cumulative histogram samples.
+
+        Raises:
+            ValueError: the metric is not a histogram, or ``which`` is unknown.
+        """
+        if self.kind != "histogram":
+            raise ValueError(f"{self.metric!r} is a {self.kind}, not a histogram")
+        gauges = histogram_gauge_names(self.name)
+        if which in gauges:
+            return gauges[which]
+        if which in ("sum", "count", "bucket"):
+            return f"{self.name}_{which}"
+        raise ValueError(f"{self.metric!r}: unknown histogram series {which!r}")
+
+
+def _hist(metric: str, unit: str = "", reduce: StatReduce = StatReduce.AVG) -> Metric:
+    return Metric(metric, "histogram", unit, reduce)
+
+
+_TI = "ppo_actor/train_infer/"
+_VS = "ppo_actor/update/version_stats/"
+_LAYER: Attributes = (("layer", 0),)
+
+# ppo_actor/train_infer/: masked token statistics (stat_compact), AVG unless noted.
+KL_K1 = _hist(_TI + "kl_k1")
+KL_K2 = _hist(_TI + "kl_k2")
+KL_K3 = _hist(_TI + "kl_k3")
+LOGP_DIFF = _hist(_TI + "logp_diff", reduce=StatReduce.AVG_MIN_MAX)
+LOGP_ABS_DIFF = _hist(_TI + "logp_abs_diff", reduce=StatReduce.AVG_MIN_MAX)
+NONFINITE_LOGP_FRACTION = _hist(_TI + "nonfinite_logp_fraction", "1")
+KL_K3_OVERFLOW_FRACTION = _hist(_TI + "kl_k3_overflow_fraction", "1")
+RATIO_OUTSIDE = tuple(_hist(f"{_TI}ratio_outside_{t}", "1") for t in ("1.5", "2", "3", "5", "10"))
+
+# ppo_actor/update/version_stats/: token-weighted staleness, global extrema.
+STALENESS_THETA_AVG = _hist(_VS + "sample_staleness_theta_avg")
+STALENESS_THETA_MIN = _hist(_VS + "sample_staleness_theta_min", reduce=StatReduce.MIN)
+STALENESS_THETA_MAX = _hist(_VS + "sample_staleness_theta_max", reduce=StatReduce.MAX)
+STALENESS_PROXIMAL_AVG = _hist(_VS + "sample_staleness_proximal_avg")
+STALE_TOKEN_FRACTION = _hist(_VS + "stale_token_fraction", "1")
+FUTURE_TOKEN_FRACTION = _hist(_VS + "future_token_fraction", "1")
+
+# ppo_actor/: advantage sign fractions over the loss mask.
+ADVANTAGE_FRACTIONS = {
+    sign: _hist(f"ppo_actor/advantage_{sign}_fraction", "1")
+    for sign in ("positive", "negative", "zero")
+}
+
+# train_perf/: window rates are gauges, totals since engine start are counters.
+TOKENS_PER_SECOND = Metric("train_perf/tokens_per_second", "gauge", "{token}/s")
+CUMULATIVE_TOKENS_PER_SECOND = Metric(
+    "train_perf/cumulative_tokens_per_second", "gauge", "{token}/s"
+)
+FLOPS_PER_SECOND = Metric("train_perf/estimated_flops_per_second", "gauge", "{flop}/s")
+CUMULATIVE_FLOPS_PER_SECOND = Metric(
+    "train_perf/cumulative_estimated_flops_per_second", "gauge", "{flop}/s"
+)
+WINDOW_SECONDS = Metric("train_perf/seconds", "gauge", "s")
+WINDOW_TOKENS = Metric("train_perf/tokens", "gauge", "{token}")
+TOTAL_TOKENS = Metric("train_perf/total_tokens", "counter", "{token}")
+TOTAL_SECONDS = Metric("train_perf/total_seconds", "counter", "s")
+MFU = Metric("train_perf/mfu", "gauge", "1")
+
+# timeperf/<name>: wall-clock timings of record_timing scopes (scalar streams).
+TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge", "s")
+TIMEPERF_PATTERN = "timeperf_.+_seconds"
+
+# moe_balance/: per layer (and expert) gauges; AReaL keys moe_balance/layer_<id>/...
+MAX_OVER_IDEAL = Metric("moe_balance/max_over_ideal", "gauge", "1", attributes=_LAYER)
+LOAD_PERCENT = Metric("moe_balance/load_percent", "gauge", "%", attributes=(*_LAYER, ("expert", 0)))
+EXPERT_TOKENS = Metric(
+    "moe_balance/tokens", "gauge", "{token}", attributes=(*_LAYER, ("expert", 0))
+)
+
+ALL: tuple[Metric, ...] = (
+    KL_K1,
+    KL_K2,
+    KL_K3,
+    LOGP_DIFF,
+    LOGP_ABS_DIFF,
+    NONFINITE_LOGP_FRACTION,
+    KL_K3_OVERFLOW_FRACTION,
+    *RATIO_OUTSIDE,
+    STALENESS_THETA_AVG,
+    STALENESS_THETA_MIN,
+    STALENESS_THETA_MAX,
+    STALENESS_PROXIMAL_AVG,
+    STALE_TOKEN_FRACTION,
+    FUTURE_TOKEN_FRACTION,
+    *ADVANTAGE_FRACTIONS.values(),
+    TOKENS_PER_SECOND,
+    CUMULATIVE_TOKENS_PER_SECOND,
+    FLOPS_PER_SECOND,
+    CUMULATIVE_FLOPS_PER_SECOND,
+    WINDOW_SECONDS,
+    WINDOW_TOKENS,
+    TOTAL_TOKENS,
+    TOTAL_SECONDS,
+    MFU,
+    TIMEPERF_EXAMPLE,
+    MAX_OVER_IDEAL,
+    LOAD_PERCENT,
+    EXPERT_TOKENS,
+)
+"""Every metric the dashboards and alert rules read, in one place."""

@@ -1,0 +1,197 @@
+"""The docker-compose stack, checked by content (no Docker engine runs here).
+
+Each config the stack mounts is also checked by its own tool: the collector config by the
+collector's loader, prometheus.yml by ``promtool check config``, alertmanager.yml by
+``amtool check-config``, the Alertmanager routing tree by ``amtool config routes test``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from collector.config import load as load_collector_config
+from dashboards.panels import DATASOURCE_UID
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = {"collector", "prometheus", "alertmanager", "grafana"}
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _binds(service: dict) -> dict[str, str]:
+    """Host path (relative to the repo) -> container path, for bind mounts."""
+    out = {}
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("./"):
+            out[source[2:]] = target
+    return out
+
+
+def _published(service: dict) -> dict[int, tuple[str, int]]:
+    """Container port -> (host address, host port)."""
+    out = {}
+    for port in service.get("ports", []):
+        address, host_port, container_port = str(port).split(":")
+        out[int(container_port)] = (address, int(host_port))
+    return out
+
+
+def _mounted(compose: dict, service: str, repo_path: str) -> str:
+    return _binds(compose["services"][service])[repo_path]
+
+
+def test_services(compose):
+    assert set(compose["services"]) == SERVICES
+
+
+def test_images_are_pinned(compose):
+    for name, service in compose["services"].items():
+        image = service["image"]
+        repo, _, tag = image.rpartition(":")
+        assert repo and re.fullmatch(r"v?\d+\.\d+\.\d+", tag), f"{name}: {image} is not pinned"
+    assert compose["services"]["collector"]["build"]["dockerfile"] == "Dockerfile"
+
+
+def test_ports_bind_loopback_only(compose):
+    for name, service in compose["services"].items():
+        published = _published(service)
+        assert published, f"{name} publishes no port"
+        for container_port, (address, host_port) in published.items():
+            assert address == "127.0.0.1", f"{name}: port {container_port} on {address}"
+            assert host_port == container_port
+
+
+def test_bind_mounts_exist_and_named_volumes_declared(compose):
+    declared = set(compose["volumes"])
+    for name, service in compose["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name}: {source} missing"
+                assert volume.endswith(":ro"), f"{name}: {volume} is writable"
+            else:
+                assert source in declared, f"{name}: volume {source} not declared"
+
+
+def test_every_service_has_a_healthcheck_and_waits_on_healthy(compose):
+    for name, service in compose["services"].items():
+        test = service["healthcheck"]["test"]
+        assert test[0] == "CMD" and len(test) > 2, name
+        for dependency, condition in service.get("depends_on", {}).items():
+            assert dependency in SERVICES
+            assert condition == {"condition": "service_healthy"}
+
+
+def test_collector_config_loads_and_matches_ports(compose):
+    path = "dashboards/compose/collector.yaml"
+    service = compose["services"]["collector"]
+    target = _mounted(compose, "collector", path)
+    assert service["command"] == ["collector", "--config", target]
+    config = load_collector_config(ROOT / path)  # the collector's own validation
+    published = _published(service)
+    assert config.receiver.port in published
+    assert config.sinks.prometheus.enabled
+    assert config.sinks.prometheus.port in published
+    # Other containers reach the collector only when it binds beyond loopback inside.
+    assert config.receiver.host == config.sinks.prometheus.host == "0.0.0.0"
+    health = " ".join(service["healthcheck"]["test"])
+    assert f"127.0.0.1:{config.sinks.prometheus.port}/healthz" in health
+
+
+def test_dockerfile(compose):
+    text = (ROOT / "Dockerfile").read_text()
+    base = re.search(r"^FROM (\S+)", text, re.M).group(1)
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base), base
+    assert re.search(r"torch==\d+\.\d+\.\d+", text), "torch must be pinned"
+    for line in re.findall(r"^COPY (.+) \S+$", text, re.M):
+        for source in line.split():
+            if source != "README.md":  # written by the project lead, present at build time
+                assert (ROOT / source).exists(), source
+    exposed = {int(p) for p in re.search(r"^EXPOSE (.+)$", text, re.M).group(1).split()}
+    assert exposed == set(_published(compose["services"]["collector"]))
+    assert 'ENTRYPOINT ["rltel"]' in text
+    assert re.search(r"^USER \w+", text, re.M), "the collector must not run as root"
+
+
+def test_prometheus_config(compose, tmp_path):
+    service = compose["services"]["prometheus"]
+    config = yaml.safe_load((ROOT / "dashboards/prometheus/prometheus.yml").read_text())
+    alerts_target = _mounted(compose, "prometheus", "dashboards/prometheus/alerts.yml")
+    assert config["rule_files"] == [alerts_target]
+    assert (
+        f"--config.file={_mounted(compose, 'prometheus', 'dashboards/prometheus/prometheus.yml')}"
+        in (service["command"])
+    )
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    collector = load_collector_config(ROOT / "dashboards/compose/collector.yaml")
+    assert jobs["rltel-collector"]["static_configs"][0]["targets"] == [
+        f"collector:{collector.sinks.prometheus.port}"
+    ]
+    assert jobs["rltel-collector"]["honor_labels"] is True
+    am_targets = config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert am_targets == [
+        f"alertmanager:{next(iter(_published(compose['services']['alertmanager'])))}"
+    ]
+    # promtool resolves rule_files on this machine: point them at the repo's file.
+    local = dict(config, rule_files=[str(ROOT / "dashboards/prometheus/alerts.yml")])
+    path = tmp_path / "prometheus.yml"
+    path.write_text(yaml.safe_dump(local))
+    result = subprocess.run(
+        ["promtool", "check", "config", str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _amtool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [shutil.which("amtool") or "amtool", *args], capture_output=True, text=True, timeout=30
+    )
+
+
+def test_alertmanager_config_and_routes(compose):
+    path = ROOT / "dashboards/alertmanager/alertmanager.yml"
+    assert _mounted(compose, "alertmanager", "dashboards/alertmanager/alertmanager.yml") in (
+        " ".join(compose["services"]["alertmanager"]["command"])
+    )
+    checked = _amtool("check-config", str(path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for labels, receiver in [
+        (["severity=critical", "alertname=RLTrainInferKLCritical"], "rltel-critical"),
+        (["severity=warning", "alertname=RLTrainInferKLHigh"], "rltel-default"),
+    ]:
+        routed = _amtool("config", "routes", "test", f"--config.file={path}", *labels)
+        assert routed.returncode == 0, routed.stderr
+        assert routed.stdout.strip() == receiver
+
+
+def test_grafana_provisioning(compose):
+    grafana = compose["services"]["grafana"]
+    provisioning = ROOT / "dashboards/grafana/provisioning"
+    assert _mounted(compose, "grafana", "dashboards/grafana/provisioning") == (
+        "/etc/grafana/provisioning"
+    )
+    sources = yaml.safe_load((provisioning / "datasources/prometheus.yml").read_text())
+    by_type = {source["type"]: source for source in sources["datasources"]}
+    assert by_type["prometheus"]["uid"] == DATASOURCE_UID
+    for kind in ("prometheus", "alertmanager"):
+        url = urlparse(by_type[kind]["url"])
+        assert url.hostname == kind
+        assert url.port in _published(compose["services"][kind])
+    provider = yaml.safe_load((provisioning / "dashboards/rltel.yml").read_text())["providers"][0]
+    dashboards_dir = _mounted(compose, "grafana", "dashboards/grafana")
+    assert provider["options"]["path"] == dashboards_dir
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(dashboards_dir + "/")
+    assert (ROOT / "dashboards/grafana" / home[len(dashboards_dir) + 1 :]).is_file()
+    assert len(list((ROOT / "dashboards/grafana").glob("*.json"))) == 3

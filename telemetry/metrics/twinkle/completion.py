@@ -1,0 +1,106 @@
+"""Twinkle's CompletionRewardMetric: generation/sync time, rewards, completion length."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from telemetry.errors import InvalidValueError
+from telemetry.metrics.twinkle.base import Metric, as_tensor, put, ratio, scalar
+
+
+class CompletionRewardMetric(Metric):
+    """RL rollout statistics, pooled across DP ranks as sums, counts, min and max.
+
+    ``accumulate(inputs, outputs, generation_time=s, weight_sync_time=s, rewards=r,
+    completions=c)``: ``rewards`` is one value per completion, or a mapping of reward
+    name to one value per completion (the total reward of a completion is the sum over
+    names); ``completions`` are token-id sequences or texts (length = ``len()``), or
+    pass ``completion_lengths`` directly.
+
+    Outputs: ``generation_time``, ``weight_sync_time`` (mean seconds per call),
+    ``mean_reward``, ``reward_std`` (sample std), ``reward_min``, ``reward_max`` over
+    total rewards; ``rewards/<name>/{mean,std,min,max}`` per named reward;
+    ``mean_completion_length``.
+
+    Raises:
+        InvalidValueError: named rewards of different lengths.
+    """
+
+    def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
+        for key in ("generation_time", "weight_sync_time"):
+            value = kwargs.get(key)
+            if value is not None:
+                self._sum(key, float(value))
+                self._sum(f"{key}_calls", 1.0)
+        rewards = kwargs.get("rewards")
+        if rewards is not None:
+            self._rewards(rewards)
+        lengths = kwargs.get("completion_lengths")
+        if lengths is None and kwargs.get("completions") is not None:
+            lengths = [len(c) for c in kwargs["completions"]]
+        if lengths is not None:
+            lengths = as_tensor(lengths, f"{self.name}/completion_lengths").to(torch.float64)
+            self._sum("length_sum", lengths.sum())
+            self._sum("length_n", float(lengths.numel()))
+
+    def _rewards(self, rewards: Any) -> None:
+        if isinstance(rewards, Mapping):
+            named = {
+                str(k): as_tensor(v, f"{self.name}/rewards/{k}").to(torch.float64).reshape(-1)
+                for k, v in rewards.items()
+            }
+            sizes = {k: v.numel() for k, v in named.items()}
+            if len(set(sizes.values())) > 1:
+                raise InvalidValueError(f"{self.name}: named rewards differ in length: {sizes}")
+            for key, values in named.items():
+                self._moments(f"rewards/{key}", values)
+            total = torch.stack(list(named.values())).sum(0) if named else None
+        else:
+            total = as_tensor(rewards, f"{self.name}/rewards").to(torch.float64).reshape(-1)
+        if total is not None:
+            self._moments("reward", total)
+
+    def _moments(self, key: str, values: torch.Tensor) -> None:
+        self._sum(f"{key}:sum", values.sum())
+        self._sum(f"{key}:sumsq", values.square().sum())
+        self._sum(f"{key}:n", float(values.numel()))
+        if values.numel():
+            self._min(f"{key}:min", values.min())
+            self._max(f"{key}:max", values.max())
+
+    def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key in ("generation_time", "weight_sync_time"):
+            put(out, key, ratio(states, key, f"{key}_calls"))
+        self._put_moments(out, states, "reward", "mean_reward", "reward_")
+        names = sorted(
+            {
+                k[len("rewards/") : -len(":n")]
+                for k in states
+                if k.startswith("rewards/") and k.endswith(":n")
+            }
+        )
+        for name in names:
+            base = f"rewards/{name}"
+            self._put_moments(out, states, base, f"{base}/mean", f"{base}/")
+        put(out, "mean_completion_length", ratio(states, "length_sum", "length_n"))
+        return out
+
+    @staticmethod
+    def _put_moments(
+        out: dict[str, float], states: Mapping[str, np.ndarray], key: str, mean_key: str, stem: str
+    ) -> None:
+        n = scalar(states, f"{key}:n")
+        if not n:
+            return
+        total, squares = scalar(states, f"{key}:sum") or 0.0, scalar(states, f"{key}:sumsq") or 0.0
+        out[mean_key] = total / n
+        variance = (squares - total * total / n) / (n - 1) if n > 1 else 0.0
+        out[f"{stem}std"] = math.sqrt(max(variance, 0.0))
+        put(out, f"{stem}min", scalar(states, f"{key}:min"))
+        put(out, f"{stem}max", scalar(states, f"{key}:max"))

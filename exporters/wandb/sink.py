@@ -18,6 +18,7 @@ import threading
 from typing import Any
 
 from exporters.base import ExportResult, Sink
+from exporters.local_files import writable_dir
 from exporters.moe_tables import TABLE_COLUMNS, expert_loads, flat_without_experts
 from telemetry.config import StatsLoggerConfig, public_dict
 from telemetry.snapshot import Snapshot
@@ -71,7 +72,7 @@ class WandbSink(Sink):
             raise ModuleNotFoundError(
                 "the W&B sink needs wandb: pip install rltel[wandb]", name="wandb"
             ) from exc
-        run_dir = _writable_dir(config.run_dir)
+        run_dir = writable_dir(config.run_dir)
         settings: dict[str, Any] = {"silent": True}
         if section.wandb_base_url:
             settings["base_url"] = section.wandb_base_url
@@ -183,19 +184,3 @@ class WandbSink(Sink):
                     self._run.finish()
                 except Exception:
                     logger.exception("wandb: finishing run %s failed", self.run_id)
-
-
-def _writable_dir(path: os.PathLike | str) -> str:
-    """Create ``path`` and check it is writable.
-
-    Raises:
-        OSError: it cannot be created or written, naming the path.
-    """
-    path = os.fspath(path)
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot create run directory {path}: {exc.strerror}") from exc
-    if not os.access(path, os.W_OK):
-        raise PermissionError(f"run directory {path} is not writable")
-    return os.path.abspath(path)

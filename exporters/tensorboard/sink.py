@@ -1,0 +1,150 @@
+"""TensorBoard bridge: event files written with tensorboard's own writer, no torch.
+
+Scalars go under AReaL's flat keys at ``global_step`` (``simple_value``, as
+``SummaryWriter.add_scalar`` writes them). A histogram point with buckets is also written
+as a TensorBoard histogram under its key with its real bucket counts (what
+``add_histogram_raw`` writes): bucket ``i`` ends at ``bounds[i]``, the last one at
+``DBL_MAX``, which TensorBoard replaces with the point's max. ``sum_squares`` is not
+tracked by the recording side and is written as 0. MoE per-expert series are left out;
+the per-layer summary (``moe_balance/layer_<i>/max_over_ideal``) stays.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from typing import Any
+
+from exporters.base import ExportResult, Sink
+from exporters.local_files import writable_dir
+from exporters.moe_tables import flat_without_experts, is_expert_point
+from telemetry.config import StatsLoggerConfig
+from telemetry.snapshot import Histogram, Snapshot
+
+logger = logging.getLogger(__name__)
+
+
+class TensorBoardSink(Sink):
+    """Writes Snapshots to one event file under ``config.tensorboard.path``.
+
+    Rollout and eval snapshots are written at their own global step; one without a step
+    gets its stream's sequence number (0, 1, ...). TensorBoard keeps out-of-order steps.
+
+    Args:
+        config: the stats_logger configuration; ``tensorboard.path`` is the log directory
+            (``None`` makes this sink a no-op).
+        flush_secs: how often the writer thread flushes on its own.
+
+    Raises:
+        ModuleNotFoundError: ``tensorboard`` is not installed.
+        OSError: the log directory cannot be created or written.
+    """
+
+    name = "tensorboard"
+
+    def __init__(self, config: StatsLoggerConfig, flush_secs: float = 10.0) -> None:
+        self._lock = threading.Lock()
+        self._writer: Any = None
+        self._closed = False
+        self._stream_seq: dict[str, int] = {}
+        self.logdir: str | None = None
+        if config.tensorboard.path is None:
+            return
+        try:
+            from tensorboard.compat.proto import event_pb2, summary_pb2
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        except ModuleNotFoundError as exc:
+            raise ModuleNotFoundError(
+                "the TensorBoard sink needs tensorboard: pip install rltel[tensorboard]",
+                name="tensorboard",
+            ) from exc
+        self._event, self._summary = event_pb2.Event, summary_pb2
+        self.logdir = writable_dir(config.tensorboard.path)
+        self._writer = EventFileWriter(self.logdir, max_queue_size=1000, flush_secs=flush_secs)
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        """Queue one snapshot's events; FAILURE (logged) when the writer fails or is closed."""
+        del timeout_s
+        with self._lock:
+            if self._writer is None:
+                return ExportResult.SUCCESS
+            if self._closed:
+                return ExportResult.FAILURE
+            try:
+                self._write(snapshot)
+            except Exception:
+                logger.exception("tensorboard: writing %s snapshot failed", snapshot.stream)
+                return ExportResult.FAILURE
+        return ExportResult.SUCCESS
+
+    def _write(self, snapshot: Snapshot) -> None:
+        values = [
+            self._summary.Summary.Value(tag=key, simple_value=value)
+            for key, value in flat_without_experts(snapshot).items()
+        ]
+        values.extend(
+            self._histogram(point)
+            for point in snapshot.points
+            if isinstance(point, Histogram)
+            and point.bounds
+            and point.count > 0
+            and point.min is not None
+            and point.max is not None
+            and not is_expert_point(point)
+        )
+        if not values:
+            return
+        wall = snapshot.time_unix_nano / 1e9 if snapshot.time_unix_nano else time.time()
+        event = self._event(
+            wall_time=wall,
+            step=self._step(snapshot),
+            summary=self._summary.Summary(value=values),
+        )
+        self._writer.add_event(event)
+
+    def _histogram(self, point: Histogram) -> Any:
+        proto = self._summary.HistogramProto(
+            min=point.min,
+            max=point.max,
+            num=point.count,
+            sum=point.sum,
+            sum_squares=0.0,
+            bucket_limit=[*point.bounds, sys.float_info.max],
+            bucket=list(point.bucket_counts),
+        )
+        return self._summary.Summary.Value(tag=point.key, histo=proto)
+
+    def _step(self, snapshot: Snapshot) -> int:
+        if snapshot.step is not None:
+            return snapshot.step.global_step
+        seq = self._stream_seq.get(snapshot.stream, 0)
+        self._stream_seq[snapshot.stream] = seq + 1
+        return seq
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Write queued events to the file; False when the writer failed."""
+        del timeout_s
+        with self._lock:
+            if self._writer is None or self._closed:
+                return True
+            try:
+                self._writer.flush()
+            except Exception:
+                logger.exception("tensorboard: flush failed")
+                return False
+        return True
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Flush and close the event file; safe to call twice."""
+        del timeout_s
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._writer is not None:
+                try:
+                    self._writer.close()
+                except Exception:
+                    logger.exception("tensorboard: closing %s failed", self.logdir)

@@ -1,0 +1,238 @@
+"""The Prometheus sink: a custom collector on its own registry, served over HTTP.
+
+``GET /metrics`` answers in the Prometheus text format, or in OpenMetrics 1.0 when the
+``Accept`` header asks for it (gzip when accepted); ``GET /healthz`` answers ``ok``.
+OpenMetrics forbids ``_sum`` on histograms with negative bucket bounds, so that format
+omits ``_count``/``_sum`` of those series (``_bucket{le="+Inf"}`` still gives the count);
+the text format always has them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from exporters.base import ExportResult, Sink
+from exporters.prometheus.naming import Kind
+from exporters.prometheus.store import SELF_PREFIX, SeriesStore
+from telemetry.config import PrometheusConfig
+from telemetry.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
+
+SELF_METRICS: dict[str, Kind] = {
+    f"{SELF_PREFIX}snapshots_total": "counter",
+    f"{SELF_PREFIX}points_total": "counter",
+    f"{SELF_PREFIX}export_errors_total": "counter",
+    f"{SELF_PREFIX}overflow_points_total": "counter",
+    f"{SELF_PREFIX}expired_series_total": "counter",
+    f"{SELF_PREFIX}series": "gauge",
+    f"{SELF_PREFIX}metrics_overflowing": "gauge",
+    f"{SELF_PREFIX}name_collisions": "gauge",
+}
+
+
+class PrometheusSink(Sink):
+    """Exposes Snapshots as Prometheus metrics on ``http://host:port/metrics``.
+
+    Args:
+        config: host, port (0 picks a free one), per-metric series limit, expiry.
+        serve: start the HTTP server; False keeps only :meth:`render` (tests, benchmarks).
+        clock: monotonic seconds used for expiry.
+
+    Raises:
+        ConfigError: an invalid ``config``.
+        OSError: the address cannot be bound.
+    """
+
+    name = "prometheus"
+
+    def __init__(
+        self,
+        config: PrometheusConfig | None = None,
+        *,
+        serve: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or PrometheusConfig()
+        self.config.validate("prometheus")
+        self._lock = threading.Lock()
+        self._store = SeriesStore(self.config.series_limit, self.config.expire_seconds, clock)
+        self._store.reserve(SELF_METRICS)
+        self._errors = 0
+        self._closed = False
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_SinkCollector(self))
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        if serve:
+            self._serve()
+
+    @property
+    def port(self) -> int | None:
+        """The bound port, or None when not serving."""
+        return self._server.server_address[1] if self._server else None
+
+    @property
+    def url(self) -> str | None:
+        """``http://host:port/metrics``, or None when not serving."""
+        return f"http://{self.config.host}:{self.port}/metrics" if self._server else None
+
+    def register(self, collector: Collector, names: Mapping[str, Kind] | None = None) -> None:
+        """Serve another collector's families (e.g. the collector process's own metrics).
+
+        Args:
+            collector: any object with ``collect()`` yielding families.
+            names: its family names and kinds, kept out of the snapshot metrics' names.
+        """
+        if names:
+            with self._lock:
+                self._store.reserve(dict(names))
+        self.registry.register(collector)
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        """Fold ``snapshot`` into the exposed series; never raises."""
+        try:
+            with self._lock:
+                self._store.apply(snapshot)
+        except Exception as exc:  # a malformed snapshot cannot succeed on retry
+            self._errors += 1
+            logger.warning("prometheus sink: snapshot rejected: %s", exc)
+            return ExportResult.PERMANENT_FAILURE
+        return ExportResult.SUCCESS
+
+    def collect(self) -> list[Metric]:
+        """The families of one scrape, after expiring stale series."""
+        with self._lock:
+            self._store.expire()
+            families = list(self._store.collect())
+            store = self._store
+            counters = {
+                "snapshots": store.snapshots,
+                "points": store.points,
+                "export_errors": self._errors,
+                "overflow_points": store.overflowed_points,
+                "expired_series": store.expired_series,
+            }
+            gauges = {
+                "series": store.series_count,
+                "metrics_overflowing": sum(bool(f.overflow) for f in store.families.values()),
+                "name_collisions": store.collisions,
+            }
+        for name, value in counters.items():
+            metric = Metric(SELF_PREFIX + name, f"rltel Prometheus sink: {name}", "counter")
+            metric.add_sample(f"{SELF_PREFIX}{name}_total", {}, value)
+            families.append(metric)
+        for name, value in gauges.items():
+            metric = Metric(SELF_PREFIX + name, f"rltel Prometheus sink: {name}", "gauge")
+            metric.add_sample(SELF_PREFIX + name, {}, value)
+            families.append(metric)
+        return families
+
+    def render(self, accept: str = "") -> tuple[bytes, str]:
+        """One exposition as an HTTP response would carry it: ``(body, content_type)``."""
+        encoder, content_type = choose_encoder(accept)
+        if content_type.startswith("application/openmetrics-text"):
+            return encoder(_OpenMetricsView(self.registry)), content_type
+        return encoder(self.registry), content_type
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop the HTTP server; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _serve(self) -> None:
+        self._server = ThreadingHTTPServer((self.config.host, self.config.port), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="rltel-prometheus-http", daemon=True
+        )
+        self._thread.start()
+
+
+class _SinkCollector:
+    """Adapter: the registry's collector protocol over the sink's ``collect``."""
+
+    def __init__(self, sink: PrometheusSink) -> None:
+        self._sink = sink
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._sink.collect()
+
+
+class _OpenMetricsView:
+    """The registry's families without ``_count``/``_sum`` where a series has ``le < 0``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            if metric.type == "histogram":
+                negative = {
+                    _without_le(s.labels)
+                    for s in metric.samples
+                    if s.name.endswith("_bucket") and float(s.labels["le"]) < 0
+                }
+                if negative:
+                    drop = {metric.name + "_count", metric.name + "_sum"}
+                    metric.samples = [
+                        s
+                        for s in metric.samples
+                        if not (s.name in drop and _without_le(s.labels) in negative)
+                    ]
+            yield metric
+
+
+def _without_le(labels: dict[str, str]) -> frozenset:
+    return frozenset((k, v) for k, v in labels.items() if k != "le")
+
+
+def _handler(sink: PrometheusSink) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                self._reply(200, b"ok\n", "text/plain; charset=utf-8")
+            elif path in ("/metrics", "/"):
+                try:
+                    body, content_type = sink.render(self.headers.get("Accept", ""))
+                except Exception as exc:
+                    logger.exception("prometheus sink: scrape failed")
+                    self._reply(500, f"scrape failed: {exc}\n".encode(), "text/plain")
+                    return
+                self._reply(200, body, content_type)
+            else:
+                self._reply(404, b"not found; try /metrics or /healthz\n", "text/plain")
+
+        def _reply(self, code: int, body: bytes, content_type: str) -> None:
+            gzipped = "gzip" in self.headers.get("Accept-Encoding", "") and len(body) > 1024
+            if gzipped:
+                body = gzip.compress(body, compresslevel=1)
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            if gzipped:
+                self.send_header("Content-Encoding", "gzip")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            logger.debug("prometheus http: " + format, *args)
+
+    return Handler

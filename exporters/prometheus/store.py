@@ -1,0 +1,293 @@
+"""The Prometheus sink's state: cumulative series built from Snapshots, and their families.
+
+Snapshot histograms are windows (deltas): each series accumulates count, sum and bucket
+counts into cumulative totals and keeps the last non-empty window's avg/min/max for the
+companion gauges. Counters are cumulative already; gauges are last-value. Every series is
+labelled with its resource's ``job``/``instance``/``experiment``/``trial``/``role`` plus its
+point attributes. A metric holds at most ``series_limit`` series; points of further label
+sets go to one ``otel_metric_overflow="true"`` series per resource and are counted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
+
+from exporters.prometheus.naming import (
+    Kind,
+    MetricKey,
+    histogram_gauge_names,
+    label_name,
+    labels_from_attributes,
+    metric_name,
+    resolve_names,
+    sample_names,
+    unit_suffix,
+)
+from telemetry.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot
+
+Labels = tuple[tuple[str, str], ...]
+
+OVERFLOW_LABEL = ("otel_metric_overflow", "true")
+RESOURCE_LABELS = {"rltel.experiment": "experiment", "rltel.trial": "trial", "rltel.role": "role"}
+RESERVED_LABELS = frozenset({"job", "instance", *RESOURCE_LABELS.values(), "le", OVERFLOW_LABEL[0]})
+_JOB_INSTANCE = {"service.name", "service.namespace", "service.instance.id"}
+SELF_PREFIX = "rltel_prometheus_"
+
+
+@dataclass(slots=True)
+class _Hist:
+    bounds: tuple[float, ...]
+    count: int = 0
+    sum: float = 0.0
+    buckets: list[int] = field(default_factory=list)
+    avg: float | None = None
+    min: float | None = None
+    max: float | None = None
+    seen: float = 0.0
+
+    def add(self, point: Histogram, overflow: bool) -> None:
+        """Accumulate one window; mismatched bounds (overflow only) land in ``+Inf``."""
+        self.count += point.count
+        self.sum += point.sum
+        if point.bucket_counts and point.bounds == self.bounds:
+            for i, n in enumerate(point.bucket_counts):
+                self.buckets[i] += n
+        elif overflow or not point.bucket_counts:
+            self.buckets[-1] += point.count
+        if point.count > 0:
+            self.avg = point.sum / point.count
+            self.min, self.max = point.min, point.max
+
+
+@dataclass(slots=True)
+class _Value:
+    value: float
+    seen: float
+
+
+@dataclass(slots=True)
+class _Family:
+    key: MetricKey
+    help: str
+    series: dict[Labels, _Hist | _Value] = field(default_factory=dict)
+    overflow: dict[Labels, _Hist | _Value] = field(default_factory=dict)
+
+
+class SeriesStore:
+    """Cumulative series of every metric seen, with limits, expiry and collision-free names.
+
+    Args:
+        series_limit: regular series per metric; more go to the overflow series.
+        expire_seconds: series (and ``target_info`` entries) not updated for this long
+            are dropped.
+        clock: monotonic seconds (injectable for tests).
+    """
+
+    def __init__(
+        self, series_limit: int, expire_seconds: float, clock: Callable[[], float]
+    ) -> None:
+        self.series_limit = series_limit
+        self.expire_seconds = expire_seconds
+        self.clock = clock
+        self.families: dict[MetricKey, _Family] = {}
+        self.names: dict[MetricKey, str] = {}
+        self.targets: dict[Labels, tuple[Labels, float]] = {}
+        self.resources: dict[Attributes, tuple[Labels, Labels]] = {}
+        self.reserved: set[str] = {"target", "target_info"}
+        self.overflowed_points = 0
+        self.expired_series = 0
+        self.snapshots = 0
+        self.points = 0
+
+    # -- ingest ------------------------------------------------------------------------
+
+    def apply(self, snapshot: Snapshot) -> None:
+        """Fold one snapshot into the series."""
+        now = self.clock()
+        base, target = self._resource(snapshot.resource)
+        self.targets[base] = (target, now)
+        overflow_counters: dict[tuple[MetricKey, Labels], float] = {}
+        new_keys = False
+        for point in snapshot.points:
+            key = _key_of(point)
+            family = self.families.get(key)
+            if family is None:
+                family = self.families[key] = _Family(key, _help(point))
+                new_keys = True
+            labels = base + _point_labels(point.attributes)
+            table = family.series
+            if labels not in table and len(table) >= self.series_limit:
+                self.overflowed_points += 1
+                labels, table = (*base, OVERFLOW_LABEL), family.overflow
+                if isinstance(point, Counter):
+                    slot = (key, labels)
+                    overflow_counters[slot] = overflow_counters.get(slot, 0.0) + point.value
+                    continue
+            self._update(table, labels, point, now, table is family.overflow)
+        for (key, labels), total in overflow_counters.items():
+            self.families[key].overflow[labels] = _Value(total, now)
+        self.snapshots += 1
+        self.points += len(snapshot.points)
+        if new_keys:
+            self._rename()
+
+    def _update(self, table: dict, labels: Labels, point, now: float, overflow: bool) -> None:
+        if isinstance(point, Histogram):
+            state = table.get(labels)
+            if state is None or (not overflow and point.bounds != state.bounds):
+                state = table[labels] = _Hist(point.bounds, buckets=[0] * (len(point.bounds) + 1))
+            state.add(point, overflow)
+            state.seen = now
+        else:
+            table[labels] = _Value(float(point.value), now)
+
+    def _resource(self, resource: Attributes) -> tuple[Labels, Labels]:
+        cached = self.resources.get(resource)
+        if cached is None:
+            attrs = dict(resource)
+            job = str(attrs.get("service.name", "unknown_service"))
+            if "service.namespace" in attrs:
+                job = f"{attrs['service.namespace']}/{job}"
+            base = (("job", job), ("instance", _instance(attrs)))
+            base += tuple(
+                (label, str(attrs[name]))
+                for name, label in RESOURCE_LABELS.items()
+                if name in attrs
+            )
+            extra = labels_from_attributes(
+                (k, v)
+                for k, v in resource
+                if k not in _JOB_INSTANCE and label_name(k) not in {"job", "instance"}
+            )
+            cached = self.resources[resource] = (base, base[:2] + tuple(sorted(extra.items())))
+        return cached
+
+    def reserve(self, names: dict[str, Kind]) -> None:
+        """Keep other collectors' family names (``name -> kind``) out of the metrics' names."""
+        for name, kind in names.items():
+            self.reserved.update(sample_names(name, kind))
+        self._rename()
+
+    def _rename(self) -> None:
+        self.names = resolve_names(self.families, self.reserved)
+
+    # -- expiry ------------------------------------------------------------------------
+
+    def expire(self) -> None:
+        """Drop series, families and targets not updated within ``expire_seconds``."""
+        cutoff = self.clock() - self.expire_seconds
+        for key in list(self.families):
+            family = self.families[key]
+            for table in (family.series, family.overflow):
+                stale = [labels for labels, state in table.items() if state.seen < cutoff]
+                for labels in stale:
+                    del table[labels]
+                self.expired_series += len(stale)
+            if not family.series and not family.overflow:
+                del self.families[key]
+                self.names.pop(key, None)
+        for labels in [k for k, (_, seen) in self.targets.items() if seen < cutoff]:
+            del self.targets[labels]
+        if len(self.names) != len(self.families):
+            self._rename()
+
+    # -- exposition --------------------------------------------------------------------
+
+    @property
+    def collisions(self) -> int:
+        """Metrics whose family name was changed to resolve a clash."""
+        return sum(
+            name != metric_name(key.metric, key.kind, key.unit) for key, name in self.names.items()
+        )
+
+    @property
+    def series_count(self) -> int:
+        return sum(len(f.series) + len(f.overflow) for f in self.families.values())
+
+    def collect(self) -> Iterator[Metric]:
+        """Families of every metric (histograms built sample by sample) plus ``target_info``."""
+        for key in sorted(self.families, key=self.names.__getitem__):
+            family = self.families[key]
+            name = self.names[key]
+            unit = unit_suffix(key.unit, key.kind)
+            unit = unit if unit and name.removesuffix("_total").endswith("_" + unit) else ""
+            states = [*family.series.items(), *family.overflow.items()]
+            if key.kind == "histogram":
+                yield from _histogram(name, family.help, unit, states)
+            else:
+                family_name = name.removesuffix("_total") if key.kind == "counter" else name
+                metric = Metric(family_name, family.help, key.kind, unit)
+                for labels, state in states:
+                    metric.add_sample(name, dict(labels), state.value)
+                yield metric
+        info = Metric("target", "Resource attributes of each exporting process", "info")
+        for labels, _ in self.targets.values():
+            info.add_sample("target_info", dict(labels), 1.0)
+        yield info
+
+
+def _histogram(name: str, help_text: str, unit: str, states: list) -> Iterator[Metric]:
+    """``_bucket``/``_count``/``_sum`` for every series, also with negative bounds."""
+    metric = Metric(name, help_text, "histogram", unit)
+    gauges = {
+        stat: Metric(gauge, f"last window {stat} of {help_text}", "gauge")
+        for stat, gauge in histogram_gauge_names(name).items()
+    }
+    for labels, state in states:
+        tags = dict(labels)
+        running = 0
+        for bound, n in zip((*state.bounds, math.inf), state.buckets, strict=True):
+            running += n
+            metric.add_sample(f"{name}_bucket", {**tags, "le": floatToGoString(bound)}, running)
+        metric.add_sample(f"{name}_count", tags, state.count)
+        metric.add_sample(f"{name}_sum", tags, state.sum)
+        for stat, gauge in gauges.items():
+            value = getattr(state, stat)
+            if value is not None:
+                gauge.add_sample(gauge.name, tags, value)
+    yield metric
+    yield from gauges.values()
+
+
+def _point_labels(attributes: Attributes) -> Labels:
+    """Attribute labels; names taken by the sink get the ``exported_`` prefix."""
+    if not attributes:
+        return ()
+    return tuple(
+        (f"exported_{name}" if name in RESERVED_LABELS else name, value)
+        for name, value in labels_from_attributes(attributes).items()
+    )
+
+
+def _key_of(point) -> MetricKey:
+    if isinstance(point, Histogram):
+        return MetricKey(point.metric, "histogram", point.unit)
+    if isinstance(point, Counter):
+        return MetricKey(point.metric, "counter", point.unit)
+    if isinstance(point, Gauge):
+        return MetricKey(point.metric, "gauge", point.unit)
+    raise TypeError(f"not a snapshot point: {type(point).__name__}")
+
+
+def _help(point) -> str:
+    if isinstance(point, Histogram):
+        return f"{point.metric} (rltel.reduce={point.reduce.value})"
+    if isinstance(point, Gauge) and point.count is not None:
+        return f"{point.metric} (rltel.reduce=scalar)"
+    return point.metric
+
+
+def _instance(attrs: dict) -> str:
+    if "service.instance.id" in attrs:
+        return str(attrs["service.instance.id"])
+    host = str(attrs.get("host.name", "unknown"))
+    if "rltel.worker_id" in attrs:
+        return f"{host}:{attrs['rltel.worker_id']}"
+    if "rltel.rank" in attrs:
+        return f"{host}:rank{attrs['rltel.rank']}"
+    return host

@@ -1,0 +1,132 @@
+"""RolloutMerger: count-weighted merge of workers, attached to the next training step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from collector.merge import RolloutMerger
+from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+
+RUN = (("rltel.experiment", "e"), ("rltel.trial", "t"))
+
+
+def worker(i: int, points, stream: str = "rollout") -> Snapshot:
+    resource = (*RUN, ("rltel.role", stream), ("rltel.worker_id", f"w{i}"))
+    return Snapshot(tuple(points), None, resource, 100 + i, stream)
+
+
+def train(step: int) -> Snapshot:
+    return Snapshot((), Step(0, step, step), (*RUN, ("rltel.rank", 0)), 1000 + step)
+
+
+def controller_rule(all_raw_stats: list[dict]) -> dict:
+    """AReaL's RolloutController.export_stats, transcribed from the seed as the reference."""
+    stats: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    for raw in all_raw_stats:
+        for k, v in raw.items():
+            if k.endswith("__count"):
+                counts[k] = counts.get(k, 0) + v
+            else:
+                stats[k] = stats.get(k, 0.0) + v * raw.get(k + "__count", 0)
+    return {k: v / counts[k + "__count"] for k, v in stats.items() if counts.get(k + "__count")}
+
+
+def test_scalar_streams_merge_count_weighted_like_the_rollout_controller():
+    rng = np.random.default_rng(1)
+    merger = RolloutMerger()
+    raws = []
+    for i in range(3):
+        for _window in range(2):
+            rewards = rng.normal(size=rng.integers(1, 9))
+            turns = rng.integers(1, 5, size=rng.integers(1, 4)).astype(float)
+            raws.append(
+                {
+                    "rollout/reward": rewards.mean(),
+                    "rollout/reward__count": len(rewards),
+                    "rollout/turns": turns.mean(),
+                    "rollout/turns__count": len(turns),
+                }
+            )
+            merger.add(
+                worker(
+                    i,
+                    [
+                        Gauge("rollout/reward", float(rewards.mean()), len(rewards)),
+                        Gauge("rollout/turns", float(turns.mean()), len(turns)),
+                    ],
+                )
+            )
+    assert merger.on_train(Snapshot((), None, RUN)) == []  # no step: nothing released
+    (merged,) = merger.on_train(train(5))
+    assert merged.step == Step(0, 5, 5)
+    assert merged.stream == "rollout"
+    assert dict(merged.resource)["rltel.experiment"] == "e"
+    flat = merged.flat()
+    reference = controller_rule(raws)
+    assert flat.keys() == reference.keys()
+    for key, value in reference.items():
+        assert flat[key] == pytest.approx(value, rel=1e-12)
+    counts = merged.flat(include_counts=True)
+    assert counts["rollout/reward__count"] == sum(r["rollout/reward__count"] for r in raws)
+
+
+def test_windows_are_released_once_per_new_step_and_per_stream():
+    merger = RolloutMerger()
+    merger.add(worker(0, [Gauge("r", 1.0, 1)]))
+    merger.add(worker(1, [Gauge("r", 4.0, 3)], stream="eval"))
+    released = {s.stream: s for s in merger.on_train(train(1))}
+    assert released["rollout"].flat() == {"r": 1.0}
+    assert released["eval"].flat() == {"r": 4.0}
+    merger.add(worker(0, [Gauge("r", 2.0, 1)]))
+    assert merger.on_train(train(1)) == []  # the same step again (another rank): held
+    assert merger.on_train(train(0)) == []  # an older step: held
+    (later,) = merger.on_train(train(2))
+    assert later.flat() == {"r": 2.0} and later.step.global_step == 2
+    merger.add(worker(0, [Gauge("r", 3.0, 2)]))
+    (pending,) = merger.flush()
+    assert pending.step.global_step == 2 and pending.flat() == {"r": 3.0}
+    assert merger.flush() == []
+
+
+def test_histograms_counters_and_plain_gauges():
+    merger = RolloutMerger()
+    values = [np.array([1.0, 5.0]), np.array([-2.0, 0.5, 0.7]), np.array([3.0])]
+    bounds = (0.0, 2.0)
+    for i, v in enumerate(values):
+        buckets = tuple(int(x) for x in np.histogram(v, [-np.inf, *bounds, np.inf])[0])
+        merger.add(
+            worker(
+                i,
+                [
+                    Histogram(
+                        "len",
+                        len(v),
+                        float(v.sum()),
+                        float(v.min()),
+                        float(v.max()),
+                        bounds,
+                        buckets,
+                    ),
+                    Histogram("tok", len(v), float(v.sum()), reduce=StatReduce.SUM),
+                    Counter("tokens", 10.0 * (i + 1), start_time_unix_nano=7 + i),
+                    Gauge("queue", float(i)),
+                ],
+            )
+        )
+    merger.add(worker(0, [Counter("tokens", 15.0, start_time_unix_nano=7)]))  # newer total
+    (merged,) = merger.on_train(train(3))
+    by_key = {p.key: p for p in merged.points}
+    every = np.concatenate(values)
+    assert by_key["len"].count == len(every)
+    assert by_key["len"].avg == pytest.approx(every.mean())
+    assert (by_key["len"].min, by_key["len"].max) == (every.min(), every.max())
+    expected = np.histogram(every, [-np.inf, *bounds, np.inf])[0]
+    assert by_key["len"].bucket_counts == tuple(int(c) for c in expected)
+    assert merged.flat()["tok"] == pytest.approx(every.sum())
+    assert by_key["tokens"] == Counter("tokens", 15.0 + 20.0 + 30.0, start_time_unix_nano=7)
+    assert by_key["queue"].value == pytest.approx(1.0)
+    merger.add(worker(1, [Counter("tokens", 25.0, start_time_unix_nano=8)]))
+    (next_window,) = merger.on_train(train(4))
+    assert next_window.flat() == {"tokens": 15.0 + 25.0 + 30.0}

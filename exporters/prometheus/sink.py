@@ -160,7 +160,10 @@ class PrometheusSink(Sink):
         self._server = ThreadingHTTPServer((self.config.host, self.config.port), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="rltel-prometheus-http", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="rltel-prometheus-http",
+            daemon=True,
         )
         self._thread.start()
 

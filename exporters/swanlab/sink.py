@@ -1,0 +1,160 @@
+"""SwanLab bridge: AReaL's flat keys per step, MoE per-expert scalars kept.
+
+SwanLab keeps a separate step set per key and accepts steps in any order, so rollout and
+eval snapshots are logged at their own global step (a stepless one at its stream's
+sequence number 0, 1, ...). SwanLab keeps one value per (key, step): a repeat is ignored
+by the library, and the sink counts it in ``duplicates``.
+
+SwanLab holds one run per process (a module-level global). A second ``SwanlabSink`` in a
+process whose run is still open raises at construction; a collector that serves several
+runs gives each its own process (:class:`exporters.swanlab.SwanlabProcessSink`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import threading
+from typing import Any
+
+from exporters.base import ExportResult, Sink
+from exporters.local_files import writable_dir
+from telemetry.config import StatsLoggerConfig, public_dict
+from telemetry.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
+
+MODES = {"cloud": "cloud", "online": "cloud", "local": "local", "offline": "offline"}
+
+
+class SwanlabSink(Sink):
+    """Logs Snapshots to one SwanLab run ``<experiment>_<trial>``.
+
+    Args:
+        config: the stats_logger configuration; ``config.swanlab`` selects mode (cloud or
+            online, local, offline, disabled; always passed explicitly, since the library
+            default is cloud), project (default: the experiment name), run name, extra
+            config and ``logdir`` (default ``<fileroot>/<experiment>/<trial>/swanlog``).
+
+    Raises:
+        ModuleNotFoundError: ``swanlab`` (or, for local mode, ``swanboard``) is missing.
+        OSError: the log directory cannot be created or written.
+        RuntimeError: another SwanLab run is open in this process, cloud mode has no API
+            key, or ``swanlab.init`` failed.
+    """
+
+    name = "swanlab"
+
+    def __init__(self, config: StatsLoggerConfig) -> None:
+        self._lock = threading.Lock()
+        self._swanlab: Any = None
+        self._run: Any = None
+        self._closed = False
+        self._stream_seq: dict[str, int] = {}
+        self.duplicates = 0
+        self.logdir: str | None = None
+        section = config.swanlab
+        if section.mode == "disabled":
+            return
+        mode = MODES[section.mode]
+        swanlab = _import("swanlab", "pip install rltel[swanlab]")
+        if mode == "local":
+            _import("swanboard", "pip install 'swanlab[dashboard]' (SwanLab local mode)")
+        if swanlab.get_run() is not None:
+            raise RuntimeError(
+                "swanlab: another run is open in this process; SwanLab allows one run per "
+                "process (use SwanlabProcessSink for several runs)"
+            )
+        if mode == "cloud":
+            _cloud_login(swanlab, section.api_key)
+        self.logdir = writable_dir(section.logdir or os.path.join(config.run_dir, "swanlog"))
+        run_config = public_dict(config)
+        if section.config:
+            run_config.update(section.config)
+        try:
+            self._run = swanlab.init(
+                project=section.project or config.experiment_name,
+                experiment_name=section.name or f"{config.experiment_name}_{config.trial_name}",
+                config=run_config,
+                logdir=self.logdir,
+                mode=mode,
+            )
+        except Exception as exc:
+            raise RuntimeError(f"swanlab: init in {self.logdir} ({mode}) failed: {exc}") from exc
+        self._swanlab = swanlab
+
+    @property
+    def run_dir(self) -> str | None:
+        """The run's local directory (``backup.swanlab``, ``files/``), or None."""
+        return None if self._run is None else self._run.public.run_dir
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        """Log one snapshot; FAILURE (logged) when SwanLab raises, never an exception."""
+        del timeout_s
+        with self._lock:
+            if self._run is None and not self._closed:
+                return ExportResult.SUCCESS
+            if self._closed:
+                return ExportResult.FAILURE
+            data = snapshot.flat()
+            if not data:
+                return ExportResult.SUCCESS
+            try:
+                infos = self._run.log(data, step=self._step(snapshot))
+            except Exception:
+                logger.exception("swanlab: logging %s snapshot failed", snapshot.stream)
+                return ExportResult.FAILURE
+        repeated = sum(1 for info in (infos or {}).values() if getattr(info, "is_error", False))
+        if repeated:
+            self.duplicates += repeated
+            logger.warning(
+                "swanlab: %d values of %s step %s ignored (step already logged)",
+                repeated,
+                snapshot.stream,
+                None if snapshot.step is None else snapshot.step.global_step,
+            )
+        return ExportResult.SUCCESS
+
+    def _step(self, snapshot: Snapshot) -> int:
+        if snapshot.step is not None:
+            return snapshot.step.global_step
+        seq = self._stream_seq.get(snapshot.stream, 0)
+        self._stream_seq[snapshot.stream] = seq + 1
+        return seq
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Finish the run so its files are complete (and the process may open another)."""
+        del timeout_s
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._run is not None:
+                try:
+                    self._swanlab.finish()
+                except Exception:
+                    logger.exception("swanlab: finishing the run in %s failed", self.logdir)
+
+
+def _import(module: str, hint: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"the SwanLab sink needs {module}: {hint}", name=module) from exc
+
+
+def _cloud_login(swanlab: Any, api_key: str | None) -> None:
+    """Log in with ``api_key``, or check that a saved key exists so init cannot prompt."""
+    if api_key:
+        swanlab.login(api_key=api_key)
+        return
+    from swanlab.package import get_key
+
+    try:
+        get_key()
+    except Exception as exc:
+        raise RuntimeError(
+            "swanlab: cloud mode needs an API key: set stats_logger.swanlab.api_key or "
+            "SWANLAB_API_KEY, or run `swanlab login`"
+        ) from exc

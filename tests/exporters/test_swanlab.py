@@ -1,0 +1,173 @@
+"""SwanLab sink: offline runs read back with SwanLab's own backup reader."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("swanlab")
+
+from swanlab.log.backup.datastore import DataStore
+from swanlab.log.backup.models import ModelsParser
+
+from exporters.base import ExportResult
+from exporters.swanlab import SwanlabSink
+from telemetry.config import StatsLoggerConfig, SwanlabConfig
+from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONNECTS: list = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "socket.connect" and args[0].family in (socket.AF_INET, socket.AF_INET6):
+        CONNECTS.append(args[1])
+
+
+sys.addaudithook(_audit)
+
+
+def make_config(tmp_path, mode: str = "offline", **fields) -> StatsLoggerConfig:
+    return StatsLoggerConfig(
+        experiment_name="exp",
+        trial_name="t1",
+        fileroot=str(tmp_path / "root"),
+        swanlab=SwanlabConfig(mode=mode, **fields),
+    )
+
+
+def read_back(sink: SwanlabSink) -> tuple[object, dict[str, dict[int, float]]]:
+    """The experiment record and {key: {step: value}} of the run's backup file."""
+    store = DataStore()
+    store.open_for_scan(os.path.join(sink.run_dir, "backup.swanlab"))
+    with ModelsParser() as parser:
+        for record in store:
+            parser.parse_record(record)
+    _, _, experiment, _, _, _, scalars, _, _ = parser.get_parsed()
+    series: dict[str, dict[int, float]] = {}
+    for scalar in scalars:
+        series.setdefault(scalar.key, {})[scalar.step] = scalar.metric["data"]
+    return experiment, series
+
+
+def test_keys_steps_moe_experts_and_streams(tmp_path):
+    CONNECTS.clear()
+    rng = np.random.default_rng(0)
+    sink = SwanlabSink(make_config(tmp_path, api_key="swan-secret-1"))
+    expected: dict[str, dict[int, float]] = {}
+    for step in (2, 3):
+        values = rng.normal(size=40)
+        tokens = rng.integers(1, 30, size=(2, 4)).astype(float)
+        points = [
+            Histogram(
+                "ppo_actor/update/loss",
+                40,
+                float(values.sum()),
+                float(values.min()),
+                float(values.max()),
+            ),
+            Gauge("ppo_actor/update/lr", 3e-6 * step, count=5),
+            Counter("train_perf/tokens", 64.0 * step),
+        ]
+        want = {
+            "ppo_actor/update/loss/avg": values.mean(),
+            "ppo_actor/update/loss/min": values.min(),
+            "ppo_actor/update/loss/max": values.max(),
+            "ppo_actor/update/lr": 3e-6 * step,
+            "train_perf/tokens": 64.0 * step,
+        }
+        for layer in range(2):
+            row = tokens[layer]
+            ratio = row.max() / row.mean()
+            points.append(
+                Gauge("moe_balance/max_over_ideal", ratio, attributes=(("layer", layer),))
+            )
+            want[f"moe_balance/layer_{layer}/max_over_ideal"] = ratio
+            for expert in range(4):
+                attrs = (("layer", layer), ("expert", expert))
+                share = 100 * row[expert] / row.sum()
+                points.append(Gauge("moe_balance/tokens", row[expert], attributes=attrs))
+                points.append(Gauge("moe_balance/load_percent", share, attributes=attrs))
+                want[f"moe_balance/layer_{layer}/expert_{expert}/tokens"] = row[expert]
+                want[f"moe_balance/layer_{layer}/expert_{expert}/load_percent"] = share
+        assert (
+            sink.export(Snapshot(tuple(points), step=Step(0, step, step))) is ExportResult.SUCCESS
+        )
+        for key, value in want.items():
+            expected.setdefault(key, {})[step] = value
+    streams = [("rollout", 9, 0.9), ("rollout", 1, 0.1), ("eval", 0, 0.5), ("rollout", None, 0.4)]
+    for stream, step, value in streams:
+        snap = Snapshot(
+            (Gauge(f"{stream}/reward", value, count=4),),
+            step=None if step is None else Step(0, step, step),
+            stream=stream,
+        )
+        assert sink.export(snap) is ExportResult.SUCCESS
+    expected["rollout/reward"] = {9: 0.9, 1: 0.1, 0: 0.4}
+    expected["eval/reward"] = {0: 0.5}
+    again = Snapshot((Gauge("rollout/reward", 0.95),), step=Step(0, 9, 9), stream="rollout")
+    assert sink.export(again) is ExportResult.SUCCESS
+    assert sink.duplicates == 1  # SwanLab keeps one value per (key, step)
+    sink.shutdown()
+    sink.shutdown()
+    assert CONNECTS == []
+    assert sink.run_dir.startswith(str(tmp_path / "root" / "exp" / "t1" / "swanlog"))
+    experiment, series = read_back(sink)
+    assert experiment.name == "exp_t1"
+    assert series.keys() == expected.keys()
+    for key, by_step in expected.items():
+        assert series[key].keys() == by_step.keys(), key
+        for step, value in by_step.items():
+            assert series[key][step] == pytest.approx(value, rel=1e-9), (key, step)
+    with open(os.path.join(sink.run_dir, "files", "config.yaml")) as f:
+        config_text = f.read()
+    assert "swan-secret-1" not in config_text
+    assert yaml.safe_load(config_text)["experiment_name"]["value"] == "exp"
+
+
+def test_one_run_per_process_is_enforced(tmp_path):
+    first = SwanlabSink(make_config(tmp_path))
+    try:
+        with pytest.raises(RuntimeError, match="one run per process"):
+            SwanlabSink(make_config(tmp_path / "other"))
+    finally:
+        first.shutdown()
+    second = SwanlabSink(make_config(tmp_path / "other"))  # allowed once the first finished
+    second.shutdown()
+    assert sink_closed_export_fails(second)
+
+
+def sink_closed_export_fails(sink: SwanlabSink) -> bool:
+    return sink.export(Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1))) is ExportResult.FAILURE
+
+
+def test_unwritable_logdir_fails_at_construction(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OSError, match="cannot create run directory"):
+        SwanlabSink(make_config(tmp_path, logdir=str(blocker / "swanlog")))
+
+
+def test_disabled_never_imports_swanlab(tmp_path):
+    code = (
+        "import sys\n"
+        "from exporters.swanlab import SwanlabSink\n"
+        "from telemetry.config import StatsLoggerConfig\n"
+        "from telemetry.snapshot import Gauge, Snapshot\n"
+        f"sink = SwanlabSink(StatsLoggerConfig(fileroot={str(tmp_path / 'r')!r}))\n"
+        "assert sink.export(Snapshot((Gauge('a', 1.0),))).value == 'success'\n"
+        "sink.shutdown()\n"
+        "print('swanlab' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    assert not (tmp_path / "r").exists()

@@ -1,5 +1,6 @@
-"""The SwanLab sink; ``swanlab`` itself is imported only when a sink is built."""
+"""The SwanLab sinks; ``swanlab`` itself is imported only when a sink is built."""
 
+from exporters.swanlab.process import SwanlabProcessSink
 from exporters.swanlab.sink import SwanlabSink
 
-__all__ = ["SwanlabSink"]
+__all__ = ["SwanlabProcessSink", "SwanlabSink"]

@@ -17,7 +17,7 @@ from swanlab.log.backup.datastore import DataStore
 from swanlab.log.backup.models import ModelsParser
 
 from exporters.base import ExportResult
-from exporters.swanlab import SwanlabSink
+from exporters.swanlab import SwanlabProcessSink, SwanlabSink
 from telemetry.config import StatsLoggerConfig, SwanlabConfig
 from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 
@@ -171,3 +171,36 @@ def test_disabled_never_imports_swanlab(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
     assert not (tmp_path / "r").exists()
+
+
+def test_process_sinks_serve_two_runs_at_once(tmp_path):
+    sinks = {
+        trial: SwanlabProcessSink(
+            StatsLoggerConfig(
+                experiment_name="exp",
+                trial_name=trial,
+                fileroot=str(tmp_path / "root"),
+                swanlab=SwanlabConfig(mode="offline"),
+            )
+        )
+        for trial in ("a", "b")
+    }
+    for step in (1, 2, 3):
+        for index, (trial, sink) in enumerate(sinks.items()):
+            snap = Snapshot((Gauge("loss", step + 10.0 * index),), step=Step(0, step, step))
+            assert sink.export(snap, timeout_s=30) is ExportResult.SUCCESS, trial
+    for sink in sinks.values():
+        sink.shutdown()
+        sink.shutdown()
+        assert sink_closed_export_fails(sink)
+    for index, (trial, sink) in enumerate(sinks.items()):
+        experiment, series = read_back(sink)
+        assert experiment.name == f"exp_{trial}"
+        assert series == {"loss": {s: s + 10.0 * index for s in (1, 2, 3)}}
+
+
+def test_process_sink_reports_child_construction_errors(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(RuntimeError, match="cannot create run directory"):
+        SwanlabProcessSink(make_config(tmp_path, logdir=str(blocker / "swanlog")))

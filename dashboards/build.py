@@ -41,6 +41,8 @@ STALENESS_WARNING = 4.0
 MAX_OVER_IDEAL_WARNING = 2.0
 MAX_OVER_IDEAL_CRITICAL = 4.0
 COLLECTOR_JOB = "rltel-collector"
+OVERFLOW_POINTS = "rltel_prometheus_overflow_points_total"
+"""The Prometheus sink's own counter of points folded into overflow series."""
 
 
 def _sel(name: str, extra: str = "") -> str:
@@ -102,9 +104,17 @@ def throughput() -> dict:
             description="Model math of the text backbone (seed's FLOPs rules); absent when "
             "no estimator is registered for the architecture.",
         ),
+        stat(
+            "Total estimated FLOPs",
+            Query(f"sum({_sel(c.TOTAL_FLOPS.name)})"),
+            unit="short",
+            width=12,
+            height=8,
+        ),
         timeseries(
             "MFU",
-            Query(_sel(c.MFU.name), legend),
+            Query(_sel(c.MFU.name), f"window {legend}"),
+            Query(_sel(c.CUMULATIVE_MFU.name), f"cumulative {legend}"),
             unit="percentunit",
             description="Estimated FLOP/s over the configured peak; present only when a peak "
             "FLOP/s per device is given.",
@@ -339,6 +349,10 @@ def alert_rules() -> dict:
         _rule("RltelCollectorAbsent", f"absent({up})", "5m", "warning", "pipeline",
               "No rltel collector scrape target",
               f"Prometheus has no target with job={COLLECTOR_JOB}."),
+        _rule("RltelSeriesOverflow", f"increase({OVERFLOW_POINTS}[10m]) > 0", "0m", "warning",
+              "pipeline", "Series limit reached on {{ $labels.instance }}",
+              "{{ $value }} points went to otel_metric_overflow series in 10m: raise "
+              "series_limit or reduce label cardinality (per-expert MoE metrics)."),
     ]  # fmt: skip
     return {
         "groups": [

@@ -63,22 +63,21 @@ KL_K2 = _hist(_TI + "kl_k2")
 KL_K3 = _hist(_TI + "kl_k3")
 LOGP_DIFF = _hist(_TI + "logp_diff", reduce=StatReduce.AVG_MIN_MAX)
 LOGP_ABS_DIFF = _hist(_TI + "logp_abs_diff", reduce=StatReduce.AVG_MIN_MAX)
-NONFINITE_LOGP_FRACTION = _hist(_TI + "nonfinite_logp_fraction", "1")
-KL_K3_OVERFLOW_FRACTION = _hist(_TI + "kl_k3_overflow_fraction", "1")
-RATIO_OUTSIDE = tuple(_hist(f"{_TI}ratio_outside_{t}", "1") for t in ("1.5", "2", "3", "5", "10"))
+NONFINITE_LOGP_FRACTION = _hist(_TI + "nonfinite_logp_fraction")
+KL_K3_OVERFLOW_FRACTION = _hist(_TI + "kl_k3_overflow_fraction")
+RATIO_OUTSIDE = tuple(_hist(f"{_TI}ratio_outside_{t}") for t in ("1.5", "2", "3", "5", "10"))
 
 # ppo_actor/update/version_stats/: token-weighted staleness, global extrema.
 STALENESS_THETA_AVG = _hist(_VS + "sample_staleness_theta_avg")
 STALENESS_THETA_MIN = _hist(_VS + "sample_staleness_theta_min", reduce=StatReduce.MIN)
 STALENESS_THETA_MAX = _hist(_VS + "sample_staleness_theta_max", reduce=StatReduce.MAX)
 STALENESS_PROXIMAL_AVG = _hist(_VS + "sample_staleness_proximal_avg")
-STALE_TOKEN_FRACTION = _hist(_VS + "stale_token_fraction", "1")
-FUTURE_TOKEN_FRACTION = _hist(_VS + "future_token_fraction", "1")
+STALE_TOKEN_FRACTION = _hist(_VS + "stale_token_fraction")
+FUTURE_TOKEN_FRACTION = _hist(_VS + "future_token_fraction")
 
 # ppo_actor/: advantage sign fractions over the loss mask.
 ADVANTAGE_FRACTIONS = {
-    sign: _hist(f"ppo_actor/advantage_{sign}_fraction", "1")
-    for sign in ("positive", "negative", "zero")
+    sign: _hist(f"ppo_actor/advantage_{sign}_fraction") for sign in ("positive", "negative", "zero")
 }
 
 # train_perf/: window rates are gauges, totals since engine start are counters.
@@ -95,10 +94,12 @@ WINDOW_TOKENS = Metric("train_perf/tokens", "gauge", "{token}")
 TOTAL_TOKENS = Metric("train_perf/total_tokens", "counter", "{token}")
 TOTAL_SECONDS = Metric("train_perf/total_seconds", "counter", "s")
 MFU = Metric("train_perf/mfu", "gauge", "1")
+CUMULATIVE_MFU = Metric("train_perf/cumulative_mfu", "gauge", "1")
+TOTAL_FLOPS = Metric("train_perf/total_estimated_flops", "counter", "{flop}")
 
-# timeperf/<name>: wall-clock timings of record_timing scopes (scalar streams).
-TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge", "s")
-TIMEPERF_PATTERN = "timeperf_.+_seconds"
+# timeperf/<name>: wall-clock seconds of record_timing scopes (scalar streams, no unit set).
+TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge")
+TIMEPERF_PATTERN = "timeperf_.+"
 
 # moe_balance/: per layer (and expert) gauges; AReaL keys moe_balance/layer_<id>/...
 MAX_OVER_IDEAL = Metric("moe_balance/max_over_ideal", "gauge", "1", attributes=_LAYER)
@@ -132,6 +133,8 @@ ALL: tuple[Metric, ...] = (
     TOTAL_TOKENS,
     TOTAL_SECONDS,
     MFU,
+    CUMULATIVE_MFU,
+    TOTAL_FLOPS,
     TIMEPERF_EXAMPLE,
     MAX_OVER_IDEAL,
     LOAD_PERCENT,

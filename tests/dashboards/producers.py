@@ -1,0 +1,59 @@
+"""Points from the real metric producers, as one training export would carry them."""
+
+from __future__ import annotations
+
+import torch
+
+from telemetry.metrics.advantages import record_advantage_fractions
+from telemetry.metrics.moe import MoEBalance
+from telemetry.metrics.staleness import record_version_stats
+from telemetry.metrics.train_infer import record_train_infer
+from telemetry.metrics.train_perf import TrainPerf
+from telemetry.snapshot import Point, Snapshot, Step
+from telemetry.stats_tracker import export_sources
+from telemetry.tracker import DistributedStatsTracker
+
+RESOURCE = (
+    ("service.name", "rltel-trainer"),
+    ("rltel.experiment", "exp"),
+    ("rltel.role", "trainer"),
+    ("rltel.rank", 0),
+    ("host.name", "node0"),
+)
+
+
+def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]:
+    """One export of every producer the dashboards read, on a 2x8 batch.
+
+    Args:
+        logp_shift: d = log p_trainer - log p_rollout on every valid token.
+        seed: seeds the random logprobs and advantages.
+    """
+    tracker = DistributedStatsTracker()
+    gen = torch.Generator().manual_seed(seed)
+    rollout_logp = -torch.rand(2, 8, generator=gen, dtype=torch.float64) - 0.05
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    mask[1, 6:] = False
+    with tracker.scope("ppo_actor"):
+        record_train_infer(rollout_logp + logp_shift, rollout_logp, mask, tracker=tracker)
+        record_advantage_fractions(torch.randn(2, 8, generator=gen), mask, tracker=tracker)
+        with tracker.scope("update"):
+            versions = torch.arange(16).reshape(2, 8) % 5
+            record_version_stats(versions, 6, mask, tracker=tracker)
+    with tracker.record_timing("train_step"):
+        pass
+    perf = TrainPerf(lambda n: 1e6 * n, peak_flops_per_device=1e12, device="cpu", register=False)
+    moe = MoEBalance(register=False)
+    with perf.measure(mask), moe.training():
+        moe.record(0, torch.tensor([0, 1, 1, 2]), 4)
+        moe.record(1, torch.tensor([3, 3, 3, 3]), 4)
+    return export_sources([tracker, perf, moe]).points
+
+
+def snapshot(points: tuple[Point, ...], trial: str, step: int = 1) -> Snapshot:
+    """A trainer Snapshot of ``points`` for run ``exp/<trial>``."""
+    return Snapshot(
+        points=points,
+        step=Step(epoch=0, epoch_step=step, global_step=step),
+        resource=(*RESOURCE, ("rltel.trial", trial)),
+    )

@@ -1,0 +1,232 @@
+"""Generated Grafana dashboards: valid, up to date, and naming only metrics the sink exposes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from dashboards import build
+from dashboards import catalog as c
+from dashboards.panels import DATASOURCE_UID, GRID_WIDTH, expressions
+from exporters.prometheus import SELF_METRICS, PrometheusSink
+from exporters.prometheus.naming import metric_name, sample_names
+from telemetry.config import PrometheusConfig
+from telemetry.snapshot import Counter, Gauge, Histogram
+from tests.dashboards.producers import produced_points, snapshot
+
+BOARDS = {
+    name: build.GRAFANA_DIR / f"{name}.json" for name in ("throughput", "moe_balance", "rl_health")
+}
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_MATCHERS = re.compile(r"\{[^{}]*\}")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_RANGE = re.compile(r"\[[^\]]*\]")
+_IDENT = re.compile(r"(?<![\w.:$])[a-zA-Z_:][a-zA-Z0-9_:]*(\s*\()?")
+_NAME_REGEX = re.compile(r'__name__\s*=~\s*"((?:[^"\\]|\\.)*)"')
+_KEYWORDS = {"and", "or", "unless", "bool", "offset", "Inf", "NaN", "inf", "nan"}
+GRAFANA_VARS = {"$__rate_interval": "1m", "$experiment": ".*", "$trial": ".*", "$layer": "0"}
+
+
+def metric_names(expr: str) -> tuple[set[str], set[str]]:
+    """(plain metric names, ``__name__`` regexes) referenced by a PromQL expression."""
+    regexes = set(_NAME_REGEX.findall(expr))
+    bare = _RANGE.sub("", _MATCHERS.sub("", _STRING.sub('""', expr)))
+    bare = _GROUPING.sub("", bare)
+    names = {
+        m.group().strip()
+        for m in _IDENT.finditer(bare)
+        if not m.group(1) and m.group() not in _KEYWORDS  # group 1: a function call
+    }
+    return names, regexes
+
+
+def _substitute(expr: str) -> str:
+    for variable, value in GRAFANA_VARS.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def _all_expressions() -> dict[str, str]:
+    out = {}
+    for name, path in BOARDS.items():
+        for i, expr in enumerate(expressions(json.loads(path.read_text()))):
+            out[f"{name}_{i}"] = expr
+    rules = yaml.safe_load(build.ALERTS_PATH.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            out[rule["alert"]] = rule["expr"]
+    return out
+
+
+def catalog_names() -> set[str]:
+    """Every series name the sink's naming gives the catalog's metrics and its own metrics."""
+    names = {"up"}
+    for metric in c.ALL:
+        names.update(sample_names(metric.name, metric.kind))
+    for name, kind in SELF_METRICS.items():
+        names.update(sample_names(name, kind))
+    return names
+
+
+def test_metric_name_extraction():
+    names, regexes = metric_names(
+        'sum by (le) (rate(a_b_bucket{x="y", __name__=~"t_.+"}[5m])) / on () group_left () '
+        '(100 / count(max by (expert) (c:d{l="1"}))) > 0.5 or abs(e) == Inf'
+    )
+    assert names == {"a_b_bucket", "c:d", "e"}
+    assert regexes == {"t_.+"}
+
+
+def test_committed_files_equal_regenerated():
+    rendered = build.rendered()
+    for path in BOARDS.values():
+        assert path.read_text() == rendered[path], f"{path.name} is stale"
+    assert build.main(["--check"]) == 0
+
+
+def test_check_reports_a_stale_file(tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "throughput.json"
+    stale.write_text("{}\n")
+    monkeypatch.setattr(build, "GRAFANA_DIR", tmp_path)
+    assert build.main(["--check"]) == 1
+    assert "throughput.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_dashboard_json_is_valid(name):
+    board = json.loads(BOARDS[name].read_text())
+    assert board["uid"] == f"rltel-{name.replace('_', '-')}"
+    ids = [panel["id"] for panel in board["panels"]]
+    assert len(ids) == len(set(ids))
+    occupied: set[tuple[int, int]] = set()
+    for panel in board["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= GRID_WIDTH, panel["title"]
+        cells = {
+            (grid["x"] + dx, grid["y"] + dy) for dx in range(grid["w"]) for dy in range(grid["h"])
+        }
+        assert not occupied & cells, f"{panel['title']} overlaps another panel"
+        occupied |= cells
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"]["uid"] == DATASOURCE_UID
+        assert panel["targets"], panel["title"]
+        ref_ids = [target["refId"] for target in panel["targets"]]
+        assert len(ref_ids) == len(set(ref_ids))
+        if panel["type"] == "heatmap":
+            assert all(t["format"] == "heatmap" for t in panel["targets"])
+    variables = [v["name"] for v in board["templating"]["list"]]
+    assert variables[:2] == ["experiment", "trial"]
+    used = {m for expr in expressions(board) for m in re.findall(r"\$(\w+)", expr)}
+    assert used - {"__rate_interval"} <= set(variables)
+
+
+def test_dashboards_cover_the_mission():
+    def names_in(board: str) -> set[str]:
+        exprs = expressions(json.loads(BOARDS[board].read_text()))
+        return set().union(*(metric_names(e)[0] for e in exprs))
+
+    assert {
+        c.TOKENS_PER_SECOND.name,
+        c.CUMULATIVE_TOKENS_PER_SECOND.name,
+        c.FLOPS_PER_SECOND.name,
+        c.MFU.name,
+        c.WINDOW_SECONDS.name,
+        c.TOTAL_TOKENS.name,
+    } <= names_in("throughput")
+    assert {c.MAX_OVER_IDEAL.name, c.LOAD_PERCENT.name} <= names_in("moe_balance")
+    assert {
+        *(m.stat("avg") for m in (c.KL_K1, c.KL_K2, c.KL_K3, c.LOGP_DIFF)),
+        c.STALENESS_THETA_AVG.stat("avg"),
+        *(m.stat("avg") for m in c.ADVANTAGE_FRACTIONS.values()),
+    } <= names_in("rl_health")
+    moe = json.loads(BOARDS["moe_balance"].read_text())
+    heatmaps = {p["title"] for p in moe["panels"] if p["type"] == "heatmap"}
+    assert heatmaps == {
+        "max_over_ideal: layer x time",
+        "Expert load % (layer $layer): expert x time",
+    }
+
+
+def test_names_follow_the_sink_naming():
+    """Names derive from AReaL keys through exporters.prometheus.naming (spot checks by hand)."""
+    assert c.KL_K3.stat("avg") == "ppo_actor_train_infer_kl_k3_avg"
+    assert c.TOTAL_TOKENS.name == "train_perf_total_tokens_total"
+    assert c.TOKENS_PER_SECOND.name == "train_perf_tokens_per_second"
+    assert c.TIMEPERF_EXAMPLE.name == "timeperf_train_step"
+    assert c.STALENESS_THETA_AVG.stat("avg") == (
+        "ppo_actor_update_version_stats_sample_staleness_theta_avg_avg"
+    )
+    assert c.MAX_OVER_IDEAL.name == metric_name("moe_balance/max_over_ideal", "gauge", "1")
+    assert re.fullmatch(c.TIMEPERF_PATTERN, c.TIMEPERF_EXAMPLE.name)
+
+
+def test_every_expression_names_only_catalog_metrics():
+    known = catalog_names()
+    for where, expr in _all_expressions().items():
+        names, regexes = metric_names(expr)
+        assert names or regexes, f"{where}: no metric in {expr!r}"
+        assert names <= known, f"{where}: unknown {sorted(names - known)} in {expr!r}"
+        for regex in regexes:
+            assert any(re.fullmatch(regex, n) for n in known), f"{where}: {regex!r} matches none"
+
+
+def test_every_expression_parses_with_promtool(tmp_path):
+    rules = [
+        {"record": f"rltel_check:{where}", "expr": _substitute(expr)}
+        for where, expr in _all_expressions().items()
+    ]
+    path = tmp_path / "exprs.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "exprs", "rules": rules}]}))
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout
+
+
+def _kind(point) -> str:
+    return {Gauge: "gauge", Counter: "counter", Histogram: "histogram"}[type(point)]
+
+
+@pytest.fixture(scope="module")
+def points():
+    return produced_points()
+
+
+def test_catalog_matches_what_the_producers_emit(points):
+    """Kind, unit, reduce type and attribute names of every catalog entry, as produced."""
+    by_metric = {}
+    for point in points:
+        by_metric.setdefault(point.metric, point)
+    for metric in c.ALL:
+        point = by_metric.get(metric.metric)
+        assert point is not None, f"no producer emits {metric.metric!r}"
+        assert (_kind(point), point.unit) == (metric.kind, metric.unit), metric.metric
+        if metric.kind == "histogram":
+            assert point.reduce is metric.reduce, metric.metric
+        assert [k for k, _ in point.attributes] == [k for k, _ in metric.attributes]
+
+
+def test_sink_exposes_every_name_the_dashboards_and_alerts_use(points):
+    """The real Prometheus sink, fed the producers' export: every referenced series exists."""
+    sink = PrometheusSink(PrometheusConfig(enabled=True), serve=False)
+    try:
+        assert sink.export(snapshot(points, "t1")).value == "success"
+        body, _ = sink.render()
+    finally:
+        sink.shutdown()
+    exposed = {"up"}
+    for family in text_string_to_metric_families(body.decode()):
+        exposed.update(sample.name for sample in family.samples)
+    for where, expr in _all_expressions().items():
+        names, regexes = metric_names(expr)
+        assert names <= exposed, f"{where}: {sorted(names - exposed)} not exposed: {expr!r}"
+        for regex in regexes:
+            assert any(re.fullmatch(regex, n) for n in exposed), f"{where}: {regex!r}"

@@ -8,6 +8,9 @@ which is logged in the same row and is the chart's x-axis. A rollout or eval sna
 (possibly with no step, or an older one) is placed in the first row W&B still accepts; a
 row that already holds one of its keys is closed first, so no value is overwritten or
 dropped, whatever order the streams arrive in.
+
+W&B truncates a table longer than ``wandb.Table.MAX_ROWS`` (10,000); a larger model's
+expert loads are split into ``moe_balance/expert_loads``, ``..._part1``, ... of whole layers.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from exporters.base import ExportResult, Sink
 from exporters.local_files import writable_dir
-from exporters.moe_tables import TABLE_COLUMNS, expert_loads, flat_without_experts
+from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
 from telemetry.config import StatsLoggerConfig, public_dict
 from telemetry.snapshot import Snapshot
 
@@ -123,11 +126,9 @@ class WandbSink(Sink):
         stream = snapshot.stream
         axis = step_metric(stream)
         data: dict[str, Any] = dict(flat_without_experts(snapshot))
-        loads = expert_loads(snapshot)
-        if loads:
-            data[TABLE_KEY] = self._table_type(
-                columns=list(TABLE_COLUMNS), data=[load.row() for load in loads]
-            )
+        for part, rows in enumerate(_chunks(expert_loads(snapshot), self._table_type.MAX_ROWS)):
+            key = TABLE_KEY if part == 0 else f"{TABLE_KEY}_part{part}"
+            data[key] = self._table_type(columns=list(TABLE_COLUMNS), data=rows)
         if not data:
             return
         data[axis] = self._stream_step(snapshot)
@@ -184,3 +185,24 @@ class WandbSink(Sink):
                     self._run.finish()
                 except Exception:
                     logger.exception("wandb: finishing run %s failed", self.run_id)
+
+
+def _chunks(loads: list[ExpertLoad], max_rows: int) -> list[list[list[float | int]]]:
+    """Table rows split into parts of at most ``max_rows`` (W&B truncates longer tables),
+    each part holding whole layers unless one layer alone is longer."""
+    parts: list[list[list[float | int]]] = []
+    layer_rows: dict[int, list[list[float | int]]] = {}
+    for load in loads:
+        layer_rows.setdefault(load.layer, []).append(load.row())
+    current: list[list[float | int]] = []
+    for rows in layer_rows.values():
+        if current and len(current) + len(rows) > max_rows:
+            parts.append(current)
+            current = []
+        current.extend(rows)
+        while len(current) > max_rows:
+            parts.append(current[:max_rows])
+            current = current[max_rows:]
+    if current:
+        parts.append(current)
+    return parts

@@ -247,3 +247,28 @@ def test_export_after_shutdown_is_a_failure_not_an_exception(tmp_path):
     sink = WandbSink(make_config(tmp_path))
     sink.shutdown()
     assert sink.export(Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1))) is ExportResult.FAILURE
+
+
+def test_expert_table_longer_than_wandb_limit_is_split_by_layer(tmp_path, monkeypatch):
+    import wandb
+
+    monkeypatch.setattr(wandb.Table, "MAX_ROWS", 7)  # a 3-expert model: two layers per part
+    tokens = np.arange(1.0, 16.0).reshape(5, 3)
+    sink = WandbSink(make_config(tmp_path))
+    snap = Snapshot(tuple(moe_points(tokens)), step=Step(0, 1, 1))
+    assert sink.export(snap) is ExportResult.SUCCESS
+    sink.shutdown()
+    (item,) = history(read_records(sink))
+    rows = []
+    for key, size in ((TABLE_KEY, 6), (TABLE_KEY + "_part1", 6), (TABLE_KEY + "_part2", 3)):
+        with open(os.path.join(sink.run_dir, "files", item[key + ".path"])) as f:
+            part = json.load(f)["data"]
+        assert len(part) == size, key
+        rows.extend(part)
+    assert TABLE_KEY + "_part3._type" not in item
+    want = [
+        [layer, expert, tokens[layer, expert], 100 * tokens[layer, expert] / tokens[layer].sum()]
+        for layer in range(5)
+        for expert in range(3)
+    ]
+    np.testing.assert_allclose(np.array(rows), np.array(want))

@@ -196,6 +196,7 @@ class Metric(ABC):
         return [Gauge(self.prefix + k, float(v)) for k, v in self._finalize(mine).items()]
 
     def _collect(self, prefix: str) -> dict[str, State]:
+        self._on_collect()
         out: dict[str, State] = {}
         rank, world = _global_rank_world()
         for name, (layout, tensor) in self._states.items():
@@ -212,6 +213,9 @@ class Metric(ABC):
     @abstractmethod
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
         """Update the states from one micro-batch."""
+
+    def _on_collect(self) -> None:  # noqa: B027 (optional hook, no-op by default)
+        """Add host-side states just before collection (the window closes here)."""
 
     @abstractmethod
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:

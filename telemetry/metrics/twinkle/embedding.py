@@ -20,10 +20,12 @@ class EmbeddingMetric(Metric):
     its positive is the next row. Outputs: ``pos_sim`` (mean cosine anchor/positive),
     ``pos_sim_min``, ``pos_sim_max``, ``neg_sim`` (mean cosine of each anchor with the
     other anchors' positives of the same micro-batch on the same rank), ``loss`` (mean
-    of ``outputs["loss"]`` per call), ``grad_norm`` (latest, keyword).
+    of ``outputs["loss"]`` per call), ``grad_norm`` (latest, keyword), and
+    ``unpaired_anchors`` (anchors in a micro-batch's last row, which have no positive
+    and are skipped; only when non-zero).
 
     Raises:
-        InvalidValueError: labels do not match the rows, or an anchor is the last row.
+        InvalidValueError: the number of labels differs from the number of rows.
     """
 
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
@@ -47,23 +49,20 @@ class EmbeddingMetric(Metric):
             raise InvalidValueError(
                 f"{self.name}: {labels.numel()} labels for {emb.shape[0]} embedding rows"
             )
-        anchors_at = torch.nonzero(labels != 0).reshape(-1)
-        # Host shape decision on the anchor count is inherent to indexing; it runs once
-        # per micro-batch on a vector of N labels.
-        if anchors_at.numel() and int(anchors_at.max()) + 1 >= emb.shape[0]:
-            raise InvalidValueError(f"{self.name}: the last row is an anchor without a positive")
+        # Row i pairs with row i + 1; only rows flagged as anchors count (no host sync).
+        anchor = labels[:-1] != 0
         unit = torch.nn.functional.normalize(emb.to(torch.float64), dim=-1)
-        anchors, positives = unit[anchors_at], unit[anchors_at + 1]
-        pos = (anchors * positives).sum(-1)
-        self._sum("pos_sum", pos.sum())
-        self._sum("pos_n", float(pos.numel()))
-        if pos.numel():
-            self._min("pos_min", pos.min())
-            self._max("pos_max", pos.max())
-        sims = anchors @ positives.T
-        off_diagonal = ~torch.eye(sims.shape[0], dtype=torch.bool, device=sims.device)
-        self._sum("neg_sum", sims[off_diagonal].sum())
-        self._sum("neg_n", float(off_diagonal.sum()))
+        heads, tails = unit[:-1], unit[1:]
+        pos = (heads * tails).sum(-1)
+        self._sum("pos_sum", torch.where(anchor, pos, 0.0).sum())
+        self._sum("pos_n", anchor.sum())
+        self._min("pos_min", torch.where(anchor, pos, torch.inf).amin(initial=torch.inf))
+        self._max("pos_max", torch.where(anchor, pos, -torch.inf).amax(initial=-torch.inf))
+        pair = anchor[:, None] & anchor[None, :]
+        pair.fill_diagonal_(False)
+        self._sum("neg_sum", torch.where(pair, heads @ tails.T, 0.0).sum())
+        self._sum("neg_n", pair.sum())
+        self._sum("unpaired", (labels[-1:] != 0).sum())
 
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -74,4 +73,6 @@ class EmbeddingMetric(Metric):
         put(out, "neg_sim", ratio(states, "neg_sum", "neg_n"))
         put(out, "loss", ratio(states, "loss", "loss_calls"))
         put(out, "grad_norm", scalar(states, "grad_norm"))
+        if scalar(states, "unpaired"):
+            out["unpaired_anchors"] = scalar(states, "unpaired") or 0.0
         return out

@@ -44,6 +44,13 @@ class TrainMetric(Metric):
                 raise InvalidValueError(f"{self.name}: gradient_accumulation_steps must be >= 1")
             self._last("step", float(self._step // self._gas))
 
+    def _on_collect(self) -> None:
+        if "step" in self._states:
+            now = time.monotonic()
+            self._last("elapsed", now - self._start)
+            self._last("interval", now - self._window_start)
+            self._last("steps_done", (self._step - self._last_step) / self._gas)
+
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}
         lr = states.get("lr")
@@ -52,14 +59,11 @@ class TrainMetric(Metric):
                 out["lr"] = float(lr[0])
             else:
                 out.update((f"lr/param_group_{i}", float(v)) for i, v in enumerate(lr))
-        step = scalar(states, "step")
-        if step is not None:
-            now = time.monotonic()
-            out["step"] = step
-            out["elapsed"] = now - self._start
-            interval = now - self._window_start
-            if interval > 0:
-                out["speed"] = (self._step - self._last_step) / self._gas / interval
+        put(out, "step", scalar(states, "step"))
+        put(out, "elapsed", scalar(states, "elapsed"))
+        interval = scalar(states, "interval")
+        if interval:
+            out["speed"] = (scalar(states, "steps_done") or 0.0) / interval
         return out
 
     def reset(self) -> None:

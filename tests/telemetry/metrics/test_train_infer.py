@@ -1,0 +1,268 @@
+"""Train/infer diagnostics against a plain-Python float64 reference of the seed's formulas."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from telemetry.errors import MaskTypeError, ShapeMismatchError
+from telemetry.metrics import train_infer
+from telemetry.metrics.train_infer import DEFAULT_LOGP_DIFF_BOUNDS, record_train_infer
+from telemetry.snapshot import Histogram
+from telemetry.tracker import DistributedStatsTracker
+from tests.distributed import run_ranks
+
+THRESHOLDS = (1.5, 2, 3, 5, 10)
+P = "ppo_actor/train_infer/"
+
+
+def reference(trainer, rollout, mask) -> dict[str, float]:
+    """The seed's definitions, token by token in Python floats (pooled over all tokens)."""
+    valid = [(t, r) for t, r, m in zip(trainer, rollout, mask, strict=True) if m]
+    finite = [(t, r) for t, r in valid if math.isfinite(t) and math.isfinite(r)]
+    out = {f"{P}n_valid_tokens": float(len(valid)), f"{P}n_finite_tokens": float(len(finite))}
+    if valid:
+        out[f"{P}nonfinite_logp_fraction"] = (len(valid) - len(finite)) / len(valid)
+        for th in THRESHOLDS:
+            tails = [abs(t - r) > math.log(th) for t, r in finite]
+            out[f"{P}ratio_outside_{th:g}"] = (
+                math.nan if len(finite) < len(valid) else sum(tails) / len(valid)
+            )
+    if finite:
+        ds = [t - r for t, r in finite]
+        n = len(ds)
+
+        def mean(xs):
+            return math.fsum(xs) / n
+
+        def expm1(x):
+            try:
+                return math.expm1(x)
+            except OverflowError:
+                return math.inf
+
+        out.update(
+            {
+                f"{P}logp_diff/avg": mean(ds),
+                f"{P}logp_diff/min": min(ds),
+                f"{P}logp_diff/max": max(ds),
+                f"{P}logp_abs_diff/avg": mean(abs(d) for d in ds),
+                f"{P}logp_abs_diff/min": min(abs(d) for d in ds),
+                f"{P}logp_abs_diff/max": max(abs(d) for d in ds),
+                f"{P}logp_diff_squared": mean(d * d for d in ds),
+                f"{P}trainer_nll": mean(-t for t, _ in finite),
+                f"{P}rollout_nll": mean(-r for _, r in finite),
+                f"{P}kl_k1": mean(-d for d in ds),
+                f"{P}kl_k2": mean(d * d / 2 for d in ds),
+                f"{P}kl_k3": mean(expm1(d) - d for d in ds),
+                f"{P}kl_k3_overflow_fraction": mean(math.isinf(expm1(d)) for d in ds),
+            }
+        )
+    return out
+
+
+def flat(*arrays: torch.Tensor) -> list[list[float]]:
+    return [a.reshape(-1).tolist() for a in arrays]
+
+
+def assert_matches(stats: dict, expected: dict) -> None:
+    got = {k: v for k, v in stats.items() if k.startswith(P) and not k.endswith("__count")}
+    assert set(got) == set(expected)
+    for key, want in expected.items():
+        if math.isnan(want):
+            assert math.isnan(got[key]), key
+        else:
+            assert got[key] == pytest.approx(want, rel=1e-12, abs=1e-12), key
+
+
+def record(tracker, trainer, rollout, mask, **kw) -> None:
+    with tracker.scope("ppo_actor"):
+        record_train_infer(trainer, rollout, mask, tracker=tracker, **kw)
+
+
+def random_batch(seed: int, shape=(6, 37), dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    trainer = -torch.rand(shape, generator=gen, dtype=torch.float64) * 6
+    rollout = trainer + torch.randn(shape, generator=gen, dtype=torch.float64) * 0.8
+    mask = torch.rand(shape, generator=gen) > 0.35
+    return trainer.to(dtype), rollout.to(dtype), mask
+
+
+@pytest.fixture
+def tracker() -> DistributedStatsTracker:
+    return DistributedStatsTracker()
+
+
+def test_random_masked_batches_match_reference(tracker):
+    batches = [random_batch(0), random_batch(1, shape=(3, 11))]
+    for trainer, rollout, mask in batches:
+        record(tracker, trainer, rollout, mask)
+    columns = [flat(*b) for b in batches]
+    expected = reference(*([x for c in columns for x in c[i]] for i in range(3)))
+    assert_matches(tracker.export(), expected)
+
+
+def test_float32_inputs_are_computed_in_float64(tracker):
+    trainer, rollout, mask = random_batch(2, dtype=torch.float32)
+    record(tracker, trainer, rollout, mask)
+    assert_matches(tracker.export(), reference(*flat(trainer.double(), rollout.double(), mask)))
+
+
+def test_integer_mask_equals_bool_mask(tracker):
+    trainer, rollout, mask = random_batch(3)
+    record(tracker, trainer, rollout, mask.to(torch.int64))
+    assert_matches(tracker.export(), reference(*flat(trainer, rollout, mask)))
+
+
+def test_no_valid_tokens_reports_counts_only(tracker):
+    trainer, rollout, _ = random_batch(4)
+    record(tracker, trainer, rollout, torch.zeros(trainer.shape, dtype=torch.bool))
+    stats = tracker.export()
+    assert_matches(stats, reference(*flat(trainer, rollout, torch.zeros(trainer.shape))))
+    assert stats[f"{P}n_valid_tokens"] == 0.0
+    assert f"{P}kl_k3" not in stats and f"{P}ratio_outside_2" not in stats
+
+
+def test_nonfinite_on_valid_tokens_makes_tails_nan(tracker):
+    trainer, rollout, mask = random_batch(5)
+    mask[0, :4] = True
+    trainer[0, 0], rollout[0, 1], trainer[0, 2], rollout[0, 3] = (
+        math.nan,
+        -math.inf,
+        math.inf,
+        math.nan,
+    )
+    record(tracker, trainer, rollout, mask)
+    stats = tracker.export()
+    assert_matches(stats, reference(*flat(trainer, rollout, mask)))
+    assert all(math.isnan(stats[f"{P}ratio_outside_{t:g}"]) for t in THRESHOLDS)
+    assert stats[f"{P}nonfinite_logp_fraction"] == pytest.approx(4 / mask.sum().item())
+    assert math.isfinite(stats[f"{P}kl_k3"]) and math.isfinite(stats[f"{P}logp_diff/max"])
+
+
+def test_nonfinite_padding_never_counts(tracker):
+    trainer, rollout, mask = random_batch(6)
+    mask[1, :3] = False
+    trainer[1, 0], rollout[1, 1], trainer[1, 2] = math.nan, math.inf, -math.inf
+    record(tracker, trainer, rollout, mask)
+    stats = tracker.export()
+    assert_matches(stats, reference(*flat(trainer, rollout, mask)))
+    assert stats[f"{P}nonfinite_logp_fraction"] == 0.0
+    assert not any(math.isnan(v) for v in stats.values())
+
+
+def test_expm1_overflow_of_finite_diff(tracker):
+    trainer, rollout, mask = random_batch(7)
+    mask[2, 5] = mask[2, 6] = True
+    trainer[2, 5], rollout[2, 5] = -1.0, -800.0  # d = 799: expm1 overflows in float64
+    trainer[2, 6], rollout[2, 6] = -1.0, -700.0  # d = 699: still finite
+    record(tracker, trainer, rollout, mask)
+    stats = tracker.export()
+    assert_matches(stats, reference(*flat(trainer, rollout, mask)))
+    assert stats[f"{P}kl_k3_overflow_fraction"] == pytest.approx(1 / mask.sum().item())
+    assert stats[f"{P}kl_k3"] == math.inf
+    assert stats[f"{P}nonfinite_logp_fraction"] == 0.0
+
+
+def test_logp_diff_buckets_match_numpy(tracker):
+    trainer, rollout, mask = random_batch(8)
+    record(tracker, trainer, rollout, mask)
+    record(tracker, trainer * 0.5, rollout, mask)
+    (point,) = [
+        p
+        for p in tracker.export().points
+        if isinstance(p, Histogram) and p.metric == P + "logp_diff"
+    ]
+    d = np.concatenate([(trainer - rollout)[mask].numpy(), (trainer * 0.5 - rollout)[mask].numpy()])
+    bounds = np.array(DEFAULT_LOGP_DIFF_BOUNDS)
+    # OTel explicit buckets: bucket i holds (bounds[i-1], bounds[i]].
+    expected = np.bincount(np.searchsorted(bounds, d, side="left"), minlength=bounds.size + 1)
+    assert point.bounds == DEFAULT_LOGP_DIFF_BOUNDS
+    assert list(point.bucket_counts) == expected.tolist()
+    assert sum(point.bucket_counts) == point.count == 2 * mask.sum().item()
+
+
+def test_custom_bounds_and_no_bounds(tracker):
+    trainer, rollout, mask = random_batch(9)
+    record(tracker, trainer, rollout, mask, logp_diff_bounds=(-1.0, 1.0))
+    (point,) = [p for p in tracker.export().points if p.metric == P + "logp_diff"]
+    d = (trainer - rollout)[mask]
+    expected = [int((d <= -1).sum()), int(((d > -1) & (d <= 1)).sum()), int((d > 1).sum())]
+    assert point.bounds == (-1.0, 1.0) and list(point.bucket_counts) == expected
+    other = DistributedStatsTracker()
+    record(other, trainer, rollout, mask, logp_diff_bounds=None)
+    (point,) = [p for p in other.export().points if p.metric == P + "logp_diff"]
+    assert point.bounds == () and point.bucket_counts == ()
+
+
+def test_chunked_processing_pools_exactly(tracker, monkeypatch):
+    trainer, rollout, mask = random_batch(10, shape=(9, 13))
+    trainer[4, 2] = math.nan
+    mask[4, 2] = True
+    monkeypatch.setattr(train_infer, "CHUNK_TOKENS", 20)  # one row (13 tokens) per chunk
+    assert len(train_infer.row_chunks(9, 13)) == 9
+    record(tracker, trainer, rollout, mask)
+    assert_matches(tracker.export(), reference(*flat(trainer, rollout, mask)))
+
+
+def test_one_dimensional_and_packed_inputs(tracker):
+    trainer, rollout, mask = random_batch(11, shape=(50,))
+    record(tracker, trainer, rollout, mask)
+    assert_matches(tracker.export(), reference(*flat(trainer, rollout, mask)))
+
+
+def test_shape_and_mask_errors_name_the_key(tracker):
+    trainer, rollout, mask = random_batch(12)
+    with pytest.raises(ShapeMismatchError, match="ppo_actor/train_infer"):
+        record(tracker, trainer, rollout[:, :-1], mask)
+    with pytest.raises(ShapeMismatchError, match="mask shape"):
+        record(tracker, trainer, rollout, mask[:-1])
+    with pytest.raises(MaskTypeError, match="ppo_actor/train_infer"):
+        record(tracker, trainer, rollout, mask.double())
+
+
+def test_recording_never_reads_values_on_the_host(tracker):
+    # Meta tensors have no data: any .item()/bool()/.cpu() in the hot path would raise.
+    trainer = torch.empty(4, 64, device="meta")
+    mask = torch.empty(4, 64, dtype=torch.bool, device="meta")
+    record(tracker, trainer, trainer, mask)
+
+
+def test_default_tracker_and_scope():
+    from telemetry import stats_tracker
+
+    trainer, rollout, mask = random_batch(13)
+    with stats_tracker.scope("ppo_actor"):
+        record_train_infer(trainer, rollout, mask)
+    stats = stats_tracker.export(key="ppo_actor/train_infer")
+    assert_matches(stats, reference(*flat(trainer, rollout, mask)))
+
+
+def _two_ranks(rank: int, world: int) -> dict:
+    shapes = [(3, 17), (5, 9)]  # unequal token counts
+    trainer, rollout, mask = random_batch(100 + rank, shape=shapes[rank])
+    if rank == 1:
+        mask[0, 0] = True
+        trainer[0, 0] = math.inf  # non-finite on one rank only: tails NaN everywhere
+    tracker = DistributedStatsTracker()
+    record(tracker, trainer, rollout, mask)
+    return dict(tracker.export(reduce_group=dist.group.WORLD))
+
+
+def test_two_gloo_ranks_equal_single_process_on_concatenated_data():
+    results = run_ranks(_two_ranks, 2)
+    columns = []
+    for rank, shape in enumerate([(3, 17), (5, 9)]):
+        trainer, rollout, mask = random_batch(100 + rank, shape=shape)
+        if rank == 1:
+            mask[0, 0] = True
+            trainer[0, 0] = math.inf
+        columns.append(flat(trainer, rollout, mask))
+    expected = reference(*(columns[0][i] + columns[1][i] for i in range(3)))
+    assert math.isnan(expected[f"{P}ratio_outside_2"])
+    for stats in results:
+        assert_matches(stats, expected)

@@ -1,6 +1,19 @@
 """The Prometheus sink: OTel -> Prometheus naming and an exposition HTTP endpoint."""
 
 from exporters.prometheus.naming import MetricKey, metric_name, resolve_names
-from exporters.prometheus.sink import SELF_METRICS, PrometheusSink
+from exporters.prometheus.sink import (
+    FANOUT_METRICS,
+    SELF_METRICS,
+    FanOutCollector,
+    PrometheusSink,
+)
 
-__all__ = ["SELF_METRICS", "MetricKey", "PrometheusSink", "metric_name", "resolve_names"]
+__all__ = [
+    "FANOUT_METRICS",
+    "SELF_METRICS",
+    "FanOutCollector",
+    "MetricKey",
+    "PrometheusSink",
+    "metric_name",
+    "resolve_names",
+]

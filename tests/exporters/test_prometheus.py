@@ -15,8 +15,9 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporters.base import ExportResult
-from exporters.prometheus import PrometheusSink
+from exporters.base import ExportResult, Sink
+from exporters.fanout import FanOut
+from exporters.prometheus import FANOUT_METRICS, FanOutCollector, PrometheusSink
 from telemetry.config import PrometheusConfig
 from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
 
@@ -356,3 +357,25 @@ def test_reduce_types_share_the_histogram_shape(make_sink):
         assert fams[name].type == "histogram"
         assert value(fams[name], f"{name}_sum") == 9.0
         assert f"rltel.reduce={r.value}" in fams[name].documentation
+
+
+def test_fanout_counters_served_next_to_the_metrics(make_sink):
+    class Raising(Sink):
+        name = "raising"
+
+        def export(self, snapshot, timeout_s=10.0):
+            raise RuntimeError("boom")
+
+    sink = make_sink()
+    fan = FanOut([sink, Raising()], timeout_s=1.0)
+    sink.register(FanOutCollector(fan), FANOUT_METRICS)
+    for step in range(5):
+        fan.export(snap(Counter("tok", 10.0 * (step + 1)), step=step))
+    assert fan.force_flush(2.0) is True  # drained; failures are counted, not flushed
+    fams = families(scrape(sink))
+    assert value(fams["tok"], "tok_total") == 50.0  # every step reached Prometheus
+    assert value(fams["rltel_sink_exported"], "rltel_sink_exported_total", sink="prometheus") == 5
+    assert value(fams["rltel_sink_failed"], "rltel_sink_failed_total", sink="raising") == 5
+    assert value(fams["rltel_sink_failed"], "rltel_sink_failed_total", sink="prometheus") == 0
+    assert value(fams["rltel_sink_degraded"], "rltel_sink_degraded", sink="raising") == 0
+    fan.shutdown(2.0)

@@ -8,13 +8,16 @@ Nothing here reads a tensor value on the host, so recording never synchronises.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 
 import torch
 
 from telemetry.reduce import ReduceOp, StateLayout
 
+_log = logging.getLogger(__name__)
 _INF = float("inf")
 STAT_OPS = (ReduceOp.SUM, ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MIN)
 SCALAR_LAYOUT = StateLayout("scalar", STAT_OPS)
@@ -27,7 +30,7 @@ def stat_layout(reduce: str, n_buckets: int) -> StateLayout:
 
 
 def _moments_eager(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[sum, min, -max]`` of ``x`` over ``mask`` as float64, in three fused-free passes."""
+    """``[sum, min, -max]`` of ``x`` over ``mask`` as float64, one unfused op at a time."""
     total = torch.where(mask, x, 0).sum(dtype=torch.float64)
     low = torch.where(mask, x, _INF).amin().to(torch.float64)
     high = torch.where(mask, x, -_INF).amax().to(torch.float64)
@@ -35,6 +38,7 @@ def _moments_eager(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _moments_fusable(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The same as :func:`_moments_eager`, written so that inductor fuses it into one pass."""
     xd = x.to(torch.float64)
     total = torch.where(mask, xd, 0.0).sum()
     low = torch.where(mask, xd, _INF).amin()
@@ -43,32 +47,68 @@ def _moments_fusable(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 MomentsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-_compiled: MomentsFn | None = None
+_kernels: dict[tuple[torch.dtype, str], MomentsFn] = {}
+_compiling: dict[tuple[torch.dtype, str], threading.Thread] = {}
+_kernels_lock = threading.Lock()
 
 
-def compile_enabled() -> bool:
-    """Whether ``RLTEL_COMPILE=1`` asks for the fused ``torch.compile`` kernel."""
-    return os.environ.get("RLTEL_COMPILE", "0") == "1"
+def compile_mode() -> str:
+    """``RLTEL_COMPILE``: ``auto`` (default) compiles the fused kernel in the background.
 
-
-def moments_fn() -> MomentsFn:
-    """The masked-moments kernel: compiled (one pass, dynamic shapes) when enabled, else eager.
-
-    Compilation is opt-in because its first call costs tens of seconds on a CPU; with
-    ``dynamic=True`` later shapes reuse the same graph. If compilation fails, the eager
-    kernel is used and the failure is not retried.
+    ``0`` (or ``off``) keeps the eager kernel.
     """
-    global _compiled
-    if not compile_enabled():
+    mode = os.environ.get("RLTEL_COMPILE", "auto")
+    return "off" if mode in ("0", "off", "false") else "auto"
+
+
+def _compile_kernel(key: tuple[torch.dtype, str]) -> None:
+    dtype, device_type = key
+    try:
+        kernel = torch.compile(_moments_fusable, dynamic=True)
+        for n in (17, 33):  # two sizes: the graph must already be shape-generic
+            x = torch.zeros(n, dtype=dtype, device=device_type)
+            kernel(x, torch.ones(n, dtype=torch.bool, device=device_type))
+    except Exception as exc:  # no compiler toolchain, unsupported backend, ...
+        _log.warning(
+            "rltel: fused stat kernel unavailable for %s on %s (%s); using eager",
+            dtype,
+            device_type,
+            exc,
+        )
+        kernel = _moments_eager
+    with _kernels_lock:
+        _kernels[key] = kernel
+
+
+def moments_fn(x: torch.Tensor) -> MomentsFn:
+    """The masked-moments kernel for ``x``'s dtype and device.
+
+    The fused ``torch.compile`` kernel (one pass over ``x`` and the mask) is compiled on a
+    background thread at first use, with dynamic shapes so that later shapes reuse it;
+    until it is ready, and wherever compilation fails, the eager kernel is used. Inputs
+    are flattened to 1-D so that the tensor's rank does not cause recompiles.
+    """
+    if compile_mode() == "off":
         return _moments_eager
-    if _compiled is None:
-        try:
-            candidate = torch.compile(_moments_fusable, dynamic=True)
-            candidate(torch.zeros(2), torch.ones(2, dtype=torch.bool))
-            _compiled = candidate
-        except Exception:  # no compiler toolchain, unsupported platform, ...
-            _compiled = _moments_eager
-    return _compiled
+    key = (x.dtype, x.device.type)
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
+    with _kernels_lock:
+        if key not in _compiling and key not in _kernels:
+            thread = threading.Thread(
+                target=_compile_kernel, args=(key,), name="rltel-compile", daemon=True
+            )
+            _compiling[key] = thread
+            thread.start()
+    return _moments_eager
+
+
+def wait_for_kernels(timeout_s: float | None = None) -> bool:
+    """Block until background compilations finish (benchmarks, tests); True if all did."""
+    for thread in list(_compiling.values()):
+        thread.join(timeout_s)
+    return all(not t.is_alive() for t in _compiling.values())
 
 
 def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
@@ -104,10 +144,11 @@ def record_masked(
     bounds: Sequence[torch.Tensor | None],
 ) -> None:
     """Accumulate each tensor over ``mask`` into its state (same order), on device."""
-    kernel = moments_fn()
+    flat_mask = mask.reshape(-1)
     for state, x, key_bounds in zip(states, tensors, bounds):
         x = x.detach()
-        update_stat_state(state, kernel(x, mask), count)
+        kernel = moments_fn(x) if x.numel() > 1 else _moments_eager
+        update_stat_state(state, kernel(x.reshape(-1), flat_mask), count)
         if key_bounds is not None:
             state[4:] += bucket_counts(x, mask, key_bounds)
 

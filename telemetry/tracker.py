@@ -68,7 +68,7 @@ class DistributedStatsTracker:
         self._stats: dict[str, tuple[StatReduce, torch.Tensor]] = {}
         self._scalars: dict[str, accumulate.ScalarState] = {}
         self._denominators: dict[str, torch.Tensor] = {}
-        self._masks: dict[str, torch.Tensor] = {}
+        self._masks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._bounds: dict[str, tuple[tuple[float, ...], torch.Tensor | None]] = {}
 
     # -- keys and scopes -------------------------------------------------------------
@@ -142,7 +142,7 @@ class DistributedStatsTracker:
                 raise InvalidValueError(f"denominator {key!r}: empty mask {tuple(mask.shape)}")
             count = mask.sum(dtype=torch.float64).reshape(1)
             with self._lock:
-                self._masks[key] = mask
+                self._masks[key] = (mask, count)
                 total = self._denominators.get(key)
                 if total is None:
                     self._denominators[key] = count
@@ -167,13 +167,14 @@ class DistributedStatsTracker:
         """
         reduce = self._stat_reduce(reduce_type, tensors)
         mask_key = self.full_key(denominator)
-        mask = self._masks.get(mask_key)
-        if mask is None:
+        declared = self._masks.get(mask_key)
+        if declared is None:
             first = self.full_key(next(iter(tensors), "?"))
             raise UnknownDenominatorError(
                 f"{first!r}: unknown denominator {mask_key!r}; declared: "
                 f"{sorted(self._masks) or 'none'}"
             )
+        mask, count = declared
         keys = [self.full_key(name) for name in tensors]
         values = [
             self._checked(key, value, mask, mask_key) for key, value in zip(keys, tensors.values())
@@ -184,8 +185,7 @@ class DistributedStatsTracker:
                 state, key_bounds = self._stat_state(key, reduce, mask.device)
                 states.append(state)
                 bounds.append(key_bounds)
-            count = mask.sum(dtype=torch.float64)
-            accumulate.record_masked(states, values, mask, count, bounds)
+            accumulate.record_masked(states, values, mask, count[0], bounds)
 
     stat_compact = stat
 

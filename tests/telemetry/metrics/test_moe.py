@@ -177,3 +177,18 @@ def _ranks_disagree_on_experts(rank: int, world: int) -> str:
 def test_ranks_with_different_expert_counts_fail_naming_the_layer():
     messages = run_ranks(_ranks_disagree_on_experts, 2)
     assert all("moe_balance/layer_0" in m for m in messages)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_record_does_not_sync():
+    balance = MoEBalance(register=False)
+    indices = torch.randint(-1, 9, (4096, 8), device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with balance.training():
+            for _ in range(3):
+                balance.record(0, indices, 8)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    check_layer(export(balance), 0, [indices.cpu().numpy()] * 3, 8)

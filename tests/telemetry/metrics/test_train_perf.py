@@ -171,3 +171,28 @@ def test_failed_batch_not_counted_and_bad_inputs():
         TrainPerf(peak_flops_per_device=0, register=False)
     with pytest.raises(ConfigError):
         TrainPerf(num_devices=0, register=False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_events_without_per_batch_sync_match_synchronised_wall_clock():
+    perf = TrainPerf(register=False, device="cuda")
+    model = torch.nn.Linear(8192, 8192, device="cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-6)
+    x = torch.randn(8192, 8192, device="cuda")
+    attention_mask = torch.ones(8, 512, dtype=torch.bool, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        begin = time.perf_counter()
+        for _ in range(30):
+            with perf.measure(attention_mask):
+                optimizer.zero_grad()
+                model(x).square().mean().backward()
+                optimizer.step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - begin
+    stats = stats_tracker.export_sources([perf])
+    assert stats["train_perf/tokens"] == 30 * 8 * 512
+    assert stats["train_perf/seconds"] == pytest.approx(wall, rel=0.05)

@@ -38,7 +38,7 @@ def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]
         record_train_infer(rollout_logp + logp_shift, rollout_logp, mask, tracker=tracker)
         record_advantage_fractions(torch.randn(2, 8, generator=gen), mask, tracker=tracker)
         with tracker.scope("update"):
-            versions = torch.arange(16).reshape(2, 8) % 5
+            versions = 4 + torch.arange(16).reshape(2, 8) % 3
             record_version_stats(versions, 6, mask, tracker=tracker)
     with tracker.record_timing("train_step"):
         pass
@@ -46,7 +46,7 @@ def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]
     moe = MoEBalance(register=False)
     with perf.measure(mask), moe.training():
         moe.record(0, torch.tensor([0, 1, 1, 2]), 4)
-        moe.record(1, torch.tensor([3, 3, 3, 3]), 4)
+        moe.record(1, torch.tensor([3, 3, 2, 1]), 4)
     return export_sources([tracker, perf, moe]).points
 
 

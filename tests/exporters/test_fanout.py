@@ -189,3 +189,10 @@ def test_factory_builds_only_enabled_sinks(tmp_path):
         }
     )
     assert enabled_sinks(config) == ["console", "wandb", "swanlab", "tensorboard"]
+    light = load_config({"console": {"enabled": True}, "tensorboard": {"path": str(tmp_path)}})
+    sinks = build_sinks(light)
+    try:
+        assert [type(s).__name__ for s in sinks] == ["ConsoleSink", "TensorBoardSink"]
+    finally:
+        for sink in sinks:
+            sink.shutdown()

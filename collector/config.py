@@ -132,7 +132,7 @@ def _prometheus_on() -> PrometheusConfig:
 
 @dataclass(frozen=True)
 class SinksConfig:
-    """The StatsLogger's sink sections; Prometheus is on by default in the collector."""
+    """The StatsLogger's sink sections; Prometheus is on unless ``enabled: false``."""
 
     fileroot: str = "runs"
     wandb: WandBConfig = field(default_factory=WandBConfig)
@@ -195,9 +195,19 @@ def from_dict(data: Mapping[str, Any] | None) -> CollectorConfig:
     """
     if isinstance(data, Mapping) and set(data) == {ROOT}:
         data = data[ROOT]
+    data = _prometheus_default_on(data)
     config = from_mapping(CollectorConfig, data, ROOT)
     config.validate()
     return config
+
+
+def _prometheus_default_on(data: Any) -> Any:
+    """A ``sinks.prometheus`` section without ``enabled`` means enabled, in the collector."""
+    sinks = data.get("sinks") if isinstance(data, Mapping) else None
+    section = sinks.get("prometheus") if isinstance(sinks, Mapping) else None
+    if not isinstance(section, Mapping) or "enabled" in section:
+        return data
+    return {**data, "sinks": {**sinks, "prometheus": {"enabled": True, **section}}}
 
 
 def load(path: str | Path) -> CollectorConfig:

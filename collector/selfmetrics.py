@@ -1,0 +1,112 @@
+"""The collector's own metrics, served next to the sinks' metrics on ``/metrics``.
+
+A prometheus_client custom collector: families are built fresh on every scrape from the
+server's request counters and :meth:`collector.pipeline.Pipeline.stats`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from collector.pipeline import PipelineStats
+
+PREFIX = "rltel_collector_"
+
+# family name -> kind, reserved in the Prometheus sink so no snapshot metric takes them
+FAMILIES: dict[str, str] = {
+    f"{PREFIX}requests": "counter",
+    f"{PREFIX}request_bytes": "counter",
+    f"{PREFIX}points_received": "counter",
+    f"{PREFIX}points_rejected": "counter",
+    f"{PREFIX}snapshots": "counter",
+    f"{PREFIX}refused_overloaded": "counter",
+    f"{PREFIX}runs_refused": "counter",
+    f"{PREFIX}runs": "gauge",
+    f"{PREFIX}pending_bytes": "gauge",
+    f"{PREFIX}decoder_series": "gauge",
+    f"{PREFIX}sink_exported": "counter",
+    f"{PREFIX}sink_failed": "counter",
+    f"{PREFIX}sink_dropped": "counter",
+    f"{PREFIX}sink_retried": "counter",
+    f"{PREFIX}sink_timed_out": "counter",
+    f"{PREFIX}sink_queue_depth": "gauge",
+    f"{PREFIX}sink_latency_seconds": "gauge",
+    f"{PREFIX}sink_degraded": "gauge",
+}
+
+_SINK_COUNTERS = ("exported", "failed", "dropped", "retried", "timed_out")
+
+
+class SelfMetrics:
+    """Yields the collector's families; register it on the Prometheus sink's registry.
+
+    Args:
+        requests: ``() -> {grpc status code name: Export calls}``.
+        request_bytes: ``() -> bytes of Export requests received``.
+        pipeline_stats: ``() -> PipelineStats``.
+    """
+
+    def __init__(
+        self,
+        requests: Callable[[], Mapping[str, int]],
+        request_bytes: Callable[[], int],
+        pipeline_stats: Callable[[], PipelineStats],
+    ) -> None:
+        self._requests = requests
+        self._request_bytes = request_bytes
+        self._stats = pipeline_stats
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            f"{PREFIX}requests", "OTLP Export calls by gRPC status", labels=["code"]
+        )
+        for code, count in sorted(self._requests().items()):
+            requests.add_metric([code], count)
+        yield requests
+        yield CounterMetricFamily(
+            f"{PREFIX}request_bytes", "bytes of Export requests received", self._request_bytes()
+        )
+        stats = self._stats()
+        counters = {
+            "points_received": (stats.points_accepted + stats.points_rejected, "data points"),
+            "points_rejected": (stats.points_rejected, "data points that could not be mapped"),
+            "snapshots": (stats.snapshots, "snapshots decoded"),
+            "refused_overloaded": (stats.refused_overloaded, "requests refused: memory limit"),
+            "runs_refused": (stats.runs_refused, "snapshots of runs past max_runs"),
+        }
+        for name, (value, help_text) in counters.items():
+            yield CounterMetricFamily(PREFIX + name, help_text, value)
+        gauges = {
+            "runs": (stats.runs, "runs with their own step-based sinks"),
+            "pending_bytes": (stats.pending_bytes, "estimated bytes waiting in sink queues"),
+            "decoder_series": (stats.decoder_series, "series with temporality state"),
+        }
+        for name, (value, help_text) in gauges.items():
+            yield GaugeMetricFamily(PREFIX + name, help_text, value)
+        yield from _sink_families(stats)
+
+
+def _sink_families(stats: PipelineStats) -> Iterator[Metric]:
+    labels = ["run", "sink"]
+    counters = {
+        name: CounterMetricFamily(f"{PREFIX}sink_{name}", f"sink exports {name}", labels=labels)
+        for name in _SINK_COUNTERS
+    }
+    depth = GaugeMetricFamily(f"{PREFIX}sink_queue_depth", "snapshots queued", labels=labels)
+    latency = GaugeMetricFamily(
+        f"{PREFIX}sink_latency_seconds", "duration of the last successful export", labels=labels
+    )
+    degraded = GaugeMetricFamily(
+        f"{PREFIX}sink_degraded", "1 while a stalled export is still running", labels=labels
+    )
+    for (run, sink), s in sorted(stats.sinks.items()):
+        for name, family in counters.items():
+            family.add_metric([run, sink], getattr(s, name))
+        depth.add_metric([run, sink], s.queue_depth)
+        if s.last_latency_s is not None:
+            latency.add_metric([run, sink], s.last_latency_s)
+        degraded.add_metric([run, sink], float(s.degraded))
+    yield from counters.values()
+    yield from (depth, latency, degraded)

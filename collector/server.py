@@ -1,0 +1,213 @@
+"""The OTLP/gRPC receiver: ``MetricsService/Export``, health, auth, TLS, self-metrics.
+
+Status codes returned by ``Export``:
+
+==================  ===========================================================
+OK                  decoded; ``partial_success`` counts the points that were not
+INVALID_ARGUMENT    the body is not an ``ExportMetricsServiceRequest``
+UNAUTHENTICATED     a token is configured and the call lacks it or has another
+RESOURCE_EXHAUSTED  over ``max_message_bytes`` or ``max_concurrent_requests`` (gRPC),
+                    or over the memory limit (with ``google.rpc.retryinfo-bin``)
+UNAVAILABLE         shutting down
+==================  ===========================================================
+
+The body is parsed in the handler (not by gRPC's deserializer) so that a malformed one is
+answered INVALID_ARGUMENT and its size is known to the memory accounting.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+from collections import Counter as Tally
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import DecodeError
+from google.rpc.error_details_pb2 import RetryInfo
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+
+from collector.config import CollectorConfig
+from collector.pipeline import Closed, Overloaded, Pipeline, run_sink_factory, shared_sinks
+from collector.selfmetrics import FAMILIES, SelfMetrics
+from exporters.prometheus import PrometheusSink
+
+logger = logging.getLogger(__name__)
+
+SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
+RETRY_AFTER = RetryInfo(retry_delay=Duration(seconds=1)).SerializeToString()
+
+
+class _Abort(Exception):
+    """Ends one call with a status (raised inside the handler only)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class CollectorServer:
+    """The collector process's server: gRPC receiver plus the pipeline behind it.
+
+    Args:
+        config: the validated collector configuration.
+        pipeline: the pipeline to feed; default: built from ``config.sinks`` (Prometheus
+            shared, per-run W&B/SwanLab/TensorBoard/console).
+        prometheus: the Prometheus sink that serves the self-metrics (with a given
+            ``pipeline``); default: the one built from ``config.sinks``, if enabled.
+
+    Raises:
+        OSError: the gRPC address cannot be bound (on :meth:`start`).
+    """
+
+    def __init__(
+        self,
+        config: CollectorConfig,
+        pipeline: Pipeline | None = None,
+        prometheus: PrometheusSink | None = None,
+    ) -> None:
+        self.config = config
+        if pipeline is None:
+            shared = shared_sinks(config.sinks)
+            prometheus = shared[0] if shared else None
+            pipeline = Pipeline(shared, run_sink_factory(config.sinks), config.limits)
+        self.pipeline = pipeline
+        self.prometheus = prometheus
+        self._token = config.auth.token()
+        self._lock = threading.Lock()
+        self._codes: Tally[str] = Tally()
+        self._bytes = 0
+        self._server: grpc.Server | None = None
+        self._health = health.HealthServicer(experimental_non_blocking=True)
+        self.port: int | None = None
+        if self.prometheus is not None:
+            self.prometheus.register(self.self_metrics(), FAMILIES)
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of the bound receiver."""
+        return f"{self.config.receiver.host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        """``http://host:port/metrics`` of the Prometheus endpoint, if one is served."""
+        return self.prometheus.url if self.prometheus is not None else None
+
+    def self_metrics(self) -> SelfMetrics:
+        """A prometheus_client collector of this server's and its pipeline's counters."""
+        return SelfMetrics(self.request_counts, lambda: self._bytes, self.pipeline.stats)
+
+    def request_counts(self) -> dict[str, int]:
+        """Export calls answered so far, by status code name."""
+        with self._lock:
+            return dict(self._codes)
+
+    def start(self) -> None:
+        """Bind and serve; returns at once."""
+        receiver, limits = self.config.receiver, self.config.limits
+        options = [
+            ("grpc.max_receive_message_length", receiver.max_message_bytes),
+            ("grpc.max_send_message_length", receiver.max_message_bytes),
+        ]
+        server = grpc.server(
+            futures.ThreadPoolExecutor(receiver.max_workers, thread_name_prefix="rltel-otlp"),
+            options=options,
+            maximum_concurrent_rpcs=limits.max_concurrent_requests,
+        )
+        handler = grpc.unary_unary_rpc_method_handler(
+            self._export,
+            request_deserializer=None,
+            response_serializer=ExportMetricsServiceResponse.SerializeToString,
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        address = f"{receiver.host}:{receiver.port}"
+        try:
+            if receiver.tls.enabled:
+                key = Path(receiver.tls.key_file).read_bytes()
+                cert = Path(receiver.tls.cert_file).read_bytes()
+                credentials = grpc.ssl_server_credentials([(key, cert)])
+                port = server.add_secure_port(address, credentials)
+            else:
+                port = server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"cannot bind OTLP receiver to {address}: {exc}") from None
+        if not port:
+            raise OSError(f"cannot bind OTLP receiver to {address}")
+        server.start()
+        self._server, self.port = server, port
+        for service in ("", SERVICE):
+            self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        logger.info("rltel collector: OTLP/gRPC on %s", self.endpoint)
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop accepting, finish calls in flight, drain the sink queues, close every sink.
+
+        Args:
+            timeout_s: the whole shutdown's deadline (default ``limits.drain_timeout_s``).
+        """
+        timeout_s = self.config.limits.drain_timeout_s if timeout_s is None else timeout_s
+        self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            grace = min(5.0, timeout_s / 4)
+            self._server.stop(grace).wait(grace + 1.0)
+            self._server = None
+        self.pipeline.shutdown(timeout_s)
+
+    def _export(self, data: bytes, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:
+        try:
+            response = self._handle(data, context)
+        except _Abort as abort:
+            self._tally(abort.code.name, len(data))
+            context.abort(abort.code, str(abort))
+        self._tally("OK", len(data))
+        return response
+
+    def _handle(self, data: bytes, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:
+        if self._token is not None and not self._authorized(context):
+            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        try:
+            request = ExportMetricsServiceRequest.FromString(data)
+        except DecodeError as exc:
+            raise _Abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportMetricsServiceRequest: {exc}"
+            ) from None
+        try:
+            result = self.pipeline.consume(request, len(data))
+        except Overloaded as exc:
+            context.set_trailing_metadata((("google.rpc.retryinfo-bin", RETRY_AFTER),))
+            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
+        except Closed as exc:
+            raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+        except Exception as exc:  # a bug must cost one request, never the server
+            logger.exception("collector: request failed")
+            raise _Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
+        response = ExportMetricsServiceResponse()
+        if result.rejected:
+            response.partial_success.rejected_data_points = result.rejected
+            response.partial_success.error_message = result.message
+        return response
+
+    def _authorized(self, context: grpc.ServicerContext) -> bool:
+        header = ""
+        for key, value in context.invocation_metadata():
+            if key == "authorization":
+                header = value if isinstance(value, str) else value.decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        expected = self._token.encode()
+        ok = hmac.compare_digest(token.strip().encode(), expected)
+        return ok and scheme.lower() == "bearer"
+
+    def _tally(self, code: str, size: int) -> None:
+        with self._lock:
+            self._codes[code] += 1
+            self._bytes += size

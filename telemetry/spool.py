@@ -48,6 +48,7 @@ class Spool:
         self._lock = threading.Lock()
         self._entries: deque[tuple[Path, int, int]] = deque()  # path, bytes, points
         self._bytes = 0
+        self._points = 0
         self.spooled_points = 0
         self.dropped_points = 0
         self.dropped_batches = 0
@@ -59,6 +60,7 @@ class Spool:
             size = path.stat().st_size
             self._entries.append((path, size, points))
             self._bytes += size
+            self._points += points
             self._next_seq = seq + 1
         for stale in self.directory.glob("*.tmp"):
             stale.unlink(missing_ok=True)
@@ -77,7 +79,7 @@ class Spool:
     def points(self) -> int:
         """Data points held on disk now."""
         with self._lock:
-            return sum(points for _, _, points in self._entries)
+            return self._points
 
     def append(self, batch: Batch) -> bool:
         """Write ``batch`` at the tail; False (points counted as dropped) when over the limit."""
@@ -104,6 +106,7 @@ class Spool:
         with self._lock:
             self._entries.append((path, len(data), batch.num_points))
             self._bytes += len(data)
+            self._points += batch.num_points
             self.spooled_points += batch.num_points
         return True
 
@@ -128,8 +131,9 @@ class Spool:
         with self._lock:
             if not self._entries:
                 return
-            path, size, _ = self._entries.popleft()
+            path, size, points = self._entries.popleft()
             self._bytes -= size
+            self._points -= points
         path.unlink(missing_ok=True)
 
 

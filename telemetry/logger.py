@@ -1,0 +1,237 @@
+"""StatsLogger: AReaL's ``commit(epoch, epoch_step, global_step, data)`` on rltel's pipeline.
+
+One commit becomes one :class:`~telemetry.snapshot.Snapshot` per step. With
+``otlp.endpoint`` set it goes to the background OTLP transport (the collector fans it out);
+without one (the embedded default) it is handed to the in-process sinks through
+:class:`exporters.fanout.FanOut`. Either way ``commit`` returns without waiting on a
+sink or the network. Trainers log on rank 0 only; rollout and eval workers each log their
+own streams and send scalar streams as cumulative totals since the worker's start, so a
+lost request loses nothing (the collector diffs them back to windows).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from telemetry.config import StatsLoggerConfig, load_config, public_dict
+from telemetry.encode import Batch
+from telemetry.errors import ConfigError, InvalidValueError
+from telemetry.snapshot import Gauge, Point, Snapshot, Stats, Step, points_from_flat
+
+__all__ = ["ROLES", "StatsLogger"]
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("trainer", "rollout", "eval")
+_STREAMS = {"trainer": "train", "rollout": "rollout", "eval": "eval"}
+
+
+class StatsLogger:
+    """Logs committed stats to the collector (OTLP) or to in-process sinks.
+
+    Args:
+        config: ``stats_logger`` section: a :class:`StatsLoggerConfig`, a mapping (AReaL's
+            YAML fields as they are) or a YAML path.
+        role: ``trainer`` (rank 0 logs), ``rollout`` or ``eval`` (every worker logs).
+        worker_id: the rollout/eval worker's id (resource attribute ``rltel.worker_id``).
+        sinks: in-process sinks; default: those ``config`` enables. With an OTLP endpoint
+            only explicitly given sinks run in-process, beside the transport.
+        transport_options: extra :class:`~telemetry.transport.OtlpTransport` arguments
+            (backoff, spool timing).
+
+    Raises:
+        ConfigError: an invalid config or an unknown role.
+    """
+
+    def __init__(
+        self,
+        config: StatsLoggerConfig | Mapping[str, Any] | str | Path | None = None,
+        *,
+        role: str = "trainer",
+        worker_id: str | int | None = None,
+        sinks: Sequence[Any] | None = None,
+        transport_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if role not in ROLES:
+            raise ConfigError(f"StatsLogger role must be one of {', '.join(ROLES)}; got {role!r}")
+        self.config = load_config(config)
+        self.role = role
+        self.rank = _rank()
+        self.enabled = role != "trainer" or self.rank == 0
+        self.start_unix_nano = time.time_ns()
+        self._window_start = self.start_unix_nano
+        self._totals: dict[str, tuple[float, int]] = {}  # cumulative scalar (sum, count)
+        self._closed = False
+        self.transport = None
+        self.fanout = None
+        self.resource = self._resource(worker_id)
+        if not self.enabled:
+            return
+        otlp = self.config.otlp
+        if otlp.endpoint:
+            self.transport = self._make_transport(transport_options or {})
+        if sinks is None and not otlp.endpoint:
+            from exporters.factory import build_sinks
+
+            sinks = build_sinks(self.config, run_name_suffix=_STREAMS[role])
+        if sinks:
+            from exporters.fanout import FanOut
+
+            self.fanout = FanOut(sinks)
+        atexit.register(self.close)
+        logger.info(
+            "stats logger (%s, %s): %s",
+            role,
+            f"otlp {otlp.endpoint}" if otlp.endpoint else "embedded",
+            public_dict(self.config),
+        )
+
+    def _resource(self, worker_id: str | int | None) -> tuple[tuple[str, Any], ...]:
+        resource: list[tuple[str, Any]] = [
+            ("service.name", "rltel"),
+            ("rltel.experiment", self.config.experiment_name),
+            ("rltel.trial", self.config.trial_name),
+            ("rltel.role", self.role),
+            ("rltel.rank", self.rank),
+        ]
+        if worker_id is not None:
+            resource.append(("rltel.worker_id", str(worker_id)))
+        resource.append(("host.name", socket.gethostname()))
+        return tuple(resource)
+
+    def _make_transport(self, options: Mapping[str, Any]):
+        from telemetry.spool import Spool
+        from telemetry.transport import OtlpTransport
+
+        otlp = self.config.otlp
+        name = self.role if self.role == "trainer" else f"{self.role}-{self.resource_id}"
+        directory = Path(otlp.spool_dir) if otlp.spool_dir else self.config.run_dir / "otlp-spool"
+        try:
+            spool = Spool(directory / name, otlp.spool_limit_bytes)
+        except OSError as exc:
+            logger.warning(
+                "otlp: no spool at %s (%s); outages beyond the queue lose data", directory, exc
+            )
+            spool = None
+        return OtlpTransport(
+            otlp.endpoint,
+            insecure=otlp.insecure,
+            tls=otlp.tls,
+            headers=otlp.headers,
+            timeout_s=otlp.timeout,
+            queue_size=otlp.queue_size,
+            max_points_per_request=otlp.max_points_per_request,
+            spool=spool,
+            start_unix_nano=self.start_unix_nano,
+            **options,
+        )
+
+    @property
+    def resource_id(self) -> str:
+        """The worker id, or the rank when there is none."""
+        for name, value in self.resource:
+            if name == "rltel.worker_id":
+                return str(value)
+        return str(self.rank)
+
+    def commit(
+        self,
+        epoch: int,
+        epoch_step: int,
+        global_step: int,
+        data: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    ) -> None:
+        """Log ``data`` for one step, or a list of dicts for consecutive steps.
+
+        Args:
+            epoch: the epoch.
+            epoch_step: the step within the epoch (of the first dict in a list).
+            global_step: the global step (of the first dict in a list); sinks log at it.
+            data: AReaL's flat dict (``k__count`` entries become counts of ``k``), a tracker
+                :class:`Stats` (typed points), or a list of either, one per step.
+
+        Raises:
+            InvalidValueError: a value is not a number (names the key).
+        """
+        if not self.enabled or self._closed:
+            return
+        items = [data] if isinstance(data, Mapping) else list(data)
+        for offset, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidValueError(
+                    f"commit data must be a dict or a list of dicts, got {type(item).__name__}"
+                )
+            points = (
+                item.typed_points() if isinstance(item, Stats) else tuple(points_from_flat(item))
+            )
+            step = Step(int(epoch), int(epoch_step) + offset, int(global_step) + offset)
+            self._emit(points, step)
+
+    def _emit(self, points: tuple[Point, ...], step: Step | None) -> None:
+        now = time.time_ns()
+        snapshot = Snapshot(points, step, self.resource, now, _STREAMS[self.role])
+        if self.fanout is not None:
+            self.fanout.export(snapshot)
+        if self.transport is not None:
+            cumulative = self.role != "trainer"
+            wire = self._cumulative(snapshot) if cumulative else snapshot
+            wire = replace(wire, points=wire.points + tuple(self.transport.health_points()))
+            batch = Batch(wire, self._window_start, self.start_unix_nano, cumulative)
+            self.transport.submit(batch)
+        self._window_start = now
+
+    def _cumulative(self, snapshot: Snapshot) -> Snapshot:
+        """Scalar streams as running totals since the start; non-finite windows are skipped."""
+        points = []
+        for point in snapshot.points:
+            if isinstance(point, Gauge) and point.count is not None:
+                total, count = self._totals.get(point.key, (0.0, 0))
+                if math.isfinite(point.value) and point.count > 0:
+                    total, count = total + point.value * point.count, count + int(point.count)
+                    self._totals[point.key] = (total, count)
+                point = replace(point, value=total / count if count else 0.0, count=count)
+            points.append(point)
+        return replace(snapshot, points=tuple(points))
+
+    def health(self) -> dict[str, Any]:
+        """The transport's counters (``otlp``) and each in-process sink's (``sinks``)."""
+        out: dict[str, Any] = {}
+        if self.transport is not None:
+            out["otlp"] = self.transport.health()
+        if self.fanout is not None:
+            out["sinks"] = self.fanout.stats()
+        return out
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush the transport and the sinks within ``timeout_s``; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        deadline = time.monotonic() + timeout_s
+        if self.transport is not None and not self.transport.close(timeout_s):
+            health = self.transport.health()
+            logger.warning(
+                "otlp: closed with %d points spooled for the next run, %d dropped",
+                health["spool_points"],
+                health["points_dropped"],
+            )
+        if self.fanout is not None:
+            self.fanout.shutdown(max(0.0, deadline - time.monotonic()))
+
+
+def _rank() -> int:
+    """This process's rank in the default ``torch.distributed`` group; 0 when none."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    return 0

@@ -1,0 +1,234 @@
+"""StatsLogger: embedded sinks, OTLP to a real receiver, typed vs plain commits, ranks, outages."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+
+import numpy as np
+import pytest
+
+from exporters.base import InMemorySink
+from telemetry.config import ConfigError
+from telemetry.logger import StatsLogger
+from telemetry.snapshot import Counter, Gauge, Histogram, StatReduce, Stats
+from tests.distributed import run_ranks
+from tests.telemetry.otlp_receiver import Receiver, metrics_of, resource_of, step_of
+
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05}
+DELTA, CUMULATIVE = 1, 2
+
+
+def config(tmp_path, endpoint=None, **extra):
+    return {
+        "experiment_name": "exp",
+        "trial_name": "t1",
+        "fileroot": str(tmp_path),
+        "otlp": {"endpoint": endpoint, "timeout": 2.0},
+        **extra,
+    }
+
+
+def user_metrics(request) -> dict:
+    return {k: v for k, v in metrics_of(request).items() if not k.startswith("rltel/otlp/")}
+
+
+def test_embedded_default_hands_snapshots_to_sinks(tmp_path):
+    sink = InMemorySink()
+    stats = StatsLogger(config(tmp_path), sinks=[sink])
+    data = {"loss/avg": np.float32(0.5), "reward": 2.0, "reward__count": 8.0, "lr": 1e-5}
+    stats.commit(1, 3, 13, data)
+    stats.close()
+    (snapshot,) = sink.snapshots
+    assert sink.shut_down and stats.transport is None
+    assert (snapshot.step.epoch, snapshot.step.epoch_step, snapshot.step.global_step) == (1, 3, 13)
+    assert snapshot.flat() == {"loss/avg": 0.5, "reward": 2.0, "lr": 1e-5}  # no __count
+    assert snapshot.flat(include_counts=True)["reward__count"] == 8.0
+    reward = next(p for p in snapshot.points if p.metric == "reward")
+    assert isinstance(reward, Gauge) and reward.count == 8
+    resource = dict(snapshot.resource)
+    assert resource["rltel.role"] == "trainer" and resource["rltel.experiment"] == "exp"
+    assert snapshot.stream == "train" and snapshot.run_id == "exp_t1"
+    stats.close()  # twice is fine
+    stats.commit(1, 4, 14, data)  # after close: nothing happens
+    assert len(sink.snapshots) == 1
+
+
+def test_embedded_default_builds_the_configured_sinks(tmp_path, capsys):
+    stats = StatsLogger(config(tmp_path, console={"enabled": True, "width": 80}))
+    stats.commit(0, 0, 5, {"a/b": 1.5, "a/b__count": 3.0})
+    stats.close()
+    out = capsys.readouterr().out
+    assert "step 5" in out and "a/b" in out and "1.5" in out and "__count" not in out
+
+
+def test_list_of_dicts_logs_consecutive_steps(tmp_path):
+    sink = InMemorySink()
+    stats = StatsLogger(config(tmp_path), sinks=[sink])
+    stats.commit(2, 10, 100, [{"x": float(i)} for i in range(3)])
+    stats.close()
+    steps = [(s.step.epoch, s.step.epoch_step, s.step.global_step) for s in sink.snapshots]
+    assert steps == [(2, 10, 100), (2, 11, 101), (2, 12, 102)]
+    assert [s.flat() for s in sink.snapshots] == [{"x": 0.0}, {"x": 1.0}, {"x": 2.0}]
+
+
+def test_typed_and_plain_commits_over_otlp(tmp_path):
+    values = np.random.default_rng(0).normal(size=50)
+    typed = Stats(
+        [
+            Histogram(
+                "ppo_actor/update/ratio",
+                count=values.size,
+                sum=float(values.sum()),
+                min=float(values.min()),
+                max=float(values.max()),
+                bounds=(0.0,),
+                bucket_counts=(int((values <= 0).sum()), int((values > 0).sum())),
+            ),
+            Histogram("ppo_actor/update/n", count=4, sum=10.0, reduce=StatReduce.SUM),
+            Counter("train_perf/tokens", 4096.0, unit="{token}", start_time_unix_nano=3),
+            Gauge("moe_balance/max_over_ideal", 1.25, attributes=(("layer", 0),)),
+        ]
+    )
+    typed["timeperf/step"] = 0.5  # a plain value added by hand
+    assert typed["ppo_actor/update/ratio/avg"] == pytest.approx(values.mean())
+    with Receiver() as receiver:
+        stats = StatsLogger(config(tmp_path, receiver.endpoint), transport_options=FAST)
+        stats.commit(0, 0, 1, typed)
+        deadline = time.monotonic() + 5
+        while not stats.health()["otlp"]["points_exported"] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        stats.commit(0, 1, 2, dict(typed))  # AReaL's plain dict of the same export
+        stats.close()
+    first, second = receiver.requests
+    assert (step_of(first), step_of(second)) == (1, 2)
+    m = user_metrics(first)
+    (ratio,) = m["ppo_actor/update/ratio"].histogram.data_points
+    assert ratio.count == 50 and ratio.sum == pytest.approx(values.sum())
+    assert (ratio.min, ratio.max) == (values.min(), values.max())
+    assert list(ratio.bucket_counts) == [int((values <= 0).sum()), int((values > 0).sum())]
+    assert m["ppo_actor/update/n"].description == "rltel.reduce=sum"
+    assert m["train_perf/tokens"].sum.is_monotonic
+    assert m["moe_balance/max_over_ideal"].WhichOneof("data") == "gauge"
+    assert m["timeperf/step"].gauge.data_points[0].as_double == 0.5
+    plain = user_metrics(second)
+    assert all(
+        metric.WhichOneof("data") == "gauge"
+        for name, metric in plain.items()
+        if not name.startswith("train.")
+    )
+    flat = {n: mt.gauge.data_points[0].as_double for n, mt in plain.items() if "/" in n}
+    assert flat == pytest.approx({k: v for k, v in typed.items() if not k.endswith("__count")})
+    resource = resource_of(first)
+    assert resource["rltel.role"] == "trainer" and resource["rltel.stream"] == "train"
+    health = metrics_of(second)["rltel/otlp/points_exported"].sum.data_points[0]
+    assert health.as_double == len(typed.typed_points()) + len(stats.transport.health_points())
+
+
+def test_nonfinite_values_never_raise_and_are_counted(tmp_path):
+    with Receiver() as receiver:
+        stats = StatsLogger(config(tmp_path, receiver.endpoint), transport_options=FAST)
+        stats.commit(0, 0, 0, {"a": math.nan, "b": math.inf, "c": 1.0})
+        stats.close()
+    metrics = user_metrics(receiver.requests[0])
+    assert math.isnan(metrics["a"].gauge.data_points[0].as_double)
+    assert metrics["b"].gauge.data_points[0].as_double == math.inf
+    assert stats.health()["otlp"]["nonfinite_values"] == 2
+
+
+def test_rollout_worker_sends_cumulative_scalar_totals(tmp_path):
+    windows = [(0.5, 4), (math.nan, 2), (1.0, 6), (3.0, 0)]
+    with Receiver() as receiver:
+        stats = StatsLogger(
+            config(tmp_path, receiver.endpoint),
+            role="rollout",
+            worker_id="w7",
+            transport_options=FAST,
+        )
+        for step, (value, count) in enumerate(windows):
+            hist = Histogram("rollout/len", count=2, sum=float(step), min=0.0, max=float(step))
+            stats.commit(0, step, step, Stats([Gauge("rollout/reward", value, count), hist]))
+        stats.close()
+    sums, counts = [], []
+    for request in receiver.requests:
+        assert resource_of(request)["rltel.worker_id"] == "w7"
+        assert resource_of(request)["rltel.stream"] == "rollout"
+        metric = metrics_of(request)["rollout/reward"]
+        assert metric.histogram.aggregation_temporality == CUMULATIVE
+        (point,) = metric.histogram.data_points
+        assert point.start_time_unix_nano == stats.start_unix_nano
+        sums.append(point.sum)
+        counts.append(point.count)
+        hist = metrics_of(request)["rollout/len"]
+        assert hist.histogram.aggregation_temporality == DELTA
+    finite = [(v, c) for v, c in windows if math.isfinite(v)]
+    reference_counts = np.cumsum([c if math.isfinite(v) else 0 for v, c in windows])
+    reference_sums = np.cumsum([v * c if math.isfinite(v) else 0.0 for v, c in windows])
+    assert counts == reference_counts.tolist() and len(finite) == 3
+    assert sums == pytest.approx(reference_sums.tolist())
+
+
+def test_collector_down_then_up_commit_stays_fast_and_loses_nothing(tmp_path):
+    receiver = Receiver()  # down
+    stats = StatsLogger(config(tmp_path, receiver.endpoint), transport_options=FAST)
+    data = {f"scope/key_{i}/avg": float(i) for i in range(200)}
+    latencies = []
+    try:
+        for step in range(150):
+            start = time.perf_counter()
+            stats.commit(0, step, step, data)
+            latencies.append(time.perf_counter() - start)
+            if step == 100:
+                assert stats.health()["otlp"]["points_spooled"] > 0
+                receiver.start()
+            time.sleep(0.002)
+        assert receiver.wait_for(lambda r: len(r) >= 150, 15.0)
+        stats.close()
+    finally:
+        receiver.stop()
+    assert [step_of(r) for r in receiver.requests] == list(range(150))
+    p99 = float(np.percentile(np.array(latencies), 99))
+    assert p99 < 0.005, f"commit p99 {p99 * 1e3:.2f} ms"
+    assert all(len(user_metrics(r)) == 203 for r in receiver.requests)
+    assert not list((tmp_path / "exp" / "t1" / "otlp-spool" / "trainer").glob("*.json"))
+
+
+def test_secrets_are_never_logged(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    secrets = {"wandb": {"wandb_api_key": "WANDB-SECRET-1"}, "swanlab": {"api_key": "SWAN-2"}}
+    down = Receiver()
+    cfg = config(tmp_path, down.endpoint, **secrets)
+    cfg["otlp"]["headers"] = {"authorization": "Bearer HDR-SECRET-3"}
+    stats = StatsLogger(cfg, transport_options=FAST)
+    stats.commit(0, 0, 0, {"x": 1.0})
+    stats.close(0.5)
+    assert "stats logger" in caplog.text
+    for secret in ("WANDB-SECRET-1", "SWAN-2", "HDR-SECRET-3"):
+        assert secret not in caplog.text
+
+
+def test_unknown_role_is_rejected(tmp_path):
+    with pytest.raises(ConfigError, match="role"):
+        StatsLogger(config(tmp_path), role="learner", sinks=[])
+
+
+def _rank_commits(rank: int, world: int, endpoint: str, root: str) -> dict:
+    stats = StatsLogger({"fileroot": root, "otlp": {"endpoint": endpoint}}, transport_options=FAST)
+    for step in range(3):
+        stats.commit(0, step, step, {"rank": float(rank)})
+    stats.close(5.0)
+    return {"enabled": stats.enabled, "rank": stats.rank, "transport": stats.transport is not None}
+
+
+def test_only_rank_zero_logs(tmp_path):
+    with Receiver() as receiver:
+        results = run_ranks(_rank_commits, 2, receiver.endpoint, str(tmp_path), timeout=90)
+    assert results == [
+        {"enabled": True, "rank": 0, "transport": True},
+        {"enabled": False, "rank": 1, "transport": False},
+    ]
+    requests = receiver.requests
+    assert [step_of(r) for r in requests] == [0, 1, 2]
+    assert {resource_of(r)["rltel.rank"] for r in requests} == {0}
+    assert {user_metrics(r)["rank"].gauge.data_points[0].as_double for r in requests} == {0.0}

@@ -43,7 +43,8 @@ def as_tensor(value: Any, key: str, device: torch.device | None = None) -> torch
     if value is None:
         raise InvalidValueError(f"{key!r}: required input is missing")
     try:
-        tensor = torch.as_tensor(value)
+        # Python floats stay float64 (numpy's default), not torch's float32 default.
+        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
     except (TypeError, ValueError, RuntimeError) as exc:
         raise InvalidValueError(f"{key!r}: expected a tensor, got {type(value).__name__}") from exc
     return tensor if device is None else tensor.to(device)

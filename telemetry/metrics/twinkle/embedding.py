@@ -56,8 +56,9 @@ class EmbeddingMetric(Metric):
         pos = (heads * tails).sum(-1)
         self._sum("pos_sum", torch.where(anchor, pos, 0.0).sum())
         self._sum("pos_n", anchor.sum())
-        self._min("pos_min", torch.where(anchor, pos, torch.inf).amin(initial=torch.inf))
-        self._max("pos_max", torch.where(anchor, pos, -torch.inf).amax(initial=-torch.inf))
+        if pos.numel():
+            self._min("pos_min", torch.where(anchor, pos, torch.inf).amin())
+            self._max("pos_max", torch.where(anchor, pos, -torch.inf).amax())
         pair = anchor[:, None] & anchor[None, :]
         pair.fill_diagonal_(False)
         self._sum("neg_sum", torch.where(pair, heads @ tails.T, 0.0).sum())

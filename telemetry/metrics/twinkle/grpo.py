@@ -108,7 +108,8 @@ class GRPOMetric(Metric):
         entropies = field(outputs, "entropies")
         if entropies is None and field(outputs, "logits") is not None:
             logits = as_tensor(field(outputs, "logits"), f"{self.name}/logits", labels.device)
-            logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
+            work = logits.to(torch.promote_types(logits.dtype, torch.float32))
+            logp = torch.log_softmax(work / self.temperature, dim=-1)
             entropies = -(logp.exp() * logp).sum(-1)
         if entropies is not None:
             entropies = self._aligned(entropies, "entropies", labels)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import math
+import os
 import socket
 import sys
 import time
@@ -68,6 +69,7 @@ class StatsLogger:
         self.rank = _rank()
         self.enabled = role != "trainer" or self.rank == 0
         self.start_unix_nano = time.time_ns()
+        self._pid = os.getpid()  # a forked child (data-loader worker) logs nothing
         self._window_start = self.start_unix_nano
         self._totals: dict[str, tuple[float, int]] = {}  # cumulative scalar (sum, count)
         self._closed = False
@@ -162,7 +164,7 @@ class StatsLogger:
         Raises:
             InvalidValueError: a value is not a number (names the key).
         """
-        if not self.enabled or self._closed:
+        if not self.enabled or self._closed or os.getpid() != self._pid:
             return
         items = [data] if isinstance(data, Mapping) else list(data)
         for offset, item in enumerate(items):
@@ -213,7 +215,7 @@ class StatsLogger:
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Flush the transport and the sinks within ``timeout_s``; safe to call twice."""
-        if self._closed:
+        if self._closed or os.getpid() != self._pid:
             return
         self._closed = True
         atexit.unregister(self.close)

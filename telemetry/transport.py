@@ -168,7 +168,7 @@ class OtlpTransport:
             endpoint=endpoint,
             insecure=insecure and not tls,
             credentials=_credentials(tls) if tls else None,
-            headers=dict(headers or {}),
+            headers={str(k).lower(): str(v) for k, v in (headers or {}).items()},
             timeout=timeout_s,
         )
         self._lock = threading.Condition()

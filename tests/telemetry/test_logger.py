@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 
 import numpy as np
 import pytest
 
 from exporters.base import InMemorySink
+from exporters.console import ConsoleSink
 from telemetry.config import ConfigError
 from telemetry.logger import StatsLogger
 from telemetry.snapshot import Counter, Gauge, Histogram, StatReduce, Stats
@@ -206,6 +208,24 @@ def test_secrets_are_never_logged(tmp_path, caplog):
     assert "stats logger" in caplog.text
     for secret in ("WANDB-SECRET-1", "SWAN-2", "HDR-SECRET-3"):
         assert secret not in caplog.text
+
+
+def test_forked_child_logs_nothing(tmp_path):
+    out = tmp_path / "console.txt"
+    with out.open("a") as stream:
+        stats = StatsLogger(config(tmp_path), sinks=[ConsoleSink(stream=stream)])
+        stats.commit(0, 1, 1, {"x": 1.0})
+        pid = os.fork()
+        if pid == 0:  # a data-loader worker: commit and close must do nothing
+            stats.commit(0, 99, 99, {"x": 2.0})
+            stats.close(1.0)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        stats.commit(0, 2, 2, {"x": 3.0})
+        stats.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+    text = out.read_text()
+    assert "step 1 " in text and "step 2 " in text and "step 99" not in text
 
 
 def test_unknown_role_is_rejected(tmp_path):

@@ -97,8 +97,8 @@ MFU = Metric("train_perf/mfu", "gauge", "1")
 CUMULATIVE_MFU = Metric("train_perf/cumulative_mfu", "gauge", "1")
 TOTAL_FLOPS = Metric("train_perf/total_estimated_flops", "counter", "{flop}")
 
-# timeperf/<name>: wall-clock seconds of record_timing scopes (scalar streams, no unit set).
-TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge")
+# timeperf/<name>: wall-clock seconds of record_timing scopes (scalar streams).
+TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge", "s")
 TIMEPERF_PATTERN = "timeperf_.+"
 
 # moe_balance/: per layer (and expert) gauges; AReaL keys moe_balance/layer_<id>/...
@@ -106,6 +106,25 @@ MAX_OVER_IDEAL = Metric("moe_balance/max_over_ideal", "gauge", "1", attributes=_
 LOAD_PERCENT = Metric("moe_balance/load_percent", "gauge", "%", attributes=(*_LAYER, ("expert", 0)))
 EXPERT_TOKENS = Metric(
     "moe_balance/tokens", "gauge", "{token}", attributes=(*_LAYER, ("expert", 0))
+)
+
+# rltel/otlp/: the sender's transport health, riding along with every export.
+TRANSPORT_EXPORTED = Metric("rltel/otlp/points_exported", "counter", "{point}")
+TRANSPORT_FAILED = Metric("rltel/otlp/points_failed", "counter", "{point}")
+TRANSPORT_SPOOLED = Metric("rltel/otlp/points_spooled", "counter", "{point}")
+TRANSPORT_DROPPED = Metric("rltel/otlp/points_dropped", "counter", "{point}")
+TRANSPORT_QUEUE_DEPTH = Metric("rltel/otlp/queue_depth", "gauge", "1")
+TRANSPORT_SPOOL_BYTES = Metric("rltel/otlp/spool_bytes", "gauge", "By")
+TRANSPORT_LATENCY = Metric("rltel/otlp/export_latency", "histogram", "s", StatReduce.AVG_MIN_MAX)
+
+TRANSPORT = (
+    TRANSPORT_EXPORTED,
+    TRANSPORT_FAILED,
+    TRANSPORT_SPOOLED,
+    TRANSPORT_DROPPED,
+    TRANSPORT_QUEUE_DEPTH,
+    TRANSPORT_SPOOL_BYTES,
+    TRANSPORT_LATENCY,
 )
 
 ALL: tuple[Metric, ...] = (
@@ -139,5 +158,6 @@ ALL: tuple[Metric, ...] = (
     MAX_OVER_IDEAL,
     LOAD_PERCENT,
     EXPERT_TOKENS,
+    *TRANSPORT,
 )
 """Every metric the dashboards and alert rules read, in one place."""

@@ -12,6 +12,8 @@ from telemetry.metrics.train_perf import TrainPerf
 from telemetry.snapshot import Point, Snapshot, Step
 from telemetry.stats_tracker import export_sources
 from telemetry.tracker import DistributedStatsTracker
+from telemetry.transport import OtlpTransport
+from tests.distributed import free_port
 
 RESOURCE = (
     ("service.name", "rltel-trainer"),
@@ -47,7 +49,7 @@ def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]
     with perf.measure(mask), moe.training():
         moe.record(0, torch.tensor([0, 1, 1, 2]), 4)
         moe.record(1, torch.tensor([3, 3, 2, 1]), 4)
-    return export_sources([tracker, perf, moe]).points
+    return export_sources([tracker, perf, moe]).points + transport_points()
 
 
 def snapshot(points: tuple[Point, ...], trial: str, step: int = 1) -> Snapshot:
@@ -57,3 +59,12 @@ def snapshot(points: tuple[Point, ...], trial: str, step: int = 1) -> Snapshot:
         step=Step(epoch=0, epoch_step=step, global_step=step),
         resource=(*RESOURCE, ("rltel.trial", trial)),
     )
+
+
+def transport_points() -> tuple[Point, ...]:
+    """The health points a real OTLP transport adds to each export (nothing sent yet)."""
+    transport = OtlpTransport(f"127.0.0.1:{free_port()}", timeout_s=0.5)
+    try:
+        return tuple(transport.health_points())
+    finally:
+        transport.close(timeout_s=0.5)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards import build
+from dashboards import alerts, build
 
 PROM_DIR = Path(build.ALERTS_PATH).parent
 RULES = PROM_DIR / "alerts.yml"
@@ -70,7 +70,7 @@ def test_rules_are_labelled_and_documented():
 )
 def test_unit_tests_catch_a_changed_threshold(tmp_path, monkeypatch, alert, attribute, value):
     """The promtool tests pin thresholds: moving one makes them fail on that alert."""
-    monkeypatch.setattr(build, attribute, value)
+    monkeypatch.setattr(alerts, attribute, value)
     (tmp_path / "alerts.yml").write_text(build.rendered()[build.ALERTS_PATH])
     (tmp_path / "alerts_test.yml").write_text(TESTS.read_text())
     result = _promtool("test", "rules", str(tmp_path / "alerts_test.yml"))

@@ -194,4 +194,4 @@ def test_grafana_provisioning(compose):
     home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
     assert home.startswith(dashboards_dir + "/")
     assert (ROOT / "dashboards/grafana" / home[len(dashboards_dir) + 1 :]).is_file()
-    assert len(list((ROOT / "dashboards/grafana").glob("*.json"))) == 3
+    assert len(list((ROOT / "dashboards/grafana").glob("*.json"))) == 4

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dashboards import build
+from dashboards import alerts, build
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
 from tests.dashboards.producers import produced_points, snapshot
@@ -156,20 +156,20 @@ def test_kl_alert_reaches_alertmanager(sink, alertmanager, prometheus):
     assert sink.export(snapshot(produced_points(LOW_SHIFT), "low")).value == "success"
 
     wanted = {"RLTrainInferKLHigh", "RLTrainInferKLCritical"}
-    alerts: list[dict] = []
+    held: list[dict] = []
     while time.monotonic() - started < DEADLINE_S:
-        alerts = _alerts(alertmanager)
-        if wanted <= {a["labels"]["alertname"] for a in alerts}:
+        held = _alerts(alertmanager)
+        if wanted <= {a["labels"]["alertname"] for a in held}:
             break
         time.sleep(0.25)
-    by_name = {a["labels"]["alertname"]: a for a in alerts}
+    by_name = {a["labels"]["alertname"]: a for a in held}
     assert wanted <= set(by_name), f"after {DEADLINE_S} s Alertmanager holds {sorted(by_name)}"
 
     # Only the run above the thresholds alerts; nothing else in the data is alarming.
     assert set(by_name) == wanted, sorted(by_name)
-    assert len(alerts) == 2
+    assert len(held) == 2
     expected_kl = _kl_k3(HIGH_SHIFT)
-    assert expected_kl > build.KL_K3_CRITICAL > _kl_k3(LOW_SHIFT)
+    assert expected_kl > alerts.KL_K3_CRITICAL > _kl_k3(LOW_SHIFT)
     # The critical alert is routed to its receiver and inhibits the warning of its run.
     for name, severity, receiver, state in [
         ("RLTrainInferKLHigh", "warning", "rltel-default", "suppressed"),

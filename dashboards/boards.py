@@ -1,0 +1,353 @@
+"""The Grafana dashboards: throughput, MoE balance, RL health, pipeline health.
+
+Every query filters on the run variables (``experiment``, ``trial``) where the metric
+carries them; names come from :mod:`dashboards.catalog`.
+"""
+
+from __future__ import annotations
+
+from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
+from dashboards import catalog as c
+from dashboards.alerts import (
+    COLLECTOR_JOB,
+    KL_K3_CRITICAL,
+    KL_K3_WARNING,
+    MAX_OVER_IDEAL_CRITICAL,
+    MAX_OVER_IDEAL_WARNING,
+    OVERFLOW_POINTS,
+    POINTS_REJECTED,
+    SINK_DROPPED,
+    STALENESS_WARNING,
+)
+from dashboards.panels import (
+    Panel,
+    Query,
+    dashboard,
+    heatmap,
+    query_variable,
+    row,
+    stat,
+    timeseries,
+)
+
+RUN = '{experiment=~"$experiment", trial=~"$trial"}'
+"""Label matchers of the run variables, added to every dashboard query."""
+
+
+def _sel(name: str, extra: str = "") -> str:
+    """``name{run matchers[, extra]}``."""
+    inner = RUN[1:-1] + (f", {extra}" if extra else "")
+    return f"{name}{{{inner}}}"
+
+
+def _run_variables(metric: str) -> list[dict]:
+    return [
+        query_variable("experiment", "experiment", metric, multi=True),
+        query_variable("trial", "trial", f'{metric}{{experiment=~"$experiment"}}', multi=True),
+    ]
+
+
+def _weighted_mean(hist: c.Metric) -> str:
+    """Token-weighted mean over the rate window, from the cumulative histogram samples."""
+    by = "by (experiment, trial)"
+    return (
+        f"sum {by} (rate({_sel(hist.stat('sum'))}[$__rate_interval]))\n"
+        f"/ sum {by} (rate({_sel(hist.stat('count'))}[$__rate_interval]))"
+    )
+
+
+def throughput() -> dict:
+    """Tokens/s (window and cumulative), FLOP/s, MFU, step time and timeperf."""
+    legend = "{{experiment}}/{{trial}}"
+    panels: list[Panel] = [
+        row("Tokens"),
+        timeseries(
+            "Training tokens/s",
+            Query(_sel(c.TOKENS_PER_SECOND.name), f"window {legend}"),
+            Query(_sel(c.CUMULATIVE_TOKENS_PER_SECOND.name), f"cumulative {legend}"),
+            unit="short",
+            description="train_perf/tokens_per_second (since the last export) and "
+            "train_perf/cumulative_tokens_per_second (since engine start); whole cluster.",
+        ),
+        timeseries(
+            "Tokens/s from the total_tokens counter",
+            Query(f"rate({_sel(c.TOTAL_TOKENS.name)}[$__rate_interval])", legend),
+            description="Wall-clock rate of train_perf/total_tokens: includes rollout and "
+            "other non-training time, unlike train_perf/tokens_per_second.",
+        ),
+        stat("Total tokens", Query(f"sum({_sel(c.TOTAL_TOKENS.name)})"), width=8),
+        stat(
+            "Training share of wall time",
+            Query(f"avg(rate({_sel(c.TOTAL_SECONDS.name)}[$__rate_interval]))"),
+            unit="percentunit",
+            width=8,
+            description="rate of train_perf/total_seconds: fraction of wall time in train_batch.",
+        ),
+        stat("Window tokens", Query(f"sum({_sel(c.WINDOW_TOKENS.name)})"), width=8),
+        row("FLOPs"),
+        timeseries(
+            "Estimated FLOP/s",
+            Query(_sel(c.FLOPS_PER_SECOND.name), f"window {legend}"),
+            Query(_sel(c.CUMULATIVE_FLOPS_PER_SECOND.name), f"cumulative {legend}"),
+            unit="FLOPS",
+            description="Model math of the text backbone (seed's FLOPs rules); absent when "
+            "no estimator is registered for the architecture.",
+        ),
+        stat(
+            "Total estimated FLOPs",
+            Query(f"sum({_sel(c.TOTAL_FLOPS.name)})"),
+            unit="short",
+            width=12,
+            height=8,
+        ),
+        timeseries(
+            "MFU",
+            Query(_sel(c.MFU.name), f"window {legend}"),
+            Query(_sel(c.CUMULATIVE_MFU.name), f"cumulative {legend}"),
+            unit="percentunit",
+            description="Estimated FLOP/s over the configured peak; present only when a peak "
+            "FLOP/s per device is given.",
+        ),
+        row("Time"),
+        timeseries(
+            "Training time per export window",
+            Query(_sel(c.WINDOW_SECONDS.name), legend),
+            unit="s",
+            description="train_perf/seconds: max over ranks of train_batch time in the window.",
+        ),
+        timeseries(
+            "timeperf",
+            Query(_sel("", f'__name__=~"{c.TIMEPERF_PATTERN}"'), "{{__name__}}"),
+            unit="s",
+            description="Every timeperf/<name> scope (record_timing), one line per scope.",
+        ),
+    ]
+    return dashboard(
+        "rltel-throughput",
+        "rltel / Throughput",
+        panels,
+        _run_variables(c.TOKENS_PER_SECOND.name),
+        "Training throughput, estimated FLOPs and timings (AReaL train_perf, timeperf).",
+    )
+
+
+def moe_balance() -> dict:
+    """max_over_ideal per layer over time, and per-expert load of a selected layer."""
+    variables = _run_variables(c.MAX_OVER_IDEAL.name)
+    variables.append(query_variable("layer", "layer", _sel(c.MAX_OVER_IDEAL.name)))
+    load = _sel(c.LOAD_PERCENT.name, 'layer="$layer"')
+    tokens = _sel(c.EXPERT_TOKENS.name, 'layer="$layer"')
+    panels: list[Panel] = [
+        row("All layers"),
+        heatmap(
+            "max_over_ideal: layer x time",
+            Query(f"max by (layer) ({_sel(c.MAX_OVER_IDEAL.name)})", "{{layer}}"),
+            width=16,
+            height=10,
+            description="Per-layer max expert load / ideal load (1 = balanced, 0 = no "
+            "routing); find when and where imbalance starts.",
+        ),
+        stat(
+            "Worst layer max_over_ideal",
+            Query(f"max({_sel(c.MAX_OVER_IDEAL.name)})"),
+            width=8,
+            height=10,
+            thresholds=(MAX_OVER_IDEAL_WARNING, MAX_OVER_IDEAL_CRITICAL),
+        ),
+        timeseries(
+            "max_over_ideal per layer",
+            Query(f"max by (layer) ({_sel(c.MAX_OVER_IDEAL.name)})", "layer {{layer}}"),
+            width=24,
+            thresholds=(MAX_OVER_IDEAL_WARNING, MAX_OVER_IDEAL_CRITICAL),
+        ),
+        row("Layer $layer"),
+        heatmap(
+            "Expert load % (layer $layer): expert x time",
+            Query(f"max by (expert) ({load})", "{{expert}}"),
+            unit="percent",
+            width=16,
+            height=10,
+            description="100 * c_e / sum(c_e) per expert; the ideal share is 100 / E.",
+        ),
+        timeseries(
+            "Expert load / ideal (layer $layer)",
+            Query(
+                f"max by (expert) ({load})\n/ on () group_left () "
+                f"(100 / count(max by (expert) ({load})))",
+                "expert {{expert}}",
+            ),
+            width=8,
+            height=10,
+            description="load_percent / (100 / E): 1 is the ideal share, comparable across "
+            "models with different expert counts.",
+        ),
+        timeseries(
+            "Routed tokens per expert (layer $layer)",
+            Query(f"max by (expert) ({tokens})", "expert {{expert}}"),
+            width=24,
+        ),
+    ]
+    return dashboard(
+        "rltel-moe-balance",
+        "rltel / MoE balance",
+        panels,
+        variables,
+        "MoE routing balance (AReaL moe_balance scope).",
+    )
+
+
+def rl_health() -> dict:
+    """Train/infer KL and logprob mismatch, staleness, advantage sign fractions."""
+    legend = "{{experiment}}/{{trial}}"
+    kl = ((c.KL_K1, "k1"), (c.KL_K2, "k2"), (c.KL_K3, "k3"))
+    panels: list[Panel] = [
+        row("Train/infer mismatch (ppo_actor/train_infer)"),
+        timeseries(
+            "KL estimators (last step)",
+            *(Query(_sel(m.stat("avg")), f"{k} {legend}") for m, k in kl),
+            thresholds=(KL_K3_WARNING, KL_K3_CRITICAL),
+            description="Means of k1 = -d, k2 = d^2/2, k3 = exp(d)-1-d over valid generated "
+            "tokens, d = log p_trainer - log p_rollout. k1 can be negative.",
+        ),
+        timeseries(
+            "KL k3, token-weighted over the rate window",
+            Query(_weighted_mean(c.KL_K3), legend),
+            thresholds=(KL_K3_WARNING, KL_K3_CRITICAL),
+        ),
+        timeseries(
+            "logp_diff avg / min / max",
+            Query(_sel(c.LOGP_DIFF.stat("avg")), f"avg {legend}"),
+            Query(_sel(c.LOGP_DIFF.stat("min")), f"min {legend}"),
+            Query(_sel(c.LOGP_DIFF.stat("max")), f"max {legend}"),
+            Query(_sel(c.LOGP_ABS_DIFF.stat("avg")), f"|d| avg {legend}"),
+        ),
+        heatmap(
+            "logp_diff distribution",
+            Query(
+                f"sum by (le) (increase({_sel(c.LOGP_DIFF.stat('bucket'))}[$__rate_interval]))",
+                "{{le}}",
+            ),
+            description="Token counts per logp_diff bucket (where bucket bounds are set).",
+        ),
+        timeseries(
+            "Non-finite and overflow fractions",
+            Query(_sel(c.NONFINITE_LOGP_FRACTION.stat("avg")), f"nonfinite {legend}"),
+            Query(_sel(c.KL_K3_OVERFLOW_FRACTION.stat("avg")), f"k3 overflow {legend}"),
+            unit="percentunit",
+        ),
+        timeseries(
+            "Probability ratio outside [1/t, t]",
+            *(Query(_sel(m.stat("avg")), m.metric.rsplit("_", 1)[1]) for m in c.RATIO_OUTSIDE),
+            unit="percentunit",
+        ),
+        row("Staleness (ppo_actor/update/version_stats)"),
+        timeseries(
+            "Sample staleness (versions)",
+            Query(_sel(c.STALENESS_THETA_AVG.stat("avg")), f"theta avg {legend}"),
+            Query(_sel(c.STALENESS_THETA_MIN.stat("min")), f"theta min {legend}"),
+            Query(_sel(c.STALENESS_THETA_MAX.stat("max")), f"theta max {legend}"),
+            Query(_sel(c.STALENESS_PROXIMAL_AVG.stat("avg")), f"proximal avg {legend}"),
+            thresholds=(STALENESS_WARNING,),
+        ),
+        timeseries(
+            "Stale / future token fractions",
+            Query(_sel(c.STALE_TOKEN_FRACTION.stat("avg")), f"stale {legend}"),
+            Query(_sel(c.FUTURE_TOKEN_FRACTION.stat("avg")), f"future {legend}"),
+            unit="percentunit",
+            description="future > 0 means behaviour versions ahead of the trainer: a bug.",
+        ),
+        row("Advantages (ppo_actor)"),
+        timeseries(
+            "Advantage sign fractions (tokens)",
+            *(Query(_sel(m.stat("avg")), s) for s, m in c.ADVANTAGE_FRACTIONS.items()),
+            unit="percentunit",
+            width=24,
+            options={"legend": {"displayMode": "list", "placement": "right"}},
+        ),
+    ]
+    return dashboard(
+        "rltel-rl-health",
+        "rltel / RL health",
+        panels,
+        _run_variables(c.KL_K3.stat("avg")),
+        "Train/infer logprob mismatch, KL estimators, staleness and advantages.",
+    )
+
+
+def pipeline() -> dict:
+    """Collector and transport health: scrape status, throughput, drops, queues."""
+    by_sink = "sum by (run, sink)"
+    panels: list[Panel] = [
+        row("Collector"),
+        stat("Collector up", Query(f'min(up{{job="{COLLECTOR_JOB}"}})'), thresholds=(1,)),
+        stat("Runs", Query(f"sum({COLLECTOR_PREFIX}runs)")),
+        stat("Pending bytes", Query(f"sum({COLLECTOR_PREFIX}pending_bytes)"), unit="bytes"),
+        stat("Series overflow (10m)", Query(f"sum(increase({OVERFLOW_POINTS}[10m]))")),
+        timeseries(
+            "Export requests/s by gRPC code",
+            Query(
+                f"sum by (code) (rate({COLLECTOR_PREFIX}requests_total[$__rate_interval]))",
+                "{{code}}",
+            ),
+        ),
+        timeseries(
+            "Data points/s",
+            Query(
+                f"sum(rate({COLLECTOR_PREFIX}points_received_total[$__rate_interval]))", "received"
+            ),
+            Query(f"sum(rate({POINTS_REJECTED}[$__rate_interval]))", "rejected"),
+        ),
+        timeseries(
+            "Sink queue depth",
+            Query(f"{by_sink} ({COLLECTOR_PREFIX}sink_queue_depth)", "{{run}} {{sink}}"),
+        ),
+        timeseries(
+            "Sink drops and failures/s",
+            Query(f"{by_sink} (rate({SINK_DROPPED}[$__rate_interval]))", "dropped {{sink}}"),
+            Query(
+                f"{by_sink} (rate({COLLECTOR_PREFIX}sink_failed_total[$__rate_interval]))",
+                "failed {{sink}}",
+            ),
+        ),
+        row("Senders (OTLP transport)"),
+        timeseries(
+            "Points/s per sender",
+            *(
+                Query(
+                    f"sum by (job, instance) (rate({m.name}[$__rate_interval]))",
+                    f"{m.metric.rsplit('_', 1)[1]} {{{{instance}}}}",
+                )
+                for m in (
+                    c.TRANSPORT_EXPORTED,
+                    c.TRANSPORT_FAILED,
+                    c.TRANSPORT_SPOOLED,
+                    c.TRANSPORT_DROPPED,
+                )
+            ),
+        ),
+        timeseries(
+            "Transport queue and spool",
+            Query(f"max by (instance) ({c.TRANSPORT_QUEUE_DEPTH.name})", "queue {{instance}}"),
+            Query(
+                f"max by (instance) ({c.TRANSPORT_SPOOL_BYTES.name})", "spool bytes {{instance}}"
+            ),
+        ),
+        timeseries(
+            "Export latency (mean over the rate window)",
+            Query(
+                f"sum by (instance) (rate({c.TRANSPORT_LATENCY.stat('sum')}[$__rate_interval]))\n"
+                f"/ sum by (instance) (rate({c.TRANSPORT_LATENCY.stat('count')}"
+                "[$__rate_interval]))",
+                "{{instance}}",
+            ),
+            unit="s",
+            width=24,
+        ),
+    ]
+    return dashboard(
+        "rltel-pipeline",
+        "rltel / Pipeline",
+        panels,
+        [],
+        "Health of the telemetry path: senders' OTLP transport, the collector, its sinks.",
+    )

@@ -61,13 +61,17 @@ def compile_mode() -> str:
     return "off" if mode in ("0", "off", "false") else "auto"
 
 
+_compile_lock = threading.Lock()  # inductor's lazy imports are not thread-safe
+
+
 def _compile_kernel(key: tuple[torch.dtype, str]) -> None:
     dtype, device_type = key
     try:
-        kernel = torch.compile(_moments_fusable, dynamic=True)
-        for n in (17, 33):  # two sizes: the graph must already be shape-generic
-            x = torch.zeros(n, dtype=dtype, device=device_type)
-            kernel(x, torch.ones(n, dtype=torch.bool, device=device_type))
+        with _compile_lock:
+            kernel = torch.compile(_moments_fusable, dynamic=True)
+            for n in (17, 33):  # two sizes: the graph must already be shape-generic
+                x = torch.zeros(n, dtype=dtype, device=device_type)
+                kernel(x, torch.ones(n, dtype=torch.bool, device=device_type))
     except Exception as exc:  # no compiler toolchain, unsupported backend, ...
         _log.warning(
             "rltel: fused stat kernel unavailable for %s on %s (%s); using eager",

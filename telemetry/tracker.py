@@ -329,7 +329,8 @@ def _point_for(
     total, count, low, negated_high = (float(v) for v in values[:4])
     n = int(count)
     if layout.kind == accumulate.SCALAR_LAYOUT.kind:
-        return Gauge(key, total / count, n) if n > 0 else None
+        unit = "s" if "/timeperf/" in f"/{key}" else ""
+        return Gauge(key, total / count, n, unit=unit) if n > 0 else None
     reduce = StatReduce(layout.kind.split(":")[1])
     buckets = tuple(int(c) for c in values[4:])
     if len(bounds) + 1 != len(buckets):  # bounds configured on other ranks only

@@ -208,6 +208,14 @@ class Pipeline:
                 sinks,
             )
 
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every snapshot queued so far reached its sinks; True when all did."""
+        deadline = time.monotonic() + timeout_s
+        fanouts = [self.shared, *(run.fanout for run in list(self._runs.values()))]
+        return all(
+            [fanout.force_flush(max(0.0, deadline - time.monotonic())) for fanout in fanouts]
+        )
+
     def shutdown(self, timeout_s: float) -> None:
         """Refuse new requests, release pending rollout windows, drain every queue, close.
 

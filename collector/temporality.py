@@ -53,7 +53,10 @@ def histogram_window(
         return current  # the sender restarted: everything since its new start is new
     count = current.count - previous.count
     if count == 0:
-        return HistogramState(current.start_time_unix_nano, 0, 0.0, None, None, (), ())
+        zeros = (0,) * len(current.bucket_counts)
+        return HistogramState(
+            current.start_time_unix_nano, 0, 0.0, None, None, current.bounds, zeros
+        )
     buckets: tuple[int, ...] = ()
     bounds: tuple[float, ...] = ()
     if (

@@ -173,6 +173,8 @@ def test_cumulative_histogram_windows_buckets_and_extremes():
     assert (second.count, second.sum, second.bucket_counts) == (2, 6.0, (0, 0, 2))
     assert (second.min, second.max) == (None, 3.0)  # only the moved extreme is known
     assert second.reduce is StatReduce.AVG_MIN_MAX
+    same = decoder.decode(hist(5, 9.0, [2, 1, 2], 0.5, 3.0)).snapshots[0].points[0]
+    assert (same.count, same.bounds, same.bucket_counts) == (0, (1.0, 2.0), (0, 0, 0))
 
 
 def test_exponential_histogram_buckets_match_numpy():

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -18,6 +21,7 @@ import yaml
 
 from collector.config import load as load_collector_config
 from dashboards.panels import DATASOURCE_UID
+from tests.distributed import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = {"collector", "prometheus", "alertmanager", "grafana"}
@@ -107,6 +111,46 @@ def test_collector_config_loads_and_matches_ports(compose):
     assert config.receiver.host == config.sinks.prometheus.host == "0.0.0.0"
     health = " ".join(service["healthcheck"]["test"])
     assert f"127.0.0.1:{config.sinks.prometheus.port}/healthz" in health
+
+
+def test_collector_command_serves_the_healthcheck(compose, tmp_path):
+    """The compose command and config run a real collector (ports moved to loopback)."""
+    service = compose["services"]["collector"]
+    config = yaml.safe_load((ROOT / "dashboards/compose/collector.yaml").read_text())
+    metrics_port = free_port()
+    config["collector"]["receiver"].update(host="127.0.0.1", port=free_port())
+    config["collector"]["sinks"]["prometheus"].update(host="127.0.0.1", port=metrics_port)
+    config["collector"]["sinks"]["fileroot"] = str(tmp_path / "runs")
+    config["collector"]["sinks"]["tensorboard"]["path"] = str(tmp_path / "tb")
+    path = tmp_path / "collector.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [
+        str(path) if arg == "/etc/rltel/collector.yaml" else arg for arg in service["command"]
+    ]
+    health = service["healthcheck"]["test"][1:]
+    assert health[0] == "python"
+    health = [sys.executable, *(a.replace(":9464/", f":{metrics_port}/") for a in health[1:])]
+    log = (tmp_path / "collector.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "telemetry.cli", *command], stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, (tmp_path / "collector.log").read_text()
+            if subprocess.run(health, capture_output=True, timeout=10).returncode == 0:
+                break
+            assert time.monotonic() < deadline, (tmp_path / "collector.log").read_text()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+    # and the healthcheck fails once the collector is gone
+    assert subprocess.run(health, capture_output=True, timeout=10).returncode != 0
 
 
 def test_dockerfile(compose):

@@ -31,9 +31,12 @@ class Receiver(service_grpc.MetricsServiceServicer):
         self._metadata: list[dict[str, str]] = []
         self._failures: list[grpc.StatusCode] = []
         self.calls = 0
+        self.stall_s = 0.0  # each call waits this long before answering
         self._server: grpc.Server | None = None
 
     def Export(self, request, context):
+        if self.stall_s:
+            time.sleep(self.stall_s)
         with self._lock:
             self.calls += 1
             if self._failures:

@@ -141,6 +141,24 @@ def test_without_spool_every_lost_point_is_counted():
     assert transport.health()["points_dropped"] == 33
 
 
+def test_close_keeps_its_deadline_with_a_stalled_collector(tmp_path, receiver):
+    receiver.stall_s = 3.0  # accepts, then answers long after the close deadline
+    spool = Spool(tmp_path, limit_bytes=10**7)
+    transport = OtlpTransport(receiver.endpoint, spool=spool, **{**FAST, "timeout_s": 10.0})
+    for step in range(3):
+        transport.submit(batch(step))
+    time.sleep(0.1)  # the first request is in flight
+    start = time.monotonic()
+    assert not transport.close(0.3)
+    assert time.monotonic() - start < 2.0
+    spooled = []
+    while (head := spool.peek()) is not None:
+        spooled.append(head.snapshot.step.global_step)
+        spool.pop()
+    assert spooled == [0, 1, 2]  # the cancelled request first, nothing lost
+    assert transport.health()["points_dropped"] == 0
+
+
 def test_headers_are_sent_and_never_logged(receiver, caplog):
     secret = "Bearer s3cr3t-token"
     caplog.set_level(logging.DEBUG)

@@ -51,6 +51,15 @@ RETRYABLE_CODES = frozenset(
 )
 _THREAD_NAME = "rltel-otlp-transport"
 _OK, _RETRY, _PERMANENT = "ok", "retry", "permanent"
+_COUNTERS = {  # health counter -> unit
+    "points_exported": "{point}",
+    "requests_exported": "{request}",
+    "points_failed": "{point}",
+    "retries": "{request}",
+    "points_spooled": "{point}",
+    "points_dropped": "{point}",
+    "nonfinite_values": "1",
+}
 _TRANSPORTS: weakref.WeakSet[OtlpTransport] = weakref.WeakSet()
 
 
@@ -178,17 +187,7 @@ class OtlpTransport:
         self._forked = False
         self._result: bool | None = None
         self._failing_since: float | None = None
-        self._counts = dict.fromkeys(
-            (
-                "points_exported",
-                "requests_exported",
-                "points_failed",
-                "retries",
-                "points_dropped",
-                "nonfinite_values",
-            ),
-            0,
-        )
+        self._counts = {name: 0 for name in _COUNTERS if name != "points_spooled"}
         self._latency = _LatencyWindow()  # export latencies since the last health_points()
         self._last_latency: float | None = None
         self._worker = threading.Thread(target=self._run, name=_THREAD_NAME, daemon=True)
@@ -235,18 +234,9 @@ class OtlpTransport:
         with self._lock:
             window, self._latency = self._latency, _LatencyWindow()
         start = self.start_unix_nano
-        counters = [
-            ("points_exported", "{point}"),
-            ("requests_exported", "{request}"),
-            ("points_failed", "{point}"),
-            ("retries", "{request}"),
-            ("points_spooled", "{point}"),
-            ("points_dropped", "{point}"),
-            ("nonfinite_values", "1"),
-        ]
         points: list[Point] = [
             Counter(f"rltel/otlp/{name}", float(health[name]), unit, start_time_unix_nano=start)
-            for name, unit in counters
+            for name, unit in _COUNTERS.items()
         ]
         points.append(Gauge("rltel/otlp/queue_depth", float(health["queue_depth"]), unit="1"))
         points.append(Gauge("rltel/otlp/spool_bytes", float(health["spool_bytes"]), unit="By"))
@@ -262,22 +252,16 @@ class OtlpTransport:
         with self._lock:
             if self._forked:
                 return False
-            if self._result is not None or self._closing:
-                first = False
-            else:
-                first = True
-                self._closing = True
+            first = not self._closing
+            if first:
                 self._deadline = time.monotonic() + max(0.0, timeout_s)
+                self._closing = True
                 self._lock.notify_all()
-        if not first:
-            self._worker.join(max(0.0, timeout_s))
-            return bool(self._result)
         self._worker.join(max(0.0, timeout_s))
-        if self._worker.is_alive():  # stuck in a request: cancel it by closing the channel
-            self._exporter.shutdown()
-            self._worker.join(1.0)
-        else:
-            self._exporter.shutdown()
+        if not first:
+            return bool(self._result)
+        self._exporter.shutdown()  # closes the channel: cancels a request still in flight
+        self._worker.join(1.0)
         with self._lock:
             left = sum(batch.num_points for batch in self._queue)
             self._queue.clear()

@@ -6,8 +6,8 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Dispatch to a subcommand; each parses its own arguments."""
+def main(argv: list[str] | None = None) -> int | None:
+    """Dispatch to a subcommand; each parses its own arguments; returns the exit status."""
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="rltel", description="rltel telemetry pipeline")
     parser.add_argument("command", choices=("demo", "collector"))
@@ -16,11 +16,11 @@ def main(argv: list[str] | None = None) -> None:
         from telemetry.demo import main as demo_main
 
         demo_main(argv[1:])
-    else:
-        from collector.__main__ import main as collector_main
+        return 0
+    from collector.__main__ import main as collector_main
 
-        collector_main(argv[1:])
+    return collector_main(argv[1:])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,7 +5,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,6 +197,49 @@ def test_collector_down_then_up_commit_stays_fast_and_loses_nothing(tmp_path):
     assert p99 < 0.005, f"commit p99 {p99 * 1e3:.2f} ms"
     assert all(len(user_metrics(r)) == 203 for r in receiver.requests)
     assert not list((tmp_path / "exp" / "t1" / "otlp-spool" / "trainer").glob("*.json"))
+
+
+KILLED_WRITER = """
+import sys, time
+from telemetry.logger import StatsLogger
+stats = StatsLogger(
+    {"fileroot": sys.argv[1], "otlp": {"endpoint": sys.argv[2]}},
+    transport_options={"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05},
+)
+for step in range(20):
+    stats.commit(0, step, step, {"x": float(step)})
+while stats.health()["otlp"]["spool_points"] < 20 * 11:  # 1 point + 10 health points
+    time.sleep(0.01)
+print("spooled", flush=True)
+time.sleep(60)
+"""
+
+
+def test_killed_process_loses_nothing_that_was_spooled(tmp_path):
+    receiver = Receiver()  # down while the first process runs
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path), receiver.endpoint],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "spooled"
+    finally:
+        child.kill()  # SIGKILL: no close(), no atexit
+        child.wait()
+    with receiver:
+        stats = StatsLogger(
+            {"fileroot": str(tmp_path), "otlp": {"endpoint": receiver.endpoint}},
+            transport_options=FAST,
+        )
+        stats.commit(0, 20, 20, {"x": 20.0})
+        stats.close(5.0)
+    assert [step_of(r) for r in receiver.requests] == list(range(21))
+    values = [user_metrics(r)["x"].gauge.data_points[0].as_double for r in receiver.requests]
+    assert values == [float(step) for step in range(21)]
 
 
 def test_secrets_are_never_logged(tmp_path, caplog):

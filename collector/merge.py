@@ -15,6 +15,10 @@ A training snapshot with a new ``global_step`` (higher than any seen) closes the
 the merged points are emitted as one Snapshot per stream with that step, for the
 step-based sinks (W&B, SwanLab, TensorBoard, console). :meth:`RolloutMerger.flush` emits
 what is pending at shutdown with the last step seen.
+
+A sender's own health points (``rltel/otlp/...``: its transport's queue, retries, drops)
+describe one process, not the rollout: they reach Prometheus per worker and are not merged
+(merged, they would also collide with the trainer's keys of the same name in one W&B row).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from telemetry.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot, StatReduce, Step
 
 RUN_ATTRIBUTES = ("rltel.experiment", "rltel.trial")
+PER_PROCESS_PREFIX = "rltel/"  # a sender's own health (rltel/otlp/...): never merged
 
 
 @dataclass(slots=True)
@@ -74,6 +79,8 @@ class RolloutMerger:
             self._latest_ns = max(self._latest_ns, snapshot.time_unix_nano)
             windows = self._windows.setdefault(snapshot.stream, {})
             for point in snapshot.points:
+                if point.metric.startswith(PER_PROCESS_PREFIX):
+                    continue
                 kind = _kind(point)
                 key = (kind, point.metric, point.attributes)
                 window = windows.get(key)

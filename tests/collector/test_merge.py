@@ -74,7 +74,7 @@ def test_scalar_streams_merge_count_weighted_like_the_rollout_controller():
 
 def test_windows_are_released_once_per_new_step_and_per_stream():
     merger = RolloutMerger()
-    merger.add(worker(0, [Gauge("r", 1.0, 1)]))
+    merger.add(worker(0, [Gauge("r", 1.0, 1), Gauge("rltel/otlp/queue_depth", 3.0)]))
     merger.add(worker(1, [Gauge("r", 4.0, 3)], stream="eval"))
     released = {s.stream: s for s in merger.on_train(train(1))}
     assert released["rollout"].flat() == {"r": 1.0}

@@ -51,6 +51,11 @@ STEP_GAUGES = {
 }
 MAX_REASONS = 5
 _REDUCES = {r.value: r for r in StatReduce}
+_REDUCE_OF: dict[str, StatReduce | str] = {
+    "": StatReduce.AVG_MIN_MAX,
+    REDUCE_PREFIX + SCALAR: SCALAR,
+    **{REDUCE_PREFIX + r.value: r for r in StatReduce},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,20 +127,36 @@ class Decoder:
         for scope_metrics in rm.scope_metrics:
             for metric in scope_metrics.metrics:
                 kind = metric.WhichOneof("data")
-                data = getattr(metric, kind) if kind else None
-                if data is None or not metric.name:
+                name = metric.name
+                if kind is None or not name:
                     counts[1] += 1
                     reasons["a metric without a name or data"] = None
                     continue
+                data = getattr(metric, kind)
+                if kind == "histogram" and data.aggregation_temporality == DELTA:
+                    handle = self._delta_histogram
+                elif kind == "histogram" or kind == "exponential_histogram":
+                    handle = self._histogram
+                elif kind == "gauge":
+                    handle = self._gauge
+                elif kind == "sum":
+                    handle = self._sum
+                else:
+                    handle = self._summary
                 for point in data.data_points:
-                    latest = max(latest, point.time_unix_nano)
+                    time_unix_nano = point.time_unix_nano
+                    if time_unix_nano > latest:
+                        latest = time_unix_nano
+                    if point.flags & NO_RECORDED_VALUE:
+                        counts[0] += 1  # an explicit "no value": accepted, nothing to show
+                        continue
                     try:
-                        self._point(resource, metric, kind, data, point, points, step)
+                        handle(resource, metric, kind, data, point, points, step)
                         counts[0] += 1
                     except _Rejected as exc:
                         counts[1] += 1
                         if len(reasons) < MAX_REASONS:
-                            reasons[f"{metric.name!r}: {exc}"] = None
+                            reasons[f"{name!r}: {exc}"] = None
         res = dict(resource)
         stream = res.get("rltel.stream") or (
             res["rltel.role"] if res.get("rltel.role") in ("rollout", "eval") else "train"
@@ -148,28 +169,20 @@ class Decoder:
             stream=str(stream),
         )
 
-    def _point(self, resource, metric, kind: str, data, point, out: list, step: dict) -> None:
-        if point.flags & NO_RECORDED_VALUE:
-            return  # an explicit "no value": accepted, nothing to show
-        name = metric.name
-        if kind == "gauge":
-            value = _number(point)
-            if name in STEP_GAUGES:
-                if not math.isfinite(value):
-                    raise _Rejected(f"step value {value!r} is not finite")
-                step[STEP_GAUGES[name]] = int(value)
-            else:
-                out.append(Gauge(name, value, None, metric.unit, attributes(point.attributes)))
-        elif kind == "histogram" or kind == "exponential_histogram":
-            self._histogram(resource, metric, kind, data, point, out)
-        elif kind == "sum":
-            self._sum(resource, metric, data, point, out)
-        else:
-            self._summary(metric, point, out)
-
-    def _sum(self, resource, metric, data, point, out: list) -> None:
+    def _gauge(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
         value = _number(point)
-        attrs = attributes(point.attributes)
+        name = metric.name
+        if name in STEP_GAUGES:
+            if not math.isfinite(value):
+                raise _Rejected(f"step value {value!r} is not finite")
+            step[STEP_GAUGES[name]] = int(value)
+            return
+        attrs = attributes(point.attributes) if point.attributes else ()
+        out.append(Gauge(name, value, None, metric.unit, attrs))
+
+    def _sum(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
+        value = _number(point)
+        attrs = attributes(point.attributes) if point.attributes else ()
         if data.aggregation_temporality == DELTA:
             key = ("sum", resource, metric.name, attrs)
             state = self._state.get(key)
@@ -188,10 +201,39 @@ class Decoder:
             raise _Rejected(f"monotonic sum value {value!r} is not a finite total >= 0")
         out.append(Counter(metric.name, value, metric.unit, attrs, start))
 
-    def _histogram(self, resource, metric, kind: str, data, point, out: list) -> None:
-        attrs = attributes(point.attributes)
+    def _delta_histogram(self, resource, metric, kind, data, point, out, step) -> None:
+        """The hot path: rltel's trainer histograms and scalar windows (delta, no buckets)."""
+        if point.explicit_bounds:
+            self._histogram(resource, metric, kind, data, point, out, step)
+            return
+        attrs = attributes(point.attributes) if point.attributes else ()
+        reduce = _reduce(metric.description)
+        count, total = point.count, point.sum
+        if not math.isfinite(total):
+            raise _Rejected(f"histogram sum {total!r} is not finite")
+        if reduce == SCALAR:
+            if count > 0:
+                out.append(Gauge(metric.name, total / count, count, metric.unit, attrs))
+            return
+        if count == 0:
+            out.append(
+                Histogram(metric.name, 0, total, None, None, (), (), reduce, metric.unit, attrs)
+            )
+            return
+        if total == 0.0 and not point.HasField("sum"):
+            total = math.nan
+        low = point.min if point.HasField("min") else None
+        high = point.max if point.HasField("max") else None
+        out.append(
+            Histogram(metric.name, count, total, low, high, (), (), reduce, metric.unit, attrs)
+        )
+
+    def _histogram(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
+        attrs = attributes(point.attributes) if point.attributes else ()
+        delta = data.aggregation_temporality == DELTA
+        reduce = _reduce(metric.description)
         current = _explicit(point) if kind == "histogram" else _exponential(point)
-        if data.aggregation_temporality != DELTA:
+        if not delta:
             key = ("histogram", resource, metric.name, attrs)
             previous = self._state.get(key)
             if previous is None:
@@ -202,7 +244,6 @@ class Decoder:
             if window is None:
                 return
             current = window
-        reduce = _reduce(metric.description)
         if reduce == SCALAR:
             if current.count > 0:
                 value = current.sum / current.count
@@ -223,7 +264,7 @@ class Decoder:
             )
         )
 
-    def _summary(self, metric, point, out: list) -> None:
+    def _summary(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
         attrs = attributes(point.attributes)
         for quantile in point.quantile_values:
             labels = (*attrs, ("quantile", repr(float(quantile.quantile))))
@@ -278,6 +319,9 @@ def _number(point) -> float:
 
 
 def _reduce(description: str) -> StatReduce | str:
+    known = _REDUCE_OF.get(description)
+    if known is not None:
+        return known
     if description.startswith(REDUCE_PREFIX):
         words = description[len(REDUCE_PREFIX) :].split()
         name = words[0] if words else ""

@@ -1,0 +1,165 @@
+"""Collector throughput and latency.
+
+Figures (one process; the gRPC hop is excluded from the throughput figures, included in
+the latency figure):
+
+- points/s parsed (protobuf only: the baseline), decoded, decoded + fanned out to the
+  Prometheus sink (until the sink applied every snapshot), and to all sinks (Prometheus,
+  TensorBoard, console to /dev/null, W&B offline with ``--wandb``);
+- latency from ``Export`` returning to the value being visible on ``/metrics``.
+
+Usage: ``python bench/collector_bench.py [--requests 40] [--points 5000] [--wandb]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import grpc
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
+
+from collector.config import LimitsConfig, from_dict
+from collector.decode import Decoder
+from collector.pipeline import Pipeline, run_sink_factory
+from collector.server import SERVICE, CollectorServer
+from exporters.prometheus import PrometheusSink
+from telemetry.config import PrometheusConfig
+from telemetry.encode import encode
+from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+
+RESOURCE = (("rltel.experiment", "bench"), ("rltel.trial", "t"), ("rltel.role", "trainer"))
+
+
+def training_request(step: int, n: int) -> bytes:
+    """A trainer export of ``n`` points: 40% histograms, 20% scalars, 30% gauges, 10% counters."""
+    points = []
+    for i in range(n - 3):
+        kind = i % 10
+        if kind < 4:
+            points.append(Histogram(f"ppo_actor/update/h{i}", 512, 256.0 + i, -1.0, 3.0))
+        elif kind < 6:
+            points.append(Gauge(f"ppo_actor/scalar{i}", 0.5 + i, count=8))
+        elif kind < 9:
+            points.append(Gauge(f"timeperf/g{i}", float(i), unit="s"))
+        else:
+            points.append(Counter(f"train_perf/c{i}", float(step * i), "{token}"))
+    snapshot = Snapshot(tuple(points), Step(0, step, step), RESOURCE, time.time_ns())
+    (data,) = encode(snapshot, window_start_unix_nano=1, max_points=n)
+    return encode_metrics(data).SerializeToString()
+
+
+def rate(label: str, points: int, seconds: float, baseline: float | None) -> float:
+    per_s = points / seconds
+    ratio = f"  ({per_s / baseline:.3f} x parse-only)" if baseline else ""
+    print(f"{label:<42} {per_s:>12,.0f} points/s{ratio}")
+    return per_s
+
+
+def throughput(bodies: list[bytes], points: int, all_sinks: bool, wandb: bool) -> None:
+    total = points * len(bodies)
+    start = time.perf_counter()
+    requests = [ExportMetricsServiceRequest.FromString(b) for b in bodies]
+    base = rate("parse (protobuf only, baseline)", total, time.perf_counter() - start, None)
+
+    decoder = Decoder()
+    start = time.perf_counter()
+    for request in requests:
+        decoder.decode(request)
+    rate("parse + decode to Snapshots", total, time.perf_counter() - start, base)
+
+    limits = LimitsConfig(queue_size=len(bodies) + 1)
+    prometheus = PrometheusSink(PrometheusConfig(enabled=True, series_limit=10**6), serve=False)
+    pipeline = Pipeline([prometheus], None, limits)
+    start = time.perf_counter()
+    for body in bodies:
+        pipeline.consume(ExportMetricsServiceRequest.FromString(body), len(body))
+    assert pipeline.force_flush(600)
+    rate("parse + decode + Prometheus sink", total, time.perf_counter() - start, base)
+    pipeline.shutdown(10)
+    if not all_sinks:
+        return
+    with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
+        sinks = {
+            "fileroot": tmp,
+            "prometheus": {"enabled": False},
+            "tensorboard": {"path": os.path.join(tmp, "tb")},
+            "console": {"enabled": True},
+            "wandb": {"mode": "offline" if wandb else "disabled"},
+        }
+        config = from_dict({"sinks": sinks, "limits": {"queue_size": len(bodies) + 1}})
+        prometheus = PrometheusSink(PrometheusConfig(enabled=True, series_limit=10**6), serve=False)
+        pipeline = Pipeline([prometheus], run_sink_factory(config.sinks), config.limits)
+        with contextlib.redirect_stdout(devnull):
+            pipeline.consume(ExportMetricsServiceRequest.FromString(bodies[0]), len(bodies[0]))
+            assert pipeline.force_flush(600)  # run sinks built (W&B init) before timing
+            start = time.perf_counter()
+            for body in bodies[1:]:
+                pipeline.consume(ExportMetricsServiceRequest.FromString(body), len(body))
+            assert pipeline.force_flush(600)
+            elapsed = time.perf_counter() - start
+            pipeline.shutdown(60)
+        names = ", ".join(name for _, name in pipeline.stats().sinks)
+        rate(f"parse + decode + all sinks ({names})", points * (len(bodies) - 1), elapsed, base)
+
+
+def latency(trials: int) -> None:
+    config = from_dict({"receiver": {"port": 0}, "sinks": {"prometheus": {"port": 0}}})
+    server = CollectorServer(config)
+    server.start()
+    channel = grpc.insecure_channel(server.endpoint)
+    call = channel.unary_unary(f"/{SERVICE}/Export", request_serializer=None)
+    samples = []
+    try:
+        for trial in range(1, trials + 1):
+            snapshot = Snapshot((Gauge("bench/latency_probe", float(trial)),), None, RESOURCE)
+            (data,) = encode(snapshot)
+            body = encode_metrics(data).SerializeToString()
+            wanted = b"bench_latency_probe{", f" {float(trial)}".encode()
+            call(body, timeout=10)
+            returned = time.perf_counter()
+            while not any(
+                line.startswith(wanted[0]) and line.endswith(wanted[1])
+                for line in urllib.request.urlopen(server.metrics_url, timeout=10)
+                .read()
+                .split(b"\n")
+            ):
+                if time.perf_counter() - returned > 10:
+                    raise RuntimeError(f"value {trial} not visible on /metrics after 10 s")
+            samples.append(time.perf_counter() - returned)
+    finally:
+        channel.close()
+        server.stop(10)
+    samples.sort()
+    p50 = samples[len(samples) // 2] * 1e3
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))] * 1e3
+    label = "Export returned -> visible on /metrics"
+    print(f"{label:<42} p50 {p50:.2f} ms, p99 {p99:.2f} ms ({trials} trials, one scrape incl.)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--points", type=int, default=5000)
+    parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--wandb", action="store_true", help="include W&B offline in all sinks")
+    parser.add_argument("--no-all-sinks", action="store_true")
+    args = parser.parse_args()
+    bodies = [training_request(step, args.points) for step in range(1, args.requests + 1)]
+    print(f"{args.requests} requests x {args.points} points ({len(bodies[0]):,} bytes each)")
+    throughput(bodies, args.points, not args.no_all_sinks, args.wandb)
+    latency(args.trials)
+
+
+if __name__ == "__main__":
+    main()

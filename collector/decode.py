@@ -123,7 +123,7 @@ class Decoder:
         resource = attributes(rm.resource.attributes)
         points: list[Point] = []
         step: dict[str, int] = {}
-        latest = 0
+        latest = accepted = 0
         for scope_metrics in rm.scope_metrics:
             for metric in scope_metrics.metrics:
                 kind = metric.WhichOneof("data")
@@ -147,16 +147,17 @@ class Decoder:
                     time_unix_nano = point.time_unix_nano
                     if time_unix_nano > latest:
                         latest = time_unix_nano
+                    accepted += 1
                     if point.flags & NO_RECORDED_VALUE:
-                        counts[0] += 1  # an explicit "no value": accepted, nothing to show
-                        continue
+                        continue  # an explicit "no value": accepted, nothing to show
                     try:
                         handle(resource, metric, kind, data, point, points, step)
-                        counts[0] += 1
                     except _Rejected as exc:
+                        accepted -= 1
                         counts[1] += 1
                         if len(reasons) < MAX_REASONS:
                             reasons[f"{name!r}: {exc}"] = None
+        counts[0] += accepted
         res = dict(resource)
         stream = res.get("rltel.stream") or (
             res["rltel.role"] if res.get("rltel.role") in ("rollout", "eval") else "train"
@@ -208,25 +209,26 @@ class Decoder:
             return
         attrs = attributes(point.attributes) if point.attributes else ()
         reduce = _reduce(metric.description)
+        name, unit = metric.name, metric.unit
         count, total = point.count, point.sum
         if not math.isfinite(total):
             raise _Rejected(f"histogram sum {total!r} is not finite")
         if reduce == SCALAR:
             if count > 0:
-                out.append(Gauge(metric.name, total / count, count, metric.unit, attrs))
+                out.append(Gauge(name, total / count, count, unit, attrs))
             return
         if count == 0:
-            out.append(
-                Histogram(metric.name, 0, total, None, None, (), (), reduce, metric.unit, attrs)
-            )
+            out.append(Histogram(name, 0, total, None, None, (), (), reduce, unit, attrs))
             return
+        # optional fields read 0.0 when unset: ask HasField only then
         if total == 0.0 and not point.HasField("sum"):
             total = math.nan
-        low = point.min if point.HasField("min") else None
-        high = point.max if point.HasField("max") else None
-        out.append(
-            Histogram(metric.name, count, total, low, high, (), (), reduce, metric.unit, attrs)
-        )
+        low, high = point.min, point.max
+        if low == 0.0 and not point.HasField("min"):
+            low = None
+        if high == 0.0 and not point.HasField("max"):
+            high = None
+        out.append(Histogram(name, count, total, low, high, (), (), reduce, unit, attrs))
 
     def _histogram(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
         attrs = attributes(point.attributes) if point.attributes else ()

@@ -251,6 +251,7 @@ def test_flood_from_eight_clients_keeps_serving_with_bounded_memory(start_collec
     assert ok > 0 and len(codes) > 8
     assert server.request_counts().get("OK") == ok
     assert status_of(server.endpoint, gauges_request(4)) == grpc.StatusCode.OK
+    assert server.pipeline.force_flush()
     stats = server.pipeline.stats()
     exported = stats.sinks[("shared", "prometheus")]
     assert exported.exported + exported.dropped == ok + 1

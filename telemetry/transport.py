@@ -238,7 +238,7 @@ class OtlpTransport:
             Counter(f"rltel/otlp/{name}", float(health[name]), unit, start_time_unix_nano=start)
             for name, unit in _COUNTERS.items()
         ]
-        points.append(Gauge("rltel/otlp/queue_depth", float(health["queue_depth"]), unit="1"))
+        points.append(Gauge("rltel/otlp/queue_depth", float(health["queue_depth"]), unit="{request}"))
         points.append(Gauge("rltel/otlp/spool_bytes", float(health["spool_bytes"]), unit="By"))
         points.append(window.point("rltel/otlp/export_latency"))
         return points

@@ -1,0 +1,22 @@
+"""rltel's collector: an OTLP/gRPC receiver fanning out to Prometheus, W&B, SwanLab, TensorBoard.
+
+Run it with ``rltel collector --config collector.yaml`` or ``python -m collector``. It never
+imports torch.
+"""
+
+from collector.config import CollectorConfig, default_config, load
+from collector.decode import Decoder, DecodeResult
+from collector.merge import RolloutMerger
+from collector.pipeline import Pipeline
+from collector.server import CollectorServer
+
+__all__ = [
+    "CollectorConfig",
+    "CollectorServer",
+    "DecodeResult",
+    "Decoder",
+    "Pipeline",
+    "RolloutMerger",
+    "default_config",
+    "load",
+]

@@ -128,3 +128,16 @@ def test_collector_config_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_cli_print_config_and_bad_config(tmp_path, capsys):
+    from collector.__main__ import main
+
+    path = write(tmp_path, "receiver: {port: 4400}\nauth: {bearer_token: hunter2}\n")
+    assert main(["--config", str(path), "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["collector"]["receiver"]["port"] == 4400
+    assert printed["collector"]["sinks"]["prometheus"]["enabled"] is True
+    assert "hunter2" not in str(printed)
+    assert main(["--config", str(write(tmp_path, "receiver: {port: 99999}"))]) == 2
+    assert "collector.receiver.port" in capsys.readouterr().err

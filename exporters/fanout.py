@@ -175,6 +175,11 @@ class QueuedSink:
             self._shutdown_done = True
             self._dropped += sum(isinstance(item, Snapshot) for item in self._queue)
             self._queue.clear()
+            stalled = self._stalled
+        if stalled is not None:
+            # A slow export abandoned earlier may still finish within the deadline; the
+            # sink must still be shut down then (a W&B/SwanLab run left open is incomplete).
+            stalled.join(max(0.0, deadline - time.monotonic()))
         remaining = max(0.05, deadline - time.monotonic())
         try:
             self._call(lambda: self.sink.shutdown(remaining), remaining)

@@ -157,6 +157,23 @@ def test_shutdown_drains_with_deadline_and_is_idempotent():
     sleeping.release.set()
 
 
+def test_shutdown_waits_for_an_abandoned_slow_export_then_shuts_the_sink_down():
+    class Slow(Flaky):
+        name = "slow"
+
+        def export(self, snapshot, timeout_s=10.0):
+            time.sleep(0.4)  # past the 0.1 s timeout, well within the shutdown deadline
+            return super().export(snapshot, timeout_s)
+
+    slow = Slow([])
+    queued = QueuedSink(slow, timeout_s=0.1)
+    queued.submit(snap(0))
+    time.sleep(0.2)  # the call is now abandoned, still running
+    assert queued.stats().degraded
+    queued.shutdown(3.0)
+    assert slow.shutdowns == 1  # the run is finished, not left open
+
+
 def test_unused_queued_sink_shuts_down():
     flaky = Flaky([])
     QueuedSink(flaky).shutdown(1.0)

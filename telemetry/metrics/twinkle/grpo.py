@@ -110,7 +110,10 @@ class GRPOMetric(Metric):
             logits = as_tensor(field(outputs, "logits"), f"{self.name}/logits", labels.device)
             work = logits.to(torch.promote_types(logits.dtype, torch.float32))
             logp = torch.log_softmax(work / self.temperature, dim=-1)
-            entropies = -(logp.exp() * logp).sum(-1)
+            # p * log p is 0 where p = 0 (a -inf logit, e.g. a vocabulary masked off by
+            # top-k/top-p), not 0 * -inf = NaN.
+            p = logp.exp()
+            entropies = -torch.where(p > 0, p * logp, 0.0).sum(-1)
         if entropies is not None:
             entropies = self._aligned(entropies, "entropies", labels)
             self._sum("entropy_sum", torch.where(mask, entropies, zero).sum())

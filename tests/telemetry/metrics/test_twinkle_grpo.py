@@ -153,6 +153,25 @@ def test_per_token_advantages_and_given_entropies():
     assert got["train/clip_ratio"] == pytest.approx(expected["train/clip_ratio"])
 
 
+def test_entropy_from_logits_with_masked_vocabulary_is_finite():
+    labels = torch.tensor([[1, 2, -100]])
+    logits = torch.tensor(
+        [[[0.5, 1.5, -math.inf, 0.0], [-math.inf, 2.0, 1.0, -math.inf], [0.0, 0.0, 0.0, 0.0]]],
+        dtype=torch.float64,
+    )
+    new = torch.log_softmax(logits, -1).gather(-1, labels.clamp(min=0)[..., None])[..., 0]
+    metric = GRPOMetric()
+    metric.accumulate({"labels": labels}, {"logps": new, "logits": logits})
+
+    def entropy(row):  # only the tokens that can be drawn (p > 0) contribute
+        kept = [x for x in row if x != -math.inf]
+        norm = math.log(math.fsum(math.exp(x) for x in kept))
+        return -math.fsum(math.exp(x - norm) * (x - norm) for x in kept)
+
+    expected = (entropy([0.5, 1.5, -math.inf, 0.0]) + entropy([-math.inf, 2.0, 1.0, -math.inf])) / 2
+    assert metric.calculate()["train/entropy"] == pytest.approx(expected, rel=1e-12)
+
+
 def test_without_old_logps_only_new_policy_values():
     labels, _, new, _, _ = batch(5)
     metric = GRPOMetric(temperature=TEMP)

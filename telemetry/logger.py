@@ -192,16 +192,24 @@ class StatsLogger:
         self._window_start = now
 
     def _cumulative(self, snapshot: Snapshot) -> Snapshot:
-        """Scalar streams as running totals since the start; non-finite windows are skipped."""
-        points = []
+        """Scalar streams as running totals since the start.
+
+        A non-finite window would poison the running total for good: it is skipped and
+        counted in the transport's ``nonfinite_values``.
+        """
+        points, skipped = [], 0
         for point in snapshot.points:
             if isinstance(point, Gauge) and point.count is not None:
                 total, count = self._totals.get(point.key, (0.0, 0))
-                if math.isfinite(point.value) and point.count > 0:
+                if not math.isfinite(point.value):
+                    skipped += point.count > 0
+                elif point.count > 0:
                     total, count = total + point.value * point.count, count + int(point.count)
                     self._totals[point.key] = (total, count)
                 point = replace(point, value=total / count if count else 0.0, count=count)
             points.append(point)
+        if skipped and self.transport is not None:
+            self.transport.count_nonfinite(skipped)
         return replace(snapshot, points=tuple(points))
 
     def health(self) -> dict[str, Any]:

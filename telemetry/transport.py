@@ -213,6 +213,11 @@ class OtlpTransport:
             self._lock.notify()
         return True
 
+    def count_nonfinite(self, count: int) -> None:
+        """Add ``count`` non-finite values the caller found and did not submit as they are."""
+        if count:
+            self._bump("nonfinite_values", count)
+
     def health(self) -> dict[str, float]:
         """The transport's counters and current depths."""
         spool = self.spool
@@ -238,7 +243,9 @@ class OtlpTransport:
             Counter(f"rltel/otlp/{name}", float(health[name]), unit, start_time_unix_nano=start)
             for name, unit in _COUNTERS.items()
         ]
-        points.append(Gauge("rltel/otlp/queue_depth", float(health["queue_depth"]), unit="{request}"))
+        points.append(
+            Gauge("rltel/otlp/queue_depth", float(health["queue_depth"]), unit="{request}")
+        )
         points.append(Gauge("rltel/otlp/spool_bytes", float(health["spool_bytes"]), unit="By"))
         points.append(window.point("rltel/otlp/export_latency"))
         return points

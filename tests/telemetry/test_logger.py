@@ -172,6 +172,8 @@ def test_rollout_worker_sends_cumulative_scalar_totals(tmp_path):
     reference_sums = np.cumsum([v * c if math.isfinite(v) else 0.0 for v, c in windows])
     assert counts == reference_counts.tolist() and len(finite) == 3
     assert sums == pytest.approx(reference_sums.tolist())
+    # the NaN window is left out of the totals, but never silently: it is counted
+    assert stats.health()["otlp"]["nonfinite_values"] == 1
 
 
 def test_collector_down_then_up_commit_stays_fast_and_loses_nothing(tmp_path):

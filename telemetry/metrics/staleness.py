@@ -23,6 +23,7 @@ carry histogram buckets (``staleness_bounds``) for distributions and heatmaps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -67,17 +68,23 @@ def record_version_stats(
     Raises:
         ShapeMismatchError: shapes differ.
         MaskTypeError: ``mask`` is a float tensor.
-        InvalidValueError: ``current_version`` is not a number.
+        InvalidValueError: ``current_version`` is not a finite number.
     """
     tracker = resolve_tracker(tracker)
     with tracker.scope("version_stats"):
         key = tracker.full_key("")
-        if isinstance(current_version, bool) or not isinstance(current_version, (int, float)):
-            raise InvalidValueError(f"{key!r}: current_version must be a number")
+        if (
+            isinstance(current_version, bool)
+            or not isinstance(current_version, (int, float))
+            or not math.isfinite(current_version)
+        ):
+            raise InvalidValueError(
+                f"{key!r}: current_version must be a finite number, got {current_version!r}"
+            )
         if not isinstance(behavior_versions, torch.Tensor):
             raise ShapeMismatchError(f"{key!r}: behavior_versions must be a tensor")
         shape = behavior_versions.shape
-        valid_mask = as_mask(mask, key + "mask", shape)
+        valid_mask = as_mask(mask, tracker.full_key("mask"), shape)
         proximal = _proximal(proximal_version, current_version, behavior_versions, key)
         for name in ("sample_staleness_theta_avg", "sample_staleness_proximal_avg"):
             ensure_bounds(tracker, name, staleness_bounds)

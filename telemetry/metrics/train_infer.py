@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import torch
 
-from telemetry.errors import MaskTypeError, ShapeMismatchError
+from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 from telemetry.tracker import DistributedStatsTracker, ReduceType
 
 RATIO_THRESHOLDS = (1.5, 2.0, 3.0, 5.0, 10.0)
@@ -117,16 +117,22 @@ def record_train_infer(
     Raises:
         ShapeMismatchError: the three tensors differ in shape.
         MaskTypeError: ``mask`` is a float tensor.
+        InvalidValueError: a logprob input is not a tensor.
     """
     tracker = resolve_tracker(tracker)
     with tracker.scope("train_infer"):
         key = tracker.full_key("")
+        for name, value in (("trainer_logp", trainer_logp), ("rollout_logp", rollout_logp)):
+            if not isinstance(value, torch.Tensor):
+                raise InvalidValueError(
+                    f"{key!r}: {name} must be a tensor, got {type(value).__name__}"
+                )
         if trainer_logp.shape != rollout_logp.shape:
             raise ShapeMismatchError(
                 f"{key!r}: trainer_logp shape {tuple(trainer_logp.shape)} does not match "
                 f"rollout_logp shape {tuple(rollout_logp.shape)}"
             )
-        valid = as_mask(mask, key + "mask", trainer_logp.shape)
+        valid = as_mask(mask, tracker.full_key("mask"), trainer_logp.shape)
         ensure_bounds(tracker, "logp_diff", logp_diff_bounds)
         flat = as_rows(trainer_logp.shape)
         trainer_2d, rollout_2d = trainer_logp.reshape(flat), rollout_logp.reshape(flat)

@@ -23,6 +23,7 @@ no rank ran a batch.
 from __future__ import annotations
 
 import functools
+import numbers
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -197,9 +198,13 @@ class TrainPerf:
             return add_mask
         if isinstance(seq_lens, torch.Tensor):
             seq_lens = seq_lens.tolist()
-        lens = [int(n) for n in seq_lens]
-        if any(n < 0 for n in lens):
-            raise InvalidValueError(f"train_perf/tokens: negative sequence length in {lens}")
+        lens = list(seq_lens)
+        bad = [n for n in lens if isinstance(n, bool) or not isinstance(n, numbers.Integral)]
+        if bad or any(n < 0 for n in lens):
+            raise InvalidValueError(
+                f"train_perf/tokens: sequence lengths must be non-negative ints, got {lens}"
+            )
+        lens = [int(n) for n in lens]
         flops = estimate_batch_flops(self._estimator, lens) if self._estimator else 0.0
 
         def add_lens() -> None:

@@ -117,8 +117,10 @@ def test_errors_name_the_key(tracker):
     versions, mask = random_batch(6)
     with pytest.raises(ShapeMismatchError, match="version_stats"):
         record(tracker, versions, 3, mask[:, :-1])
-    with pytest.raises(MaskTypeError, match="version_stats"):
+    with pytest.raises(MaskTypeError, match="'ppo_actor/update/version_stats/mask'"):
         record(tracker, versions, 3, mask.float())
+    with pytest.raises(InvalidValueError, match="current_version"):
+        record(tracker, versions, math.nan, mask)
     with pytest.raises(InvalidValueError, match="version_stats"):
         record(tracker, versions, torch.tensor(3), mask)
     with pytest.raises(ShapeMismatchError, match="proximal_version"):

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from telemetry.errors import MaskTypeError, ShapeMismatchError
+from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 from telemetry.metrics import train_infer
 from telemetry.metrics.train_infer import DEFAULT_LOGP_DIFF_BOUNDS, record_train_infer
 from telemetry.snapshot import Histogram
@@ -221,8 +221,10 @@ def test_shape_and_mask_errors_name_the_key(tracker):
         record(tracker, trainer, rollout[:, :-1], mask)
     with pytest.raises(ShapeMismatchError, match="mask shape"):
         record(tracker, trainer, rollout, mask[:-1])
-    with pytest.raises(MaskTypeError, match="ppo_actor/train_infer"):
+    with pytest.raises(MaskTypeError, match="'ppo_actor/train_infer/mask'"):
         record(tracker, trainer, rollout, mask.double())
+    with pytest.raises(InvalidValueError, match="'ppo_actor/train_infer'.*trainer_logp"):
+        record(tracker, trainer.tolist(), rollout, mask)
 
 
 def test_recording_never_reads_values_on_the_host(tracker):

@@ -167,6 +167,12 @@ def test_failed_batch_not_counted_and_bad_inputs():
         pass
     with pytest.raises(InvalidValueError), perf.measure(seq_lens=[3, -1]):
         pass
+    for lens in ([3, 1.5], [3, True]):  # never truncated or read as 1
+        with (
+            pytest.raises(InvalidValueError, match="non-negative ints"),
+            perf.measure(seq_lens=lens),
+        ):
+            pass
     with pytest.raises(ConfigError):
         TrainPerf(peak_flops_per_device=0, register=False)
     with pytest.raises(ConfigError):

@@ -27,7 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from telemetry import accumulate
+from telemetry import kernels
 from telemetry.metrics import train_infer
 from telemetry.metrics.advantages import record_advantage_fractions
 from telemetry.metrics.staleness import record_version_stats
@@ -107,8 +107,8 @@ def main() -> None:
 
     # Compile the fused stat kernel (background thread) before timing, unless disabled.
     all_diagnostics()
-    accumulate.wait_for_kernels()
-    mode = "eager" if accumulate.compile_mode() == "off" else "fused (torch.compile)"
+    kernels.wait_for_kernels()
+    mode = "eager" if kernels.compile_mode() == "off" else "fused (torch.compile)"
     base = median_ms(one_pass, args.repeats)
     t_infer = median_ms(train_infer_only, args.repeats)
     t_all = median_ms(all_diagnostics, args.repeats)

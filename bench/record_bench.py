@@ -73,7 +73,7 @@ def held_bytes(stats_tracker) -> int:
 
 def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
     from telemetry import stats_tracker
-    from telemetry.accumulate import wait_for_kernels
+    from telemetry.kernels import wait_for_kernels
     from telemetry.reduce import collectives_issued
 
     torch.set_num_threads(1)

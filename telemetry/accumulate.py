@@ -1,23 +1,21 @@
 """Compact on-device accumulators: O(1) state per key, no device-to-host sync.
 
-A masked statistic keeps one float64 vector on the input's device:
-``[sum, count, min, -max, *bucket_counts]``. Storing ``-max`` lets one ``minimum``
-update both extrema; the layout tells the DP reduction which element takes which op.
-Nothing here reads a tensor value on the host, so recording never synchronises.
+A masked statistic keeps ``[sum, count, min, -max]`` as one float64 row of a per-device
+:class:`StatBank`, plus ``bucket_counts`` where bounds are configured. Storing ``-max``
+lets one ``minimum`` update both extrema; the layout tells the DP reduction which element
+takes which op. Nothing here reads a tensor value on the host, so recording never
+synchronises.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 
+from telemetry import kernels
 from telemetry.reduce import ReduceOp, StateLayout
 
-_log = logging.getLogger(__name__)
 _INF = float("inf")
 STAT_OPS = (ReduceOp.SUM, ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MIN)
 SCALAR_LAYOUT = StateLayout("scalar", STAT_OPS)
@@ -27,92 +25,6 @@ DENOMINATOR_LAYOUT = StateLayout("denominator", (ReduceOp.SUM,))
 def stat_layout(reduce: str, n_buckets: int) -> StateLayout:
     """Layout of a masked stat with ``n_buckets`` bucket counts (0 for none)."""
     return StateLayout(f"stat:{reduce}:b{n_buckets}", STAT_OPS + (ReduceOp.SUM,) * n_buckets)
-
-
-def _moments_eager(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``[sum, min, -max]`` of ``x`` over ``mask`` as float64, one unfused op at a time."""
-    total = torch.where(mask, x, 0).sum(dtype=torch.float64)
-    low = torch.where(mask, x, _INF).amin().to(torch.float64)
-    high = torch.where(mask, x, -_INF).amax().to(torch.float64)
-    return torch.stack([total, low, -high])
-
-
-def _moments_fusable(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The same as :func:`_moments_eager`, written so that inductor fuses it into one pass."""
-    xd = x.to(torch.float64)
-    total = torch.where(mask, xd, 0.0).sum()
-    low = torch.where(mask, xd, _INF).amin()
-    high = torch.where(mask, xd, -_INF).amax()
-    return torch.stack([total, low, -high])
-
-
-MomentsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-_kernels: dict[tuple[torch.dtype, str], MomentsFn] = {}
-_compiling: dict[tuple[torch.dtype, str], threading.Thread] = {}
-_kernels_lock = threading.Lock()
-
-
-def compile_mode() -> str:
-    """``RLTEL_COMPILE``: ``auto`` (default) compiles the fused kernel in the background.
-
-    ``0`` (or ``off``) keeps the eager kernel.
-    """
-    mode = os.environ.get("RLTEL_COMPILE", "auto")
-    return "off" if mode in ("0", "off", "false") else "auto"
-
-
-_compile_lock = threading.Lock()  # inductor's lazy imports are not thread-safe
-
-
-def _compile_kernel(key: tuple[torch.dtype, str]) -> None:
-    dtype, device_type = key
-    try:
-        with _compile_lock:
-            kernel = torch.compile(_moments_fusable, dynamic=True)
-            for n in (17, 33):  # two sizes: the graph must already be shape-generic
-                x = torch.zeros(n, dtype=dtype, device=device_type)
-                kernel(x, torch.ones(n, dtype=torch.bool, device=device_type))
-    except Exception as exc:  # no compiler toolchain, unsupported backend, ...
-        _log.warning(
-            "rltel: fused stat kernel unavailable for %s on %s (%s); using eager",
-            dtype,
-            device_type,
-            exc,
-        )
-        kernel = _moments_eager
-    with _kernels_lock:
-        _kernels[key] = kernel
-
-
-def moments_fn(x: torch.Tensor) -> MomentsFn:
-    """The masked-moments kernel for ``x``'s dtype and device.
-
-    The fused ``torch.compile`` kernel (one pass over ``x`` and the mask) is compiled on a
-    background thread at first use, with dynamic shapes so that later shapes reuse it;
-    until it is ready, and wherever compilation fails, the eager kernel is used. Inputs
-    are flattened to 1-D so that the tensor's rank does not cause recompiles.
-    """
-    if compile_mode() == "off":
-        return _moments_eager
-    key = (x.dtype, x.device.type)
-    kernel = _kernels.get(key)
-    if kernel is not None:
-        return kernel
-    with _kernels_lock:
-        if key not in _compiling and key not in _kernels:
-            thread = threading.Thread(
-                target=_compile_kernel, args=(key,), name="rltel-compile", daemon=True
-            )
-            _compiling[key] = thread
-            thread.start()
-    return _moments_eager
-
-
-def wait_for_kernels(timeout_s: float | None = None) -> bool:
-    """Block until background compilations finish (benchmarks, tests); True if all did."""
-    for thread in list(_compiling.values()):
-        thread.join(timeout_s)
-    return all(not t.is_alive() for t in _compiling.values())
 
 
 def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
@@ -126,35 +38,70 @@ def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: torch.Tensor) -> 
     return counts.scatter_add_(0, index.reshape(-1), mask.reshape(-1).to(torch.float64))
 
 
-def new_stat_state(device: torch.device, n_buckets: int) -> torch.Tensor:
-    """The empty state of a masked stat: sum 0, count 0, min +inf, -max +inf, buckets 0."""
-    state = torch.zeros(4 + n_buckets, dtype=torch.float64, device=device)
-    state[2:4] = _INF
-    return state
+def _fold_into(state: torch.Tensor, other: torch.Tensor) -> None:
+    """Fold one ``[sum, count, min, -max]`` state into another, in place."""
+    state[:2] += other[:2]
+    torch.minimum(state[2:4], other[2:4], out=state[2:4])
 
 
-def update_stat_state(state: torch.Tensor, moments: torch.Tensor, count: torch.Tensor) -> None:
-    """Fold one call's ``[sum, min, -max]`` and mask ``count`` into ``state`` in place."""
-    state[0] += moments[0]
-    state[1] += count
-    torch.minimum(state[2:4], moments[1:3], out=state[2:4])
+class StatBank:
+    """The masked-stat states of one device: a ``[rows, 4]`` float64 tensor, a row per key.
+
+    Rows persist across windows (their index tensors are built once per key tuple, so a
+    window never copies indices to the device again); ``take`` returns the touched rows'
+    states and resets them. One ``stat()`` call costs a gather, one kernel and a scatter,
+    whatever the number of its keys.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.data = torch.empty(0, 4, dtype=torch.float64, device=device)
+        self.rows: dict[str, int] = {}
+        self._indices: dict[tuple[str, ...], torch.Tensor] = {}
+
+    def _index(self, keys: tuple[str, ...]) -> torch.Tensor:
+        index = self._indices.get(keys)
+        if index is None:
+            new = [key for key in dict.fromkeys(keys) if key not in self.rows]
+            if new:
+                first = len(self.rows)
+                self.rows.update((key, first + i) for i, key in enumerate(new))
+                self.data = torch.cat([self.data, _empty_rows(len(new), self.device)])
+            index = torch.tensor(
+                [self.rows[k] for k in keys], dtype=torch.int64, device=self.device
+            )
+            self._indices[keys] = index
+        return index
+
+    def fold(
+        self,
+        keys: tuple[str, ...],
+        count: torch.Tensor,
+        mask: torch.Tensor,
+        float_mask,
+        xs: Sequence[torch.Tensor],
+    ) -> None:
+        """Accumulate the 1-D tensors ``xs`` (one dtype) over the 1-D ``mask`` into ``keys``."""
+        index = self._index(keys)
+        updated = kernels.fold(self.data.index_select(0, index), count, mask, float_mask, xs)
+        self.data.index_copy_(0, index, updated)
+
+    def take(self, keys: Sequence[str], reset: bool) -> dict[str, torch.Tensor]:
+        """The states of ``keys`` (copies); with ``reset`` their rows return to empty."""
+        keys = tuple(keys)
+        if not keys:
+            return {}
+        index = self._index(keys)
+        taken = self.data.index_select(0, index)
+        if reset:
+            self.data.index_copy_(0, index, _empty_rows(len(keys), self.device))
+        return dict(zip(keys, taken.unbind(0)))
 
 
-def record_masked(
-    states: Sequence[torch.Tensor],
-    tensors: Sequence[torch.Tensor],
-    mask: torch.Tensor,
-    count: torch.Tensor,
-    bounds: Sequence[torch.Tensor | None],
-) -> None:
-    """Accumulate each tensor over ``mask`` into its state (same order), on device."""
-    flat_mask = mask.reshape(-1)
-    for state, x, key_bounds in zip(states, tensors, bounds):
-        x = x.detach()
-        kernel = moments_fn(x) if x.numel() > 1 else _moments_eager
-        update_stat_state(state, kernel(x.reshape(-1), flat_mask), count)
-        if key_bounds is not None:
-            state[4:] += bucket_counts(x, mask, key_bounds)
+def _empty_rows(n: int, device: torch.device) -> torch.Tensor:
+    rows = torch.zeros(n, 4, dtype=torch.float64, device=device)
+    rows[:, 2:] = _INF
+    return rows
 
 
 class ScalarState:
@@ -181,19 +128,15 @@ class ScalarState:
 
     def add_tensor(self, value: torch.Tensor) -> None:
         value = value.detach().reshape(()).to(torch.float64)
+        sample = torch.stack([value, torch.ones_like(value), value, -value])
         if self._device_state is None:
-            self._device_state = new_stat_state(value.device, 0)
-        update_stat_state(
-            self._device_state, torch.stack([value, value, -value]), torch.ones_like(value)
-        )
+            self._device_state = _empty_rows(1, value.device)[0]
+        _fold_into(self._device_state, sample)
 
     def state(self) -> torch.Tensor:
         """The combined state as a float64 tensor (one copy from the device, if any)."""
         host = torch.tensor(self._host, dtype=torch.float64)
         if self._device_state is None:
             return host
-        device = self._device_state.cpu()
-        out = host.clone()
-        out[:2] += device[:2]
-        torch.minimum(out[2:4], device[2:4], out=out[2:4])
-        return out
+        _fold_into(host, self._device_state.cpu())
+        return host

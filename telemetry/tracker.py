@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -65,10 +66,11 @@ class DistributedStatsTracker:
         self._scope: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
             f"rltel_scope_{name or 'default'}_{id(self)}", default=()
         )
-        self._stats: dict[str, tuple[StatReduce, torch.Tensor]] = {}
+        self._stats: dict[str, _StatEntry] = {}
+        self._banks: dict[torch.device, accumulate.StatBank] = {}
         self._scalars: dict[str, accumulate.ScalarState] = {}
         self._denominators: dict[str, torch.Tensor] = {}
-        self._masks: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._masks: dict[str, _Denominator] = {}
         self._bounds: dict[str, tuple[tuple[float, ...], torch.Tensor | None]] = {}
 
     # -- keys and scopes -------------------------------------------------------------
@@ -142,7 +144,7 @@ class DistributedStatsTracker:
                 raise InvalidValueError(f"denominator {key!r}: empty mask {tuple(mask.shape)}")
             count = mask.sum(dtype=torch.float64).reshape(1)
             with self._lock:
-                self._masks[key] = (mask, count)
+                self._masks[key] = _Denominator(mask, count)
                 total = self._denominators.get(key)
                 if total is None:
                     self._denominators[key] = count
@@ -174,18 +176,33 @@ class DistributedStatsTracker:
                 f"{first!r}: unknown denominator {mask_key!r}; declared: "
                 f"{sorted(self._masks) or 'none'}"
             )
-        mask, count = declared
+        mask = declared.mask
         keys = [self.full_key(name) for name in tensors]
         values = [
             self._checked(key, value, mask, mask_key) for key, value in zip(keys, tensors.values())
         ]
+        flat_mask = mask.reshape(-1)
         with self._lock:
-            states, bounds = [], []
-            for key in keys:
-                state, key_bounds = self._stat_state(key, reduce, mask.device)
-                states.append(state)
-                bounds.append(key_bounds)
-            accumulate.record_masked(states, values, mask, count[0], bounds)
+            by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
+            for key, value in zip(keys, values):
+                self._stat_entry(key, reduce, mask.device)
+                by_dtype.setdefault(value.dtype, []).append((key, value.detach()))
+            bank = self._banks.get(mask.device)
+            if bank is None:
+                bank = self._banks[mask.device] = accumulate.StatBank(mask.device)
+            for group in by_dtype.values():
+                bank.fold(
+                    tuple(key for key, _ in group),
+                    declared.count,
+                    flat_mask,
+                    declared.float_mask,
+                    [value.reshape(-1) for _, value in group],
+                )
+            for key, value in zip(keys, values):
+                buckets = self._stats[key].buckets
+                if buckets is not None:
+                    bounds = self._bounds[key][1]
+                    buckets += accumulate.bucket_counts(value.detach(), mask, bounds)
 
     stat_compact = stat
 
@@ -240,22 +257,26 @@ class DistributedStatsTracker:
             )
         return value
 
-    def _stat_state(self, key: str, reduce: StatReduce, device: torch.device):
+    def _stat_entry(self, key: str, reduce: StatReduce, device: torch.device) -> None:
         if key in self._scalars:
             raise InvalidValueError(f"{key!r}: recorded as a scalar, now as a stat")
-        values, bounds = self._bounds.get(key, ((), None))
-        if values and (bounds is None or bounds.device != device):
-            bounds = torch.tensor(values, dtype=torch.float64, device=device)
-            self._bounds[key] = (values, bounds)
         entry = self._stats.get(key)
-        if entry is None:
-            entry = (reduce, accumulate.new_stat_state(device, len(values) + 1 if values else 0))
-            self._stats[key] = entry
-        elif entry[0] is not reduce:
-            raise InvalidValueError(
-                f"{key!r}: recorded with reduce type {entry[0].value}, now {reduce.value}"
-            )
-        return entry[1], bounds
+        if entry is not None:
+            if entry.reduce is not reduce:
+                raise InvalidValueError(
+                    f"{key!r}: recorded with reduce type {entry.reduce.value}, now {reduce.value}"
+                )
+            if entry.device != device:
+                raise InvalidValueError(f"{key!r}: recorded on {entry.device}, now on {device}")
+            return
+        values, bounds = self._bounds.get(key, ((), None))
+        buckets = None
+        if values:
+            if bounds is None or bounds.device != device:
+                bounds = torch.tensor(values, dtype=torch.float64, device=device)
+                self._bounds[key] = (values, bounds)
+            buckets = torch.zeros(len(values) + 1, dtype=torch.float64, device=device)
+        self._stats[key] = _StatEntry(reduce, device, buckets)
 
     # -- export -----------------------------------------------------------------------
 
@@ -263,22 +284,27 @@ class DistributedStatsTracker:
         """This window's states (keys starting with ``key`` if given), cleared if ``reset``."""
         with self._lock:
             stats, scalars, denoms = self._stats, self._scalars, self._denominators
+            kept_stats, kept_scalars, kept_denoms, kept_masks = {}, {}, {}, {}
             if key is not None:
                 stats, kept_stats = _split_prefix(stats, key)
                 scalars, kept_scalars = _split_prefix(scalars, key)
                 denoms, kept_denoms = _split_prefix(denoms, key)
                 _, kept_masks = _split_prefix(self._masks, key)
-            else:
-                kept_stats, kept_scalars, kept_denoms, kept_masks = {}, {}, {}, {}
+            taken: dict[str, torch.Tensor] = {}
+            for device, bank in self._banks.items():
+                keys = [k for k, entry in stats.items() if entry.device == device]
+                taken.update(bank.take(keys, reset))
             if reset:
                 self._stats, self._scalars = kept_stats, kept_scalars
                 self._denominators, self._masks = kept_denoms, kept_masks
             else:
-                stats = {k: (r, t.clone()) for k, (r, t) in stats.items()}
                 denoms = {k: t.clone() for k, t in denoms.items()}
         states: dict[str, State] = {}
-        for name, (reduce, state) in stats.items():
-            states[name] = (accumulate.stat_layout(reduce.value, state.numel() - 4), state)
+        for name, entry in stats.items():
+            state = taken[name]
+            if entry.buckets is not None:
+                state = torch.cat([state, entry.buckets.clone()])
+            states[name] = (accumulate.stat_layout(entry.reduce.value, state.numel() - 4), state)
         for name, scalar in scalars.items():
             states[name] = (accumulate.SCALAR_LAYOUT, scalar.state())
         for name, count in denoms.items():
@@ -313,6 +339,30 @@ class DistributedStatsTracker:
         from telemetry.stats_tracker import export_sources
 
         return export_sources([self], key=key, reduce_group=reduce_group, reset=reset)
+
+
+class _StatEntry(NamedTuple):
+    """A masked stat of the current window: its reduce type, device and bucket counts."""
+
+    reduce: StatReduce
+    device: torch.device
+    buckets: torch.Tensor | None
+
+
+class _Denominator:
+    """A declared mask, its valid count, and (made on first need) a float32 copy."""
+
+    __slots__ = ("_float", "count", "mask")
+
+    def __init__(self, mask: torch.Tensor, count: torch.Tensor) -> None:
+        self.mask = mask
+        self.count = count.reshape(())
+        self._float: torch.Tensor | None = None
+
+    def float_mask(self) -> torch.Tensor:
+        if self._float is None:
+            self._float = self.mask.reshape(-1).to(torch.float32)
+        return self._float
 
 
 def _split_prefix(mapping: dict, prefix: str) -> tuple[dict, dict]:

@@ -1,75 +1,31 @@
-"""The fused (compiled) and eager masked-moments kernels against numpy."""
+"""Compact state: the per-device stat bank, scalar states, bucket counts."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-import pytest
 import torch
 
 from telemetry import accumulate
 
 
-def numpy_moments(x: torch.Tensor, mask: torch.Tensor) -> list[float]:
-    values = x.to(torch.float64).numpy()[mask.numpy()]
-    return [values.sum(), values.min(), -values.max()]
-
-
-CASES = [
-    (torch.float32, [1.5, -2.0, 3.25, 8.0, -9.0], [True, True, False, True, False]),
-    (torch.float16, [0.5, 1.0, -0.25, 2.0], [True, True, True, True]),
-    (torch.bfloat16, [4.0, -8.0, 2.0], [False, True, True]),
-    (torch.float64, [-math.inf, 2.0, math.inf, 1.0], [True, True, False, True]),
-    (torch.float32, [float("nan"), 1.0, 2.0], [False, True, True]),  # NaN on padding only
-]
-
-
-@pytest.fixture(scope="module")
-def compiled_kernels():
-    import os
-
-    previous = os.environ.get("RLTEL_COMPILE")
-    os.environ["RLTEL_COMPILE"] = "auto"
-    try:
-        for dtype in {case[0] for case in CASES}:
-            accumulate.moments_fn(torch.zeros(4, dtype=dtype))
-        assert accumulate.wait_for_kernels(timeout_s=300)
-        yield {dtype: accumulate.moments_fn(torch.zeros(4, dtype=dtype)) for dtype, *_ in CASES}
-    finally:
-        os.environ["RLTEL_COMPILE"] = previous or "0"
-
-
-@pytest.mark.parametrize(("dtype", "values", "mask"), CASES)
-def test_eager_and_fused_kernels_match_numpy(compiled_kernels, dtype, values, mask):
-    x = torch.tensor(values, dtype=dtype)
-    m = torch.tensor(mask)
-    expected = numpy_moments(x, m)
-    for kernel in (accumulate._moments_eager, compiled_kernels[dtype]):
-        got = kernel(x, m).tolist()
-        assert got == pytest.approx(expected, rel=1e-12, nan_ok=True), kernel
-
-
-def test_fused_kernel_is_really_compiled_and_shape_generic(compiled_kernels):
-    import torch._dynamo
-
-    kernel = compiled_kernels[torch.float32]
-    assert kernel is not accumulate._moments_eager
-    before = dict(torch._dynamo.utils.counters["stats"])
-    rng = np.random.default_rng(0)
-    for n in (1000, 4096 * 16, 12345):
-        x = torch.from_numpy(rng.normal(size=n).astype(np.float32))
-        m = torch.from_numpy(rng.random(n) < 0.7)
-        assert kernel(x, m).tolist() == pytest.approx(numpy_moments(x, m), rel=1e-12)
-    after = dict(torch._dynamo.utils.counters["stats"])
-    assert after.get("unique_graphs", 0) == before.get("unique_graphs", 0)  # no recompile
-
-
-def test_nan_on_a_valid_element_propagates(compiled_kernels):
-    x = torch.tensor([1.0, float("nan"), 3.0])
-    m = torch.ones(3, dtype=torch.bool)
-    for kernel in (accumulate._moments_eager, compiled_kernels[torch.float32]):
-        assert all(math.isnan(v) for v in kernel(x, m).tolist())
+def test_bank_rows_accumulate_and_take_resets_only_the_taken_keys():
+    bank = accumulate.StatBank(torch.device("cpu"))
+    mask = torch.tensor([True, False, True])
+    count = torch.tensor(2.0, dtype=torch.float64)
+    bank.fold(
+        ("a", "b"),
+        count,
+        mask,
+        mask.float,
+        [torch.tensor([1.0, 9.0, 3.0]), torch.tensor([-1.0, 9.0, 0.5])],
+    )
+    bank.fold(("b",), count, mask, mask.float, [torch.tensor([4.0, 9.0, 2.0])])
+    taken = bank.take(["b"], reset=True)
+    assert taken["b"].tolist() == [5.5, 4.0, -1.0, -4.0]
+    states = bank.take(["a", "b"], reset=False)
+    assert states["a"].tolist() == [4.0, 2.0, 1.0, -3.0]
+    assert states["b"].tolist() == [0.0, 0.0, math.inf, math.inf]  # reset by the first take
 
 
 def test_bucket_counts_include_nan_in_last_bucket():

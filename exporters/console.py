@@ -14,6 +14,7 @@ import threading
 from typing import TextIO
 
 from exporters.base import ExportResult, Sink
+from exporters.moe_tables import flat_without_experts
 from telemetry.config import ConsoleConfig
 from telemetry.snapshot import Snapshot
 
@@ -55,7 +56,7 @@ def format_table(snapshot: Snapshot, width: int) -> str:
     """The table of ``snapshot`` in at most ``width`` columns (a newline-terminated text)."""
     width = max(width, 24)
     lines = [_header(snapshot)[:width]]
-    items = sorted(snapshot.flat().items())
+    items = sorted(flat_without_experts(snapshot).items())
     if not items:
         return "\n".join([*lines, "  (no values)"]) + "\n"
     values = [_format_value(value) for _, value in items]

@@ -80,3 +80,17 @@ def test_sink_writes_header_and_table_and_survives_a_closed_stream():
     assert sink.export(snapshot([Gauge("x", 0.5)])) is ExportResult.PERMANENT_FAILURE
     sink.shutdown()
     sink.shutdown()
+
+
+def test_moe_balance_shows_the_per_layer_summary_only():
+    points = [
+        Gauge("moe_balance/max_over_ideal", 1.5, attributes=(("layer", 0),)),
+        Gauge("moe_balance/load_percent", 75.0, attributes=(("layer", 0), ("expert", 0))),
+        Gauge("moe_balance/load_percent", 25.0, attributes=(("layer", 0), ("expert", 1))),
+        Gauge("moe_balance/tokens", 3.0, attributes=(("layer", 0), ("expert", 0))),
+    ]
+    stream = io.StringIO()
+    ConsoleSink(ConsoleConfig(width=100), stream=stream).export(snapshot(points))
+    text = stream.getvalue()
+    assert "moe_balance/layer_0/max_over_ideal" in text
+    assert "expert_" not in text

@@ -26,19 +26,29 @@ a series past its limit) are counted as rejected with a reason, never raised.
 
 from __future__ import annotations
 
-import itertools
 import math
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
+from collector.otlp import Rejected, attributes, explicit, exponential, number
 from collector.temporality import HistogramState, SumState, histogram_window
-from telemetry.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce, Step
+from telemetry.snapshot import (
+    Counter,
+    Gauge,
+    Histogram,
+    Point,
+    Snapshot,
+    StatReduce,
+    Step,
+    trusted_counter,
+    trusted_gauge,
+    trusted_histogram,
+)
 
 DELTA, CUMULATIVE = 1, 2
 NO_RECORDED_VALUE = 1
@@ -75,10 +85,6 @@ class DecodeResult:
         return f"rejected {self.rejected} data points: " + "; ".join(self.reasons)
 
 
-class _Rejected(Exception):
-    """One data point that cannot be mapped; the message says why."""
-
-
 class Decoder:
     """Decodes requests into Snapshots, keeping the per-series temporality state.
 
@@ -103,6 +109,13 @@ class Decoder:
         self._lock = threading.Lock()
         self._state: dict[tuple, HistogramState | SumState] = {}
         self._per_metric: dict[str, int] = {}
+        self._handlers = {
+            "gauge": self._gauge,
+            "sum": self._sum,
+            "histogram": self._explicit_histogram,
+            "exponential_histogram": self._exponential_histogram,
+            "summary": self._summary,
+        }
 
     @property
     def series(self) -> int:
@@ -124,6 +137,7 @@ class Decoder:
         points: list[Point] = []
         step: dict[str, int] = {}
         latest = accepted = 0
+        handlers = self._handlers
         for scope_metrics in rm.scope_metrics:
             for metric in scope_metrics.metrics:
                 kind = metric.WhichOneof("data")
@@ -135,15 +149,11 @@ class Decoder:
                 data = getattr(metric, kind)
                 if kind == "histogram" and data.aggregation_temporality == DELTA:
                     handle = self._delta_histogram
-                elif kind == "histogram" or kind == "exponential_histogram":
-                    handle = self._histogram
-                elif kind == "gauge":
-                    handle = self._gauge
-                elif kind == "sum":
-                    handle = self._sum
                 else:
-                    handle = self._summary
-                for point in data.data_points:
+                    handle = handlers[kind]
+                # upb containers have no __iter__: iterating one ends in an IndexError;
+                # a slice is a plain list
+                for point in data.data_points[:]:
                     time_unix_nano = point.time_unix_nano
                     if time_unix_nano > latest:
                         latest = time_unix_nano
@@ -151,8 +161,8 @@ class Decoder:
                     if point.flags & NO_RECORDED_VALUE:
                         continue  # an explicit "no value": accepted, nothing to show
                     try:
-                        handle(resource, metric, kind, data, point, points, step)
-                    except _Rejected as exc:
+                        handle(metric, name, data, point, points, step, resource)
+                    except Rejected as exc:
                         accepted -= 1
                         counts[1] += 1
                         if len(reasons) < MAX_REASONS:
@@ -170,55 +180,63 @@ class Decoder:
             stream=str(stream),
         )
 
-    def _gauge(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
-        value = _number(point)
-        name = metric.name
+    # Handlers: (metric, name, data, point, out, step, resource); each appends the points
+    # of one data point to ``out`` (or the step to ``step``), or raises Rejected.
+
+    def _gauge(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
+        value = number(point)
         if name in STEP_GAUGES:
             if not math.isfinite(value):
-                raise _Rejected(f"step value {value!r} is not finite")
+                raise Rejected(f"step value {value!r} is not finite")
             step[STEP_GAUGES[name]] = int(value)
             return
-        attrs = attributes(point.attributes) if point.attributes else ()
-        out.append(Gauge(name, value, None, metric.unit, attrs))
+        kvs = point.attributes
+        attrs = attributes(kvs) if kvs else ()
+        out.append(trusted_gauge(name, value, None, metric.unit, attrs))
 
-    def _sum(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
-        value = _number(point)
-        attrs = attributes(point.attributes) if point.attributes else ()
+    def _sum(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
+        value = number(point)
+        kvs = point.attributes
+        attrs = attributes(kvs) if kvs else ()
+        monotonic = data.is_monotonic
         if data.aggregation_temporality == DELTA:
-            key = ("sum", resource, metric.name, attrs)
+            key = ("sum", resource, name, attrs)
             state = self._state.get(key)
             if state is None:
-                state = self._remember(key, metric.name, SumState(point.start_time_unix_nano, 0.0))
-            if data.is_monotonic and value < 0:
-                raise _Rejected("negative delta in a monotonic sum")
+                state = self._remember(key, name, SumState(point.start_time_unix_nano, 0.0))
+            if monotonic and value < 0:
+                raise Rejected("negative delta in a monotonic sum")
             state.total += value
             value, start = state.total, state.start_time_unix_nano
         else:
             start = point.start_time_unix_nano
-        if not data.is_monotonic:
-            out.append(Gauge(metric.name, value, None, metric.unit, attrs))
+        if not monotonic:
+            out.append(trusted_gauge(name, value, None, metric.unit, attrs))
             return
         if not math.isfinite(value) or value < 0:
-            raise _Rejected(f"monotonic sum value {value!r} is not a finite total >= 0")
-        out.append(Counter(metric.name, value, metric.unit, attrs, start))
+            raise Rejected(f"monotonic sum value {value!r} is not a finite total >= 0")
+        out.append(trusted_counter(name, value, metric.unit, attrs, start))
 
-    def _delta_histogram(self, resource, metric, kind, data, point, out, step) -> None:
+    def _delta_histogram(self, metric, name: str, data, point, out, step, resource) -> None:
         """The hot path: rltel's trainer histograms and scalar windows (delta, no buckets)."""
         if point.explicit_bounds:
-            self._histogram(resource, metric, kind, data, point, out, step)
+            self._explicit_histogram(metric, name, data, point, out, step, resource)
             return
-        attrs = attributes(point.attributes) if point.attributes else ()
-        reduce = _reduce(metric.description)
-        name, unit = metric.name, metric.unit
+        kvs = point.attributes
+        attrs = attributes(kvs) if kvs else ()
+        description = metric.description
+        reduce = _REDUCE_OF.get(description) or _reduce(description)
         count, total = point.count, point.sum
         if not math.isfinite(total):
-            raise _Rejected(f"histogram sum {total!r} is not finite")
+            raise Rejected(f"histogram sum {total!r} is not finite")
         if reduce == SCALAR:
             if count > 0:
-                out.append(Gauge(name, total / count, count, unit, attrs))
+                out.append(trusted_gauge(name, total / count, count, metric.unit, attrs))
             return
         if count == 0:
-            out.append(Histogram(name, 0, total, None, None, (), (), reduce, unit, attrs))
+            out.append(
+                trusted_histogram(name, 0, total, None, None, (), (), reduce, metric.unit, attrs)
+            )
             return
         # optional fields read 0.0 when unset: ask HasField only then
         if total == 0.0 and not point.HasField("sum"):
@@ -228,18 +246,25 @@ class Decoder:
             low = None
         if high == 0.0 and not point.HasField("max"):
             high = None
-        out.append(Histogram(name, count, total, low, high, (), (), reduce, unit, attrs))
+        # no bounds, no buckets: the Histogram invariant holds without its check
+        out.append(
+            trusted_histogram(name, count, total, low, high, (), (), reduce, metric.unit, attrs)
+        )
 
-    def _histogram(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
+    def _explicit_histogram(self, metric, name, data, point, out, step, resource) -> None:
+        self._histogram(metric, name, data, point, out, resource, explicit(point))
+
+    def _exponential_histogram(self, metric, name, data, point, out, step, resource) -> None:
+        self._histogram(metric, name, data, point, out, resource, exponential(point))
+
+    def _histogram(self, metric, name, data, point, out, resource, current) -> None:
         attrs = attributes(point.attributes) if point.attributes else ()
-        delta = data.aggregation_temporality == DELTA
         reduce = _reduce(metric.description)
-        current = _explicit(point) if kind == "histogram" else _exponential(point)
-        if not delta:
-            key = ("histogram", resource, metric.name, attrs)
+        if data.aggregation_temporality != DELTA:
+            key = ("histogram", resource, name, attrs)
             previous = self._state.get(key)
             if previous is None:
-                self._remember(key, metric.name, current)
+                self._remember(key, name, current)
             else:
                 self._state[key] = current
             window = histogram_window(previous, current, self.started_ns)
@@ -249,11 +274,11 @@ class Decoder:
         if reduce == SCALAR:
             if current.count > 0:
                 value = current.sum / current.count
-                out.append(Gauge(metric.name, value, current.count, metric.unit, attrs))
+                out.append(Gauge(name, value, current.count, metric.unit, attrs))
             return
         out.append(
             Histogram(
-                metric.name,
+                name,
                 current.count,
                 current.sum,
                 current.min if current.count else None,
@@ -266,58 +291,25 @@ class Decoder:
             )
         )
 
-    def _summary(self, resource, metric, kind, data, point, out: list, step: dict) -> None:
+    def _summary(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
         attrs = attributes(point.attributes)
         for quantile in point.quantile_values:
             labels = (*attrs, ("quantile", repr(float(quantile.quantile))))
-            out.append(Gauge(metric.name, quantile.value, None, metric.unit, labels))
+            out.append(Gauge(name, quantile.value, None, metric.unit, labels))
         start = point.start_time_unix_nano
-        out.append(Counter(metric.name + "_count", float(point.count), "", attrs, start))
+        out.append(Counter(name + "_count", float(point.count), "", attrs, start))
         if math.isfinite(point.sum) and point.sum >= 0:
-            out.append(Counter(metric.name + "_sum", point.sum, metric.unit, attrs, start))
+            out.append(Counter(name + "_sum", point.sum, metric.unit, attrs, start))
 
     def _remember(self, key: tuple, metric: str, state):
         held = self._per_metric.get(metric, 0)
         if held >= self.max_series_per_metric:
-            raise _Rejected(f"series limit {self.max_series_per_metric} reached")
+            raise Rejected(f"series limit {self.max_series_per_metric} reached")
         if len(self._state) >= self.max_series_total:
-            raise _Rejected(f"total series limit {self.max_series_total} reached")
+            raise Rejected(f"total series limit {self.max_series_total} reached")
         self._per_metric[metric] = held + 1
         self._state[key] = state
         return state
-
-
-def attributes(kvs: Iterable) -> tuple:
-    """OTLP ``KeyValue`` list -> Snapshot attributes (plain str/bool/int/float values)."""
-    return tuple((kv.key, _any(kv.value)) for kv in kvs)
-
-
-def _any(value):
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        return value.string_value
-    if which == "int_value":
-        return value.int_value
-    if which == "double_value":
-        return value.double_value
-    if which == "bool_value":
-        return value.bool_value
-    if which == "array_value":
-        return "[" + ",".join(str(_any(v)) for v in value.array_value.values) + "]"
-    if which == "kvlist_value":
-        return "{" + ",".join(f"{k}={v}" for k, v in attributes(value.kvlist_value.values)) + "}"
-    if which == "bytes_value":
-        return value.bytes_value.hex()
-    return ""
-
-
-def _number(point) -> float:
-    which = point.WhichOneof("value")
-    if which == "as_double":
-        return point.as_double
-    if which == "as_int":
-        return float(point.as_int)
-    raise _Rejected("a number data point without a value")
 
 
 def _reduce(description: str) -> StatReduce | str:
@@ -331,91 +323,6 @@ def _reduce(description: str) -> StatReduce | str:
             return SCALAR
         return _REDUCES.get(name, StatReduce.AVG_MIN_MAX)
     return StatReduce.AVG_MIN_MAX
-
-
-def _explicit(point) -> HistogramState:
-    bounds = tuple(point.explicit_bounds)
-    buckets = tuple(point.bucket_counts)
-    if bounds:
-        if len(buckets) != len(bounds) + 1:
-            raise _Rejected(f"{len(bounds)} bounds need {len(bounds) + 1} bucket counts")
-        if not _increasing(bounds):
-            raise _Rejected("histogram bounds are not finite and strictly increasing")
-        if sum(buckets) != point.count:
-            raise _Rejected(f"bucket counts sum to {sum(buckets)}, count is {point.count}")
-    else:
-        buckets = ()
-    return HistogramState(
-        point.start_time_unix_nano,
-        point.count,
-        _hist_sum(point),
-        point.min if point.HasField("min") else None,
-        point.max if point.HasField("max") else None,
-        bounds,
-        buckets,
-    )
-
-
-def _exponential(point) -> HistogramState:
-    """Exponential buckets as explicit ones: bucket ``i`` covers ``(base**i, base**(i+1)]``.
-
-    Buckets that floats cannot bound exactly (overflow, too fine a scale) are dropped;
-    count, sum, min and max are kept.
-    """
-    try:
-        bounds, counts = _exponential_buckets(point)
-    except (OverflowError, ZeroDivisionError):
-        bounds, counts = [], []
-    if not _increasing(bounds) or sum(counts) != point.count:
-        bounds, counts = [], []
-    return HistogramState(
-        point.start_time_unix_nano,
-        point.count,
-        _hist_sum(point),
-        point.min if point.HasField("min") else None,
-        point.max if point.HasField("max") else None,
-        tuple(bounds),
-        tuple(counts),
-    )
-
-
-def _exponential_buckets(point) -> tuple[list[float], list[int]]:
-    base = 2.0 ** (2.0**-point.scale)
-    bounds: list[float] = []
-    counts: list[int] = []
-    negative = list(point.negative.bucket_counts)
-    if negative:
-        top = point.negative.offset + len(negative)
-        bounds.append(-(base**top))
-        counts.append(0)
-        for index in range(len(negative) - 1, -1, -1):
-            bounds.append(-(base ** (point.negative.offset + index)))
-            counts.append(negative[index])
-    bounds.append(0.0)
-    counts.append(point.zero_count)
-    positive = list(point.positive.bucket_counts)
-    if positive:
-        bounds.append(base**point.positive.offset)
-        counts.append(0)
-        for index, count in enumerate(positive):
-            bounds.append(base ** (point.positive.offset + index + 1))
-            counts.append(count)
-    counts.append(0)
-    return bounds, counts
-
-
-def _increasing(bounds: Iterable[float]) -> bool:
-    """True when ``bounds`` are finite and strictly increasing."""
-    values = list(bounds)
-    return all(map(math.isfinite, values)) and all(lo < hi for lo, hi in itertools.pairwise(values))
-
-
-def _hist_sum(point) -> float:
-    if not point.HasField("sum"):
-        return math.nan if point.count else 0.0
-    if not math.isfinite(point.sum):
-        raise _Rejected(f"histogram sum {point.sum!r} is not finite")
-    return point.sum
 
 
 def _step(values: dict[str, int]) -> Step | None:

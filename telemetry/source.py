@@ -26,3 +26,24 @@ class StateSource(Protocol):
     def build_points(self, reduced: Mapping[str, np.ndarray]) -> list[Point]: ...
 
     def reset(self) -> None: ...
+
+
+class RegisteredSource:
+    """Mixin for producers that join ``stats_tracker.export_all`` from construction to ``close``."""
+
+    _registered = False
+
+    def _join_export_all(self, register: bool) -> None:
+        if register:
+            from telemetry import stats_tracker
+
+            stats_tracker.register_source(self)
+            self._registered = True
+
+    def close(self) -> None:
+        """Stop joining ``export_all`` (idempotent)."""
+        if self._registered:
+            from telemetry import stats_tracker
+
+            stats_tracker.unregister_source(self)
+            self._registered = False

@@ -33,6 +33,7 @@ import torch
 from telemetry.errors import InvalidValueError
 from telemetry.reduce import ReduceOp, State, StateLayout
 from telemetry.snapshot import Gauge, Point
+from telemetry.source import RegisteredSource
 
 PREFIX = "moe_balance/layer_"
 
@@ -43,7 +44,7 @@ def _positive_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
-class MoEBalance:
+class MoEBalance(RegisteredSource):
     """Per-layer, per-expert routing counts of training forwards, reduced at export.
 
     Args:
@@ -57,19 +58,7 @@ class MoEBalance:
         self._counts: dict[int, torch.Tensor] = {}
         self._experts: dict[int, int] = {}
         self._training = 0
-        self._registered = register
-        if register:
-            from telemetry import stats_tracker
-
-            stats_tracker.register_source(self)
-
-    def close(self) -> None:
-        """Stop joining ``export_all`` (idempotent)."""
-        if self._registered:
-            from telemetry import stats_tracker
-
-            stats_tracker.unregister_source(self)
-            self._registered = False
+        self._join_export_all(register)
 
     @contextmanager
     def training(self) -> Iterator[None]:

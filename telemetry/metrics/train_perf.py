@@ -36,6 +36,7 @@ from telemetry.errors import ConfigError, InvalidValueError, MaskTypeError
 from telemetry.metrics.flops import FlopsEstimator, estimate_batch_flops
 from telemetry.reduce import ReduceOp, State, StateLayout
 from telemetry.snapshot import Counter, Gauge, Point
+from telemetry.source import RegisteredSource
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,7 +46,7 @@ _S, _M = ReduceOp.SUM, ReduceOp.MAX
 _LAYOUT = StateLayout("train_perf", (_S, _S, _S, _M, _S, _S, _M, _S))
 
 
-class TrainPerf:
+class TrainPerf(RegisteredSource):
     """Accumulates training tokens, time and estimated FLOPs between exports.
 
     Args:
@@ -104,19 +105,7 @@ class TrainPerf:
         self._total_tokens = 0
         self._total_flops = 0.0
         self._total_seconds = 0.0
-        self._registered = register
-        if register:
-            from telemetry import stats_tracker
-
-            stats_tracker.register_source(self)
-
-    def close(self) -> None:
-        """Stop joining ``export_all`` (idempotent)."""
-        if self._registered:
-            from telemetry import stats_tracker
-
-            stats_tracker.unregister_source(self)
-            self._registered = False
+        self._join_export_all(register)
 
     @contextmanager
     def measure(

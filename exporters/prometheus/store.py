@@ -50,18 +50,20 @@ class _Hist:
     max: float | None = None
     seen: float = 0.0
 
-    def add(self, point: Histogram, overflow: bool) -> None:
+    def add(self, point: Histogram, overflow: bool, now: float) -> None:
         """Accumulate one window; mismatched bounds (overflow only) land in ``+Inf``."""
-        self.count += point.count
-        self.sum += point.sum
-        if point.bucket_counts and point.bounds == self.bounds:
-            for i, n in enumerate(point.bucket_counts):
+        count, total, buckets = point.count, point.sum, point.bucket_counts
+        self.count += count
+        self.sum += total
+        if buckets and point.bounds == self.bounds:
+            for i, n in enumerate(buckets):
                 self.buckets[i] += n
-        elif overflow or not point.bucket_counts:
-            self.buckets[-1] += point.count
-        if point.count > 0:
-            self.avg = point.sum / point.count
+        elif overflow or not buckets:
+            self.buckets[-1] += count
+        if count > 0:
+            self.avg = total / count
             self.min, self.max = point.min, point.max
+        self.seen = now
 
 
 @dataclass(slots=True)
@@ -95,6 +97,7 @@ class SeriesStore:
         self.expire_seconds = expire_seconds
         self.clock = clock
         self.families: dict[MetricKey, _Family] = {}
+        self._family_of: dict[tuple[type, str, str], _Family] = {}  # point type, metric, unit
         self.names: dict[MetricKey, str] = {}
         self.targets: dict[Labels, tuple[Labels, float]] = {}
         self.resources: dict[Attributes, tuple[Labels, Labels]] = {}
@@ -111,40 +114,52 @@ class SeriesStore:
         now = self.clock()
         base, target = self._resource(snapshot.resource)
         self.targets[base] = (target, now)
+        overflow_labels = (*base, OVERFLOW_LABEL)
         overflow_counters: dict[tuple[MetricKey, Labels], float] = {}
-        new_keys = False
+        families_before = len(self.families)
+        family_of, limit = self._family_of, self.series_limit
         for point in snapshot.points:
-            key = _key_of(point)
-            family = self.families.get(key)
+            family = family_of.get((type(point), point.metric, point.unit))
             if family is None:
-                family = self.families[key] = _Family(key, _help(point))
-                new_keys = True
-            labels = base + _point_labels(point.attributes)
+                family = self._family(point)
+            attrs = point.attributes
+            labels = base + _point_labels(attrs) if attrs else base
             table = family.series
-            if labels not in table and len(table) >= self.series_limit:
+            state = table.get(labels)
+            overflow = state is None and len(table) >= limit
+            if overflow:
                 self.overflowed_points += 1
-                labels, table = (*base, OVERFLOW_LABEL), family.overflow
+                labels, table = overflow_labels, family.overflow
                 if isinstance(point, Counter):
-                    slot = (key, labels)
+                    slot = (family.key, labels)
                     overflow_counters[slot] = overflow_counters.get(slot, 0.0) + point.value
                     continue
-            self._update(table, labels, point, now, table is family.overflow)
+                state = table.get(labels)
+            if isinstance(point, Histogram):
+                if state is None or (not overflow and point.bounds != state.bounds):
+                    state = table[labels] = _Hist(
+                        point.bounds, buckets=[0] * (len(point.bounds) + 1)
+                    )
+                state.add(point, overflow, now)
+            elif state is None:
+                table[labels] = _Value(float(point.value), now)
+            else:  # a gauge's or counter's last value
+                state.value, state.seen = float(point.value), now
         for (key, labels), total in overflow_counters.items():
             self.families[key].overflow[labels] = _Value(total, now)
         self.snapshots += 1
         self.points += len(snapshot.points)
-        if new_keys:
+        if len(self.families) != families_before:
             self._rename()
 
-    def _update(self, table: dict, labels: Labels, point, now: float, overflow: bool) -> None:
-        if isinstance(point, Histogram):
-            state = table.get(labels)
-            if state is None or (not overflow and point.bounds != state.bounds):
-                state = table[labels] = _Hist(point.bounds, buckets=[0] * (len(point.bounds) + 1))
-            state.add(point, overflow)
-            state.seen = now
-        else:
-            table[labels] = _Value(float(point.value), now)
+    def _family(self, point) -> _Family:
+        """The family of ``point``'s metric, created on first sight; cached by point type."""
+        key = _key_of(point)
+        family = self.families.get(key)
+        if family is None:
+            family = self.families[key] = _Family(key, _help(point))
+        self._family_of[(type(point), point.metric, point.unit)] = family
+        return family
 
     def _resource(self, resource: Attributes) -> tuple[Labels, Labels]:
         cached = self.resources.get(resource)
@@ -191,6 +206,7 @@ class SeriesStore:
             if not family.series and not family.overflow:
                 del self.families[key]
                 self.names.pop(key, None)
+                self._family_of.clear()
         for labels in [k for k, (_, seen) in self.targets.items() if seen < cutoff]:
             del self.targets[labels]
         if len(self.names) != len(self.families):

@@ -307,6 +307,8 @@ def test_series_expire(make_sink, clock):
     assert (
         "a" not in fams and value(fams["rltel_prometheus_series"], "rltel_prometheus_series") == 0
     )
+    sink.export(snap(Gauge("a", 5.0)))  # an expired metric comes back as a new family
+    assert value(families(scrape(sink))["a"], "a") == 5.0
 
 
 def test_http_endpoints_register_and_errors(make_sink):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import logging
 import math
 import threading
 import time
@@ -51,6 +52,8 @@ _STAT_TYPES = {
     ReduceType.MIN: StatReduce.MIN,
     ReduceType.MAX: StatReduce.MAX,
 }
+_log = logging.getLogger(__name__)
+_warned_bounds: set[str] = set()
 _ACCEPTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -384,6 +387,9 @@ def _point_for(
     reduce = StatReduce(layout.kind.split(":")[1])
     buckets = tuple(int(c) for c in values[4:])
     if len(bounds) + 1 != len(buckets):  # bounds configured on other ranks only
+        if key not in _warned_bounds:
+            _warned_bounds.add(key)
+            _log.warning("%r: bucket bounds are set on other ranks only; buckets dropped here", key)
         bounds, buckets = (), ()
     return Histogram(
         key,

@@ -148,3 +148,23 @@ def test_wrong_state_size_is_rejected():
     layout = StateLayout("custom", (ReduceOp.SUM, ReduceOp.SUM))
     with pytest.raises(KeyMismatchError, match="'a'"):
         reduce_states({"a": (layout, torch.zeros(3, dtype=torch.float64))})
+
+
+def _bounds_on_rank_one_only(rank: int, world: int):
+    from telemetry.stats_tracker import DistributedStatsTracker
+
+    tracker = DistributedStatsTracker()
+    if rank == 1:
+        tracker.set_bucket_bounds("x", [0.0, 1.0])
+    tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
+    tracker.stat(x=torch.tensor([-1.0, 0.5, 2.0]), denominator="valid")
+    try:
+        tracker.export()
+    except KeyMismatchError as exc:
+        return str(exc)
+    return None
+
+
+def test_bucket_bounds_on_some_ranks_only_is_a_layout_conflict():
+    for message in run_ranks(_bounds_on_rank_one_only, 2):
+        assert message is not None and "'x'" in message and "b3" in message and "b0" in message

@@ -20,6 +20,7 @@ from typing import Any
 
 from exporters.base import ExportResult, Sink
 from exporters.local_files import writable_dir
+from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig, public_dict
 from telemetry.snapshot import Snapshot
 
@@ -51,7 +52,7 @@ class SwanlabSink(Sink):
         self._swanlab: Any = None
         self._run: Any = None
         self._closed = False
-        self._stream_seq: dict[str, int] = {}
+        self._steps = StreamSteps()
         self.duplicates = 0
         self.logdir: str | None = None
         section = config.swanlab
@@ -101,7 +102,7 @@ class SwanlabSink(Sink):
             if not data:
                 return ExportResult.SUCCESS
             try:
-                infos = self._run.log(data, step=self._step(snapshot))
+                infos = self._run.log(data, step=self._steps.step_of(snapshot))
             except Exception:
                 logger.exception("swanlab: logging %s snapshot failed", snapshot.stream)
                 return ExportResult.FAILURE
@@ -115,13 +116,6 @@ class SwanlabSink(Sink):
                 None if snapshot.step is None else snapshot.step.global_step,
             )
         return ExportResult.SUCCESS
-
-    def _step(self, snapshot: Snapshot) -> int:
-        if snapshot.step is not None:
-            return snapshot.step.global_step
-        seq = self._stream_seq.get(snapshot.stream, 0)
-        self._stream_seq[snapshot.stream] = seq + 1
-        return seq
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Finish the run so its files are complete (and the process may open another)."""

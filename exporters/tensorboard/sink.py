@@ -20,6 +20,7 @@ from typing import Any
 from exporters.base import ExportResult, Sink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import flat_without_experts, is_expert_point
+from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig
 from telemetry.snapshot import Histogram, Snapshot
 
@@ -48,7 +49,7 @@ class TensorBoardSink(Sink):
         self._lock = threading.Lock()
         self._writer: Any = None
         self._closed = False
-        self._stream_seq: dict[str, int] = {}
+        self._steps = StreamSteps()
         self.logdir: str | None = None
         if config.tensorboard.path is None:
             return
@@ -99,7 +100,7 @@ class TensorBoardSink(Sink):
         wall = snapshot.time_unix_nano / 1e9 if snapshot.time_unix_nano else time.time()
         event = self._event(
             wall_time=wall,
-            step=self._step(snapshot),
+            step=self._steps.step_of(snapshot),
             summary=self._summary.Summary(value=values),
         )
         self._writer.add_event(event)
@@ -115,13 +116,6 @@ class TensorBoardSink(Sink):
             bucket=list(point.bucket_counts),
         )
         return self._summary.Summary.Value(tag=point.key, histo=proto)
-
-    def _step(self, snapshot: Snapshot) -> int:
-        if snapshot.step is not None:
-            return snapshot.step.global_step
-        seq = self._stream_seq.get(snapshot.stream, 0)
-        self._stream_seq[snapshot.stream] = seq + 1
-        return seq
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Write queued events to the file; False when the writer failed."""

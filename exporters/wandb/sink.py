@@ -23,6 +23,7 @@ from typing import Any
 from exporters.base import ExportResult, Sink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
+from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig, public_dict
 from telemetry.snapshot import Snapshot
 
@@ -60,7 +61,7 @@ class WandbSink(Sink):
         self._table_type: Any = None
         self._next_row = 0  # the lowest row W&B still accepts
         self._open_keys: set[str] = set()  # keys already logged into row ``_next_row``
-        self._stream_seq: dict[str, int] = {}
+        self._steps = StreamSteps()
         self._bound: dict[str, str] = {}  # key -> step metric it is plotted against
         self._misbound: set[str] = set()
         self._closed = False
@@ -131,7 +132,7 @@ class WandbSink(Sink):
             data[key] = self._table_type(columns=list(TABLE_COLUMNS), data=rows)
         if not data:
             return
-        data[axis] = self._stream_step(snapshot)
+        data[axis] = self._steps.step_of(snapshot)
         self._bind(axis, data)
         row = self._next_row
         if stream == "train" and snapshot.step is not None:
@@ -147,14 +148,6 @@ class WandbSink(Sink):
             self._run.log(data, step=row, commit=False)
             self._next_row = row
             self._open_keys.update(data)
-
-    def _stream_step(self, snapshot: Snapshot) -> int:
-        """The snapshot's global step, or for a stepless stream snapshot its sequence number."""
-        if snapshot.step is not None:
-            return snapshot.step.global_step
-        seq = self._stream_seq.get(snapshot.stream, 0)
-        self._stream_seq[snapshot.stream] = seq + 1
-        return seq
 
     def _bind(self, axis: str, data: dict[str, Any]) -> None:
         if axis not in self._bound:

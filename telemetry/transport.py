@@ -21,16 +21,18 @@ import threading
 import time
 import weakref
 from collections import deque
-from pathlib import Path
-from typing import Any
 
 import grpc
-from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
 from opentelemetry.sdk.metrics.export import MetricExportResult
 
 from telemetry.encode import Batch, count_nonfinite, encode_batch, split
 from telemetry.errors import ConfigError
+from telemetry.otlp_exporter import (
+    RecordingExporter,
+    StatusRecorder,
+    channel_credentials,
+    silence_exporter_log_on,
+)
 from telemetry.snapshot import Counter, Gauge, Histogram, Point
 from telemetry.spool import Spool
 
@@ -50,6 +52,7 @@ RETRYABLE_CODES = frozenset(
     }
 )
 _THREAD_NAME = "rltel-otlp-transport"
+silence_exporter_log_on(_THREAD_NAME)
 _OK, _RETRY, _PERMANENT = "ok", "retry", "permanent"
 _COUNTERS = {  # health counter -> unit
     "points_exported": "{point}",
@@ -61,45 +64,6 @@ _COUNTERS = {  # health counter -> unit
     "nonfinite_values": "1",
 }
 _TRANSPORTS: weakref.WeakSet[OtlpTransport] = weakref.WeakSet()
-
-
-class _StatusRecorder(grpc.UnaryUnaryClientInterceptor):
-    """Remembers the status code of the latest call made through its channel."""
-
-    def __init__(self) -> None:
-        self.code: grpc.StatusCode | None = None
-
-    def intercept_unary_unary(self, continuation, client_call_details, request):
-        outcome = continuation(client_call_details, request)
-        self.code = outcome.code()
-        return outcome
-
-
-class _Exporter(OTLPMetricExporter):
-    """``OTLPMetricExporter`` whose channel reports each call's status code.
-
-    The transport owns retries, so the exporter retries nothing itself (no status code
-    is retryable for it); the recorder tells the transport whether a failure may pass.
-    """
-
-    def __init__(self, recorder: _StatusRecorder, **kwargs: Any) -> None:
-        self._recorder = recorder
-        super().__init__(retryable_error_codes=(grpc.StatusCode.OK,), **kwargs)
-
-    def _initialize_channel_and_stub(self) -> None:
-        super()._initialize_channel_and_stub()
-        self._channel = grpc.intercept_channel(self._channel, self._recorder)
-        self._client = MetricsServiceStub(self._channel)
-
-
-class _OwnThreadsFilter(logging.Filter):
-    """Silences the exporter's per-attempt error log on the transport thread (we log once)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not threading.current_thread().name.startswith(_THREAD_NAME)
-
-
-logging.getLogger("opentelemetry.exporter.otlp.proto.grpc.exporter").addFilter(_OwnThreadsFilter())
 
 
 class _LatencyWindow:
@@ -171,12 +135,12 @@ class OtlpTransport:
         self.max_backoff_s = max_backoff_s
         self.spool_after_s = spool_after_s
         self.start_unix_nano = time.time_ns() if start_unix_nano is None else start_unix_nano
-        self._recorder = _StatusRecorder()
-        self._exporter = _Exporter(
+        self._recorder = StatusRecorder()
+        self._exporter = RecordingExporter(
             self._recorder,
             endpoint=endpoint,
             insecure=insecure and not tls,
-            credentials=_credentials(tls) if tls else None,
+            credentials=channel_credentials(tls) if tls else None,
             headers={str(k).lower(): str(v) for k, v in (headers or {}).items()},
             timeout=timeout_s,
         )
@@ -407,18 +371,6 @@ class OtlpTransport:
         self._lock = threading.Condition()
         self._queue = deque()
         self._forked = True
-
-
-def _credentials(tls: dict) -> grpc.ChannelCredentials:
-    unknown = sorted(set(tls) - {"ca_file", "cert_file", "key_file"})
-    if unknown:
-        raise ConfigError(f"unknown key stats_logger.otlp.tls.{unknown[0]}")
-
-    def read(name: str) -> bytes | None:
-        path = tls.get(name)
-        return Path(path).read_bytes() if path else None
-
-    return grpc.ssl_channel_credentials(read("ca_file"), read("key_file"), read("cert_file"))
 
 
 def _after_fork_in_child() -> None:

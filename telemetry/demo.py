@@ -4,7 +4,8 @@ Two (or more) gloo ranks train a tiny mixture-of-experts language model with a
 GRPO-style clipped objective on a toy task (reward: the share of even tokens a
 sequence generates). Every step records what an AReaL trainer records — PPO stats,
 train/infer logprob diagnostics, staleness, advantage fractions, rollout rewards,
-timings, throughput with estimated FLOPs and MoE expert balance — reduces it across
+timings, throughput with estimated FLOPs and MoE expert balance, and every fourth step
+an evaluation (``eval-rollout/reward``, scheduled by the Evaluator) — reduces it across
 the ranks in one coalesced reduction, and rank 0 commits it to the StatsLogger, whose
 in-process sinks write the console table, a Prometheus endpoint, W&B (offline),
 SwanLab (offline) and TensorBoard. At the end rank 0 scrapes its own endpoint and
@@ -136,6 +137,7 @@ def train_rank(rank: int, world: int, options: DemoOptions, port: int) -> None:
 
 def _train(rank: int, world: int, options: DemoOptions) -> None:
     from telemetry import StatsLogger, stats_tracker
+    from telemetry.evaluator import Evaluator
     from telemetry.metrics import (
         MoEBalance,
         TrainPerf,
@@ -168,6 +170,15 @@ def _train(rank: int, world: int, options: DemoOptions) -> None:
         hook_router(layer.router, balance, layer_id, num_experts=EXPERTS)
     logger = StatsLogger(_logger_config(options)) if rank == 0 else None
     behavior, behavior_version = copy.deepcopy(model), 0
+    evaluator = Evaluator({"freq_steps": 4, "eval_before_train": True}, options.steps)
+
+    def evaluate() -> None:  # the current policy on held-out prompts (eval-rollout stream)
+        with torch.no_grad():
+            tokens = generate(model, torch.Generator().manual_seed(7 + rank))
+        for value in (tokens[:, PROMPT_LEN:] % 2 == 0).float().mean(1).tolist():
+            stats_tracker.get("eval-rollout").scalar(reward=value)
+
+    evaluator.before_train(evaluate)
 
     for step in range(options.steps):
         with stats_tracker.record_timing("rollout"):
@@ -216,6 +227,7 @@ def _train(rank: int, world: int, options: DemoOptions) -> None:
                 record_version_stats(versions, step, gen_mask)
                 stats_tracker.scalar(grad_norm=grad_norm, lr=optimizer.param_groups[0]["lr"])
 
+        evaluator.evaluate(evaluate, epoch=0, epoch_step=step, global_step=step)
         stats = stats_tracker.export_all(reduce_group=dist.group.WORLD)
         if logger is not None:
             logger.commit(epoch=0, epoch_step=step, global_step=step, data=stats)

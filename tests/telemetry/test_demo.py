@@ -13,7 +13,7 @@ from telemetry.demo import DemoOptions, run_demo
 def test_demo_runs_two_ranks_and_writes_every_sink(tmp_path: Path, capfd):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_demo(DemoOptions(ranks=2, steps=3, fileroot=str(tmp_path), prometheus_port=0))
+    run_demo(DemoOptions(ranks=2, steps=4, fileroot=str(tmp_path), prometheus_port=0))
     out = capfd.readouterr().out
     assert "moe_balance_max_over_ideal_ratio{" in out  # scraped from the live endpoint
     assert "train_perf_tokens_per_second{" in out
@@ -31,9 +31,11 @@ def test_demo_runs_two_ranks_and_writes_every_sink(tmp_path: Path, capfd):
         "rollout/reward",
     ):
         assert key in tags, key
-        assert [e.step for e in events.Scalars(key)] == [0, 1, 2]
+        assert [e.step for e in events.Scalars(key)] == [0, 1, 2, 3]
     assert not any(tag.endswith("__count") for tag in tags)
     # both ranks' sequences are in the pooled denominators: 2 ranks x 8 sequences
     assert {e.value for e in events.Scalars("ppo_actor/update/n_seqs")} == {16.0}
+    # eval before training (folded into step 0's export) and every 4th step after that
+    assert [e.step for e in events.Scalars("eval-rollout/reward")] == [0, 3]
     assert list((run_dir / "wandb").glob("*/run-*.wandb"))
     assert list((run_dir / "swanlog").iterdir())

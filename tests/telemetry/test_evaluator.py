@@ -21,8 +21,7 @@ def run_schedule(config: dict, epochs: int, steps_per_epoch: int, seconds_per_st
     clock = FakeClock()
     evaluator = Evaluator(config, steps_per_epoch, clock=clock)
     fired = []
-    if evaluator.before_train(lambda: fired.append("before")):
-        pass
+    evaluator.before_train(lambda: fired.append("before"))
     global_step = 0
     for epoch in range(epochs):
         for epoch_step in range(steps_per_epoch):

@@ -186,9 +186,11 @@ class DistributedStatsTracker:
         ]
         flat_mask = mask.reshape(-1)
         with self._lock:
+            for key in keys:  # every check before anything is recorded
+                self._check_entry(key, reduce, mask.device)
             by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
             for key, value in zip(keys, values):
-                self._stat_entry(key, reduce, mask.device)
+                self._add_entry(key, reduce, mask.device)
                 by_dtype.setdefault(value.dtype, []).append((key, value.detach()))
             bank = self._banks.get(mask.device)
             if bank is None:
@@ -260,17 +262,19 @@ class DistributedStatsTracker:
             )
         return value
 
-    def _stat_entry(self, key: str, reduce: StatReduce, device: torch.device) -> None:
+    def _check_entry(self, key: str, reduce: StatReduce, device: torch.device) -> None:
         if key in self._scalars:
             raise InvalidValueError(f"{key!r}: recorded as a scalar, now as a stat")
         entry = self._stats.get(key)
-        if entry is not None:
-            if entry.reduce is not reduce:
-                raise InvalidValueError(
-                    f"{key!r}: recorded with reduce type {entry.reduce.value}, now {reduce.value}"
-                )
-            if entry.device != device:
-                raise InvalidValueError(f"{key!r}: recorded on {entry.device}, now on {device}")
+        if entry is not None and entry.reduce is not reduce:
+            raise InvalidValueError(
+                f"{key!r}: recorded with reduce type {entry.reduce.value}, now {reduce.value}"
+            )
+        if entry is not None and entry.device != device:
+            raise InvalidValueError(f"{key!r}: recorded on {entry.device}, now on {device}")
+
+    def _add_entry(self, key: str, reduce: StatReduce, device: torch.device) -> None:
+        if key in self._stats:
             return
         values, bounds = self._bounds.get(key, ((), None))
         buckets = None

@@ -292,3 +292,11 @@ def test_state_is_constant_size_and_not_a_clone(tracker):
         tracker.stat(a=torch.randn(64, 1024), b=torch.randn(64, 1024), denominator="valid")
     states = tracker.collect_states(reset=False)
     assert {k: v[1].numel() for k, v in states.items()} == {"a": 4, "b": 4, "valid": 1}
+
+
+def test_a_rejected_call_records_none_of_its_keys(tracker):
+    tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
+    tracker.stat(b=torch.ones(3), denominator="valid", reduce_type=ReduceType.SUM)
+    with pytest.raises(InvalidValueError, match="'b'"):
+        tracker.stat(a=torch.ones(3), b=torch.ones(3), denominator="valid")
+    assert {point.key for point in tracker.export().points} == {"valid", "b"}  # no empty 'a'

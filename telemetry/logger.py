@@ -89,6 +89,7 @@ class StatsLogger:
             from exporters.fanout import FanOut
 
             self.fanout = FanOut(sinks)
+            _serve_sink_health(self.fanout)
         atexit.register(self.close)
         logger.info(
             "stats logger (%s, %s): %s",
@@ -237,6 +238,15 @@ class StatsLogger:
             )
         if self.fanout is not None:
             self.fanout.shutdown(max(0.0, deadline - time.monotonic()))
+
+
+def _serve_sink_health(fanout) -> None:
+    """Expose every sink's queue counters on the in-process Prometheus endpoint, if any."""
+    for queued in fanout.queued:
+        if queued.sink.name == "prometheus":
+            from exporters.prometheus import FANOUT_METRICS, FanOutCollector
+
+            queued.sink.register(FanOutCollector(fanout), FANOUT_METRICS)
 
 
 def _rank() -> int:

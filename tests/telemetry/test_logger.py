@@ -300,3 +300,24 @@ def test_only_rank_zero_logs(tmp_path):
     assert [step_of(r) for r in requests] == [0, 1, 2]
     assert {resource_of(r)["rltel.rank"] for r in requests} == {0}
     assert {user_metrics(r)["rank"].gauge.data_points[0].as_double for r in requests} == {0.0}
+
+
+def test_embedded_prometheus_serves_every_sinks_queue_health(tmp_path):
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    logger = StatsLogger(config(tmp_path, prometheus={"enabled": True, "port": 0}))
+    logger.commit(0, 0, 1, {"loss": 1.0})
+    logger.commit(0, 1, 2, {"loss": 2.0})
+    assert logger.fanout.force_flush(10)
+    prometheus = next(q.sink for q in logger.fanout.queued if q.sink.name == "prometheus")
+    body = urllib.request.urlopen(prometheus.url, timeout=5).read().decode()
+    exported = {
+        s.labels["sink"]: s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+        if s.name == "rltel_sink_exported_total"
+    }
+    logger.close()
+    assert exported == {"prometheus": 2.0}

@@ -258,7 +258,7 @@ def run_sink_factory(sinks: SinksConfig) -> RunSinks:
         config = dataclasses.replace(
             config, tensorboard=tensorboard, swanlab=swanlab, prometheus=prometheus
         )
-        return build_sinks(config)
+        return build_sinks(config, swanlab_process=True)
 
     return build
 

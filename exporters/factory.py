@@ -31,13 +31,17 @@ def enabled_sinks(config: StatsLoggerConfig) -> list[str]:
     return names
 
 
-def build_sinks(config: StatsLoggerConfig, *, run_name_suffix: str = "train") -> list[Sink]:
+def build_sinks(
+    config: StatsLoggerConfig, *, run_name_suffix: str = "train", swanlab_process: bool = False
+) -> list[Sink]:
     """Construct every sink that ``config`` enables.
 
     Args:
         config: the validated stats_logger configuration.
         run_name_suffix: the W&B run id suffix (``<experiment>_<trial>_<suffix>``); it
             replaces ``wandb.id_suffix``.
+        swanlab_process: run SwanLab in a child process of its own (a process that serves
+            several runs, like the collector: SwanLab allows one run per process).
 
     Raises:
         ModuleNotFoundError: an enabled sink's library is not installed (the message names
@@ -56,7 +60,8 @@ def build_sinks(config: StatsLoggerConfig, *, run_name_suffix: str = "train") ->
             run_config = dataclasses.replace(config, wandb=wandb)
             sinks.append(_load("exporters.wandb", "WandbSink")(run_config))
         elif name == "swanlab":
-            sinks.append(_load("exporters.swanlab", "SwanlabSink")(config))
+            name = "SwanlabProcessSink" if swanlab_process else "SwanlabSink"
+            sinks.append(_load("exporters.swanlab", name)(config))
         else:
             sinks.append(_load("exporters.tensorboard", "TensorBoardSink")(config))
     return sinks

@@ -67,9 +67,8 @@ class StatBank:
                 first = len(self.rows)
                 self.rows.update((key, first + i) for i, key in enumerate(new))
                 self.data = torch.cat([self.data, _empty_rows(len(new), self.device)])
-            index = torch.tensor(
-                [self.rows[k] for k in keys], dtype=torch.int64, device=self.device
-            )
+            rows = torch.tensor([self.rows[k] for k in keys], dtype=torch.int64)
+            index = to_device(rows, self.device)
             self._indices[keys] = index
         return index
 
@@ -96,6 +95,19 @@ class StatBank:
         if reset:
             self.data.index_copy_(0, index, _empty_rows(len(keys), self.device))
         return dict(zip(keys, taken.unbind(0)))
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Copy a small host tensor to ``device`` without a host synchronisation.
+
+    On CUDA the copy goes through pinned memory with ``non_blocking=True`` (a pageable
+    copy would block the host until the device queue drains).
+    """
+    if device.type == "cpu":
+        return host
+    if device.type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
 
 
 def _empty_rows(n: int, device: torch.device) -> torch.Tensor:

@@ -280,7 +280,7 @@ class DistributedStatsTracker:
         buckets = None
         if values:
             if bounds is None or bounds.device != device:
-                bounds = torch.tensor(values, dtype=torch.float64, device=device)
+                bounds = accumulate.to_device(torch.tensor(values, dtype=torch.float64), device)
                 self._bounds[key] = (values, bounds)
             buckets = torch.zeros(len(values) + 1, dtype=torch.float64, device=device)
         self._stats[key] = _StatEntry(reduce, device, buckets)

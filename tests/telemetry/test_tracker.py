@@ -300,3 +300,28 @@ def test_a_rejected_call_records_none_of_its_keys(tracker):
     with pytest.raises(InvalidValueError, match="'b'"):
         tracker.stat(a=torch.ones(3), b=torch.ones(3), denominator="valid")
     assert {point.key for point in tracker.export().points} == {"valid", "b"}  # no empty 'a'
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_recording_a_step_never_synchronises():
+    device = torch.device("cuda")
+    cuda_tracker = DistributedStatsTracker()
+    cuda_tracker.set_bucket_bounds("ppo_actor/logp", [-2.0, -1.0, 0.0])
+    mask = torch.rand(16, 4096, device=device) < 0.7
+    x = torch.randn(16, 4096, device=device)
+    cuda_tracker.denominator(n_valid=mask)  # first window: warm the bank and its indices
+    cuda_tracker.stat(loss=x, denominator="n_valid")
+    cuda_tracker.export()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            with cuda_tracker.scope("ppo_actor"):
+                cuda_tracker.denominator(n_valid=mask)
+                cuda_tracker.stat(loss=x.to(dtype), logp=-x.abs().to(dtype), denominator="n_valid")
+                cuda_tracker.scalar(grad_norm=x[0, 0])
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    out = cuda_tracker.export()
+    valid = x[mask].double().cpu().numpy()
+    assert out["ppo_actor/n_valid"] == 3 * valid.size
+    assert out["ppo_actor/loss/max"] == pytest.approx(valid.max(), rel=1e-2)

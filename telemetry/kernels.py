@@ -6,7 +6,8 @@ on the host. Two implementations compute the same numbers:
 
 * eager, per tensor, with the boolean mask (``torch.where``): always available;
 * fused, compiled with ``torch.compile`` (dynamic shapes, one graph per dtype and device
-  type, whatever K and the tensor size): the K tensors are stacked and read once, with a
+  type, whatever K and the tensor size): the K tensors are stacked (viewed without a copy
+  when they are consecutive rows of one buffer) and read once, with a
   float copy of the mask (inductor vectorises float masks far better than bool ones).
 
 The fused kernel is compiled on a background thread at first use, while the eager one
@@ -16,14 +17,14 @@ the eager kernel.
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
 from collections.abc import Callable, Sequence
 
 import torch
 
-_log = logging.getLogger(__name__)
+from telemetry.compiling import BackgroundCompiled, compile_mode, wait_for_compilations
+
+__all__ = ["compile_mode", "fold", "fold_eager", "fused_kernel", "stacked_view", "wait_for_kernels"]
+
 _INF = float("inf")
 
 Fold = Callable[..., torch.Tensor]
@@ -66,68 +67,41 @@ def _fold_stacked(
     return _combine(states, count, torch.stack([total, low, -high], dim=1))
 
 
-_fused: dict[tuple[torch.dtype, str], Fold] = {}
-_compiling: dict[tuple[torch.dtype, str], threading.Thread] = {}
-_lock = threading.Lock()
-_compile_lock = threading.Lock()  # inductor's lazy imports are not thread-safe
-
-
-def compile_mode() -> str:
-    """``RLTEL_COMPILE``: ``auto`` (default) compiles the fused kernel in the background.
-
-    ``0`` (or ``off``) keeps the eager kernel.
-    """
-    mode = os.environ.get("RLTEL_COMPILE", "auto")
-    return "off" if mode in ("0", "off", "false") else "auto"
-
-
-def _compile(key: tuple[torch.dtype, str]) -> None:
+def _warm_up(kernel: Fold, key: tuple[torch.dtype, str]) -> None:
     dtype, device_type = key
-    kernel: Fold | None
-    try:
-        with _compile_lock:
-            kernel = torch.compile(_fold_stacked, dynamic=True)
-            for k, n in ((2, 17), (3, 33)):  # two shapes: the graph must be shape-generic
-                states = torch.zeros(k, 4, dtype=torch.float64, device=device_type)
-                count = torch.zeros((), dtype=torch.float64, device=device_type)
-                stacked = torch.zeros(k, n, dtype=dtype, device=device_type)
-                kernel(states, count, torch.ones(n, device=device_type), stacked)
-    except Exception as exc:  # no compiler toolchain, unsupported backend, ...
-        _log.warning(
-            "rltel: fused stat kernel unavailable for %s on %s (%s); using eager",
-            dtype,
-            device_type,
-            exc,
-        )
-        kernel = None
-    with _lock:
-        if kernel is not None:
-            _fused[key] = kernel
+    for k, n in ((2, 17), (3, 33)):  # two shapes: the graph must be shape-generic
+        states = torch.zeros(k, 4, dtype=torch.float64, device=device_type)
+        count = torch.zeros((), dtype=torch.float64, device=device_type)
+        stacked = torch.zeros(k, n, dtype=dtype, device=device_type)
+        kernel(states, count, torch.ones(n, device=device_type), stacked)
+
+
+_fused = BackgroundCompiled(_fold_stacked, _warm_up, "fused stat kernel")
 
 
 def fused_kernel(dtype: torch.dtype, device: torch.device) -> Fold | None:
     """The compiled kernel for ``dtype`` on ``device`` if ready; starts compiling it if not."""
-    if compile_mode() == "off":
-        return None
-    key = (dtype, device.type)
-    kernel = _fused.get(key)
-    if kernel is not None:
-        return kernel
-    with _lock:
-        if key not in _compiling:
-            thread = threading.Thread(
-                target=_compile, args=(key,), name="rltel-compile", daemon=True
-            )
-            _compiling[key] = thread
-            thread.start()
-    return None
+    return _fused.get((dtype, device.type))
 
 
 def wait_for_kernels(timeout_s: float | None = None) -> bool:
     """Block until background compilations finish (benchmarks, tests); True if all did."""
-    for thread in list(_compiling.values()):
-        thread.join(timeout_s)
-    return all(not t.is_alive() for t in _compiling.values())
+    return wait_for_compilations(timeout_s)
+
+
+def stacked_view(xs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack(xs)`` of equal 1-D tensors; a view when they are rows of one buffer."""
+    first = xs[0]
+    n = first.numel()
+    base = first.untyped_storage().data_ptr()
+    for i, x in enumerate(xs):
+        if (
+            x.stride() != (1,)
+            or x.storage_offset() != first.storage_offset() + i * n
+            or x.untyped_storage().data_ptr() != base
+        ):
+            return torch.stack(list(xs))
+    return first.as_strided((len(xs), n), (n, 1))
 
 
 def fold(
@@ -144,4 +118,4 @@ def fold(
     kernel = fused_kernel(xs[0].dtype, xs[0].device) if xs[0].numel() > 1 else None
     if kernel is None:
         return fold_eager(states, count, mask, xs)
-    return kernel(states, count, float_mask(), torch.stack(list(xs)))
+    return kernel(states, count, float_mask(), stacked_view(xs))

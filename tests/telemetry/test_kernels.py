@@ -114,3 +114,19 @@ def test_fold_dispatches_to_eager_when_compilation_is_off(monkeypatch):
         [torch.tensor([1.0, 2.0])],
     )
     assert got.tolist() == [[3.0, 2.0, 1.0, -2.0]]
+
+
+def test_stacked_view_reads_rows_of_one_buffer_in_place():
+    buffer = torch.arange(20.0).reshape(4, 5)
+    rows = [row.detach().reshape(-1) for row in buffer[1:4].unbind(0)]
+    view = kernels.stacked_view(rows)
+    assert view.data_ptr() == buffer[1].data_ptr() and torch.equal(view, buffer[1:4])
+    for xs in (
+        [buffer[2], buffer[1]],  # out of order
+        [buffer[0], buffer[2]],  # not consecutive
+        [buffer[0], torch.arange(5.0, 10.0)],  # another buffer
+        [buffer[:, 0], buffer[:, 1]],  # strided
+    ):
+        copy = kernels.stacked_view(xs)
+        assert torch.equal(copy, torch.stack(xs))
+        assert copy.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()

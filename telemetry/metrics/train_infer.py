@@ -1,9 +1,13 @@
 """Train/infer logprob diagnostics: ``<scope>/train_infer/...`` (AReaL's 训练诊断指标).
 
-With d = log p_trainer - log p_rollout on valid generated tokens, everything is
-computed in float64 and recorded through the tracker's compact stats, so each key
-keeps O(1) state (sum, count, min, max, buckets) per window, pooled exactly across
-DP ranks. Nothing here reads a tensor value on the host.
+With d = log p_trainer - log p_rollout on valid generated tokens, every value is
+computed in float64 (the 0/1/NaN indicators are stored in float32, where they are
+exact) and recorded through the tracker's compact stats, so each key keeps O(1) state
+(sum, count, min, max, buckets) per window, pooled exactly across DP ranks. Nothing
+here reads a tensor value on the host. Per chunk of whole rows, the per-token rows are
+computed by one function (``per_token``), compiled in the background at first use
+(:mod:`telemetry.compiling`; ``RLTEL_COMPILE=0`` keeps it eager), and handed to the
+tracker as row views of stacked blocks.
 
 Token sets: *valid* = the generation mask; *finite* = valid tokens where both
 logprobs are finite. ``n_valid_tokens`` and ``n_finite_tokens`` are their counts.
@@ -31,6 +35,7 @@ from collections.abc import Sequence
 
 import torch
 
+from telemetry.compiling import BackgroundCompiled
 from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 from telemetry.tracker import DistributedStatsTracker, ReduceType
 
@@ -141,47 +146,111 @@ def record_train_infer(
             _record_chunk(tracker, trainer_2d[part], rollout_2d[part], valid_2d[part])
 
 
+# Row names of the per-token blocks of a chunk, in the order they are stacked. Over
+# finite tokens, float64: the first two AVG_MIN_MAX, the rest AVG (``per_token``), then
+# kl_k3 and its overflow indicator (``k3_rows``, eager: ATen's float64 ``expm1``).
+DIFF_ROWS = (
+    "logp_diff",
+    "logp_abs_diff",
+    "logp_diff_squared",
+    "trainer_nll",
+    "rollout_nll",
+    "kl_k1",
+    "kl_k2",
+)
+K3_ROWS = ("kl_k3", "kl_k3_overflow_fraction")
+# Over valid tokens, AVG; 0/1 indicators (NaN on non-finite tokens), exact in float32:
+VALID_ROWS = ("nonfinite_logp_fraction", *(f"ratio_outside_{t:g}" for t in RATIO_THRESHOLDS))
+
+
+def per_token(
+    trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The per-token quantities of 1-D logprobs and their bool mask ``valid``, but kl_k3.
+
+    Returns:
+        The *finite* mask, the ``[7, N]`` float64 rows named by ``DIFF_ROWS`` (d first)
+        and the ``[6, N]`` float32 rows named by ``VALID_ROWS``.
+    """
+    trainer = trainer_logp.to(torch.float64)
+    rollout = rollout_logp.to(torch.float64)
+    finite_both = torch.isfinite(trainer) & torch.isfinite(rollout)
+    # On non-finite tokens d is replaced by 0 so that no row holds inf/NaN from d; those
+    # positions are outside the *finite* mask and never reach a sum.
+    d = torch.where(finite_both, trainer - rollout, 0.0)
+    abs_d = d.abs()
+    d2 = d.square()
+    by_finite = torch.stack([d, abs_d, d2, -trainer, -rollout, -d, d2 * 0.5])
+    # Tail fractions: 1[abs(d) > log t], plus NaN on non-finite tokens, so that any
+    # non-finite valid token turns the pooled sum (and mean) into NaN.
+    nan_where_nonfinite = torch.where(finite_both, 0.0, math.nan).to(torch.float32)
+    tails = [
+        (abs_d > math.log(t)).to(torch.float32) + nan_where_nonfinite for t in RATIO_THRESHOLDS
+    ]
+    by_valid = torch.stack([(~finite_both).to(torch.float32), *tails])
+    return valid & finite_both, by_finite, by_valid
+
+
+def k3_rows(d: torch.Tensor) -> torch.Tensor:
+    """``[2, N]`` float64: expm1(d) - d and 1[expm1(d) = inf] (d finite, float64).
+
+    Eager on purpose: inductor's vectorised code computes expm1 as exp(x) - 1, which
+    loses the precision kl_k3 needs for small d.
+    """
+    rows = torch.empty(2, d.numel(), dtype=torch.float64, device=d.device)
+    torch.expm1(d, out=rows[0])
+    torch.eq(rows[0], math.inf, out=rows[1])  # expm1 >= -1: overflow is +inf only
+    rows[0].sub_(d)
+    return rows
+
+
+def _warm_up(compiled, key: tuple[torch.dtype, torch.dtype, str]) -> None:
+    trainer_dtype, rollout_dtype, device_type = key
+    for n in (17, 33):  # two sizes: the graph must be shape-generic
+        compiled(
+            torch.zeros(n, dtype=trainer_dtype, device=device_type),
+            torch.zeros(n, dtype=rollout_dtype, device=device_type),
+            torch.ones(n, dtype=torch.bool, device=device_type),
+        )
+
+
+_compiled = BackgroundCompiled(per_token, _warm_up, "compiled train/infer diagnostics")
+
+
+def per_token_fn(trainer: torch.Tensor, rollout: torch.Tensor):
+    """``per_token``, compiled for these inputs when ready (see :mod:`telemetry.compiling`)."""
+    if trainer.numel() > 1:  # sizes 0 and 1 would specialise the dynamic graph
+        compiled = _compiled.get((trainer.dtype, rollout.dtype, trainer.device.type))
+        if compiled is not None:
+            return compiled
+    return per_token
+
+
 def _record_chunk(
     tracker: DistributedStatsTracker,
     trainer_logp: torch.Tensor,
     rollout_logp: torch.Tensor,
     valid: torch.Tensor,
 ) -> None:
-    trainer = trainer_logp.detach().to(torch.float64)
-    rollout = rollout_logp.detach().to(torch.float64)
-    finite_both = torch.isfinite(trainer) & torch.isfinite(rollout)
-    finite = valid & finite_both
-    # On non-finite tokens d is replaced by 0 so that no temporary holds inf/NaN; those
-    # positions are outside the ``n_finite_tokens`` mask and never reach a sum.
-    d = torch.where(finite_both, trainer - rollout, 0.0)
-    abs_d = d.abs()
-    d2 = d.square()
-    k3 = torch.expm1(d)
-    overflow = torch.isinf(k3).to(torch.float64)
-    k3 -= d
+    trainer, rollout = trainer_logp.detach().reshape(-1), rollout_logp.detach().reshape(-1)
+    valid = valid.reshape(-1)
+    finite, by_finite, by_valid = per_token_fn(trainer, rollout)(trainer, rollout, valid)
+    # Row views of the blocks: the tracker's fused kernel reads each block in place.
+    diff = by_finite.unbind(0)
     tracker.denominator(n_valid_tokens=valid, n_finite_tokens=finite)
-    tracker.stat(denominator="n_finite_tokens", logp_diff=d, logp_abs_diff=abs_d)
+    tracker.stat(denominator="n_finite_tokens", **dict(zip(DIFF_ROWS[:2], diff[:2])))
     tracker.stat(
         denominator="n_finite_tokens",
         reduce_type=ReduceType.AVG,
-        logp_diff_squared=d2,
-        trainer_nll=-trainer,
-        rollout_nll=-rollout,
-        kl_k1=-d,
-        kl_k2=d2 * 0.5,
-        kl_k3=k3,
-        kl_k3_overflow_fraction=overflow,
+        **dict(zip(DIFF_ROWS[2:], diff[2:])),
     )
-    # Tail fractions: 1[abs(d) > log t] on finite tokens, NaN on non-finite valid ones, so
-    # that any non-finite valid token turns the pooled sum (and mean) into NaN.
-    nan_where_nonfinite = torch.where(finite_both, 0.0, math.nan)
-    tails = {
-        f"ratio_outside_{t:g}": (abs_d > math.log(t)).to(torch.float64) + nan_where_nonfinite
-        for t in RATIO_THRESHOLDS
-    }
+    tracker.stat(
+        denominator="n_finite_tokens",
+        reduce_type=ReduceType.AVG,
+        **dict(zip(K3_ROWS, k3_rows(diff[0]).unbind(0))),
+    )
     tracker.stat(
         denominator="n_valid_tokens",
         reduce_type=ReduceType.AVG,
-        nonfinite_logp_fraction=(~finite_both).to(torch.float64),
-        **tails,
+        **dict(zip(VALID_ROWS, by_valid.unbind(0))),
     )

@@ -390,7 +390,7 @@ def _point_for(
         return Gauge(key, total / count, n, unit=unit) if n > 0 else None
     reduce = StatReduce(layout.kind.split(":")[1])
     buckets = tuple(int(c) for c in values[4:])
-    if len(bounds) + 1 != len(buckets):  # bounds configured on other ranks only
+    if buckets and len(bounds) + 1 != len(buckets):  # bounds set on other ranks only
         if key not in _warned_bounds:
             _warned_bounds.add(key)
             _log.warning("%r: bucket bounds are set on other ranks only; buckets dropped here", key)

@@ -325,3 +325,12 @@ def test_cuda_recording_a_step_never_synchronises():
     valid = x[mask].double().cpu().numpy()
     assert out["ppo_actor/n_valid"] == 3 * valid.size
     assert out["ppo_actor/loss/max"] == pytest.approx(valid.max(), rel=1e-2)
+
+
+def test_plain_stats_export_without_bucket_warnings(tracker, caplog):
+    tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
+    tracker.stat(x=torch.ones(3), denominator="valid")
+    with caplog.at_level("WARNING"):
+        point = next(p for p in tracker.export().points if p.key == "x")
+    assert point.bounds == () and point.bucket_counts == ()
+    assert not caplog.records

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from abc import ABC, abstractmethod
 from enum import Enum
@@ -38,6 +39,35 @@ class Sink(ABC):
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush and release resources; safe to call twice."""
         self.force_flush(timeout_s)
+
+
+class RunSink(Sink):
+    """A sink that owns one run or event file, finished exactly once by ``shutdown``.
+
+    Subclasses set ``self._lock`` and ``self._closed = False`` in ``__init__`` and implement
+    :meth:`_finish`; exports check ``self._closed`` under the same lock.
+    """
+
+    _lock: threading.Lock
+    _closed: bool
+
+    @abstractmethod
+    def _finish(self) -> None:
+        """Finish the run or close the file (called once, under the lock)."""
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Finish the run so its files are complete; safe to call twice."""
+        del timeout_s
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._finish()
+            except Exception:
+                logging.getLogger(type(self).__module__).exception(
+                    "%s: finishing failed", self.name
+                )
 
 
 class InMemorySink(Sink):

@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Any
 
-from exporters.base import ExportResult, Sink
+from exporters.base import ExportResult, RunSink
 from exporters.local_files import writable_dir
 from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig, public_dict
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 MODES = {"cloud": "cloud", "online": "cloud", "local": "local", "offline": "offline"}
 
 
-class SwanlabSink(Sink):
+class SwanlabSink(RunSink):
     """Logs Snapshots to one SwanLab run ``<experiment>_<trial>``.
 
     Args:
@@ -117,18 +117,10 @@ class SwanlabSink(Sink):
             )
         return ExportResult.SUCCESS
 
-    def shutdown(self, timeout_s: float = 10.0) -> None:
+    def _finish(self) -> None:
         """Finish the run so its files are complete (and the process may open another)."""
-        del timeout_s
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._run is not None:
-                try:
-                    self._swanlab.finish()
-                except Exception:
-                    logger.exception("swanlab: finishing the run in %s failed", self.logdir)
+        if self._run is not None:
+            self._swanlab.finish()
 
 
 def _import(module: str, hint: str) -> Any:

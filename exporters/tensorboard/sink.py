@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from exporters.base import ExportResult, Sink
+from exporters.base import ExportResult, RunSink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import flat_without_experts, is_expert_point
 from exporters.steps import StreamSteps
@@ -27,7 +27,7 @@ from telemetry.snapshot import Histogram, Snapshot
 logger = logging.getLogger(__name__)
 
 
-class TensorBoardSink(Sink):
+class TensorBoardSink(RunSink):
     """Writes Snapshots to one event file under ``config.tensorboard.path``.
 
     Rollout and eval snapshots are written at their own global step; one without a step
@@ -130,15 +130,7 @@ class TensorBoardSink(Sink):
                 return False
         return True
 
-    def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Flush and close the event file; safe to call twice."""
-        del timeout_s
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._writer is not None:
-                try:
-                    self._writer.close()
-                except Exception:
-                    logger.exception("tensorboard: closing %s failed", self.logdir)
+    def _finish(self) -> None:
+        """Flush and close the event file."""
+        if self._writer is not None:
+            self._writer.close()

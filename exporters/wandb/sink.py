@@ -20,7 +20,7 @@ import os
 import threading
 from typing import Any
 
-from exporters.base import ExportResult, Sink
+from exporters.base import ExportResult, RunSink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
 from exporters.steps import StreamSteps
@@ -38,7 +38,7 @@ def step_metric(stream: str) -> str:
     return TRAIN_STEP_METRIC if stream == "train" else f"{stream}/step"
 
 
-class WandbSink(Sink):
+class WandbSink(RunSink):
     """Logs Snapshots to one W&B run ``<experiment>_<trial>_<id_suffix>``.
 
     Args:
@@ -166,18 +166,10 @@ class WandbSink(Sink):
                     self._bound[key],
                 )
 
-    def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Finish the run so its files are complete; safe to call twice."""
-        del timeout_s
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._run is not None:
-                try:
-                    self._run.finish()
-                except Exception:
-                    logger.exception("wandb: finishing run %s failed", self.run_id)
+    def _finish(self) -> None:
+        """Finish the run so its files are complete."""
+        if self._run is not None:
+            self._run.finish()
 
 
 def _chunks(loads: list[ExpertLoad], max_rows: int) -> list[list[list[float | int]]]:

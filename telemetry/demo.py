@@ -258,9 +258,9 @@ def _report(logger, options: DemoOptions) -> None:
     url = next(q.sink.url for q in logger.fanout.queued if q.sink.name == "prometheus")
     body = urllib.request.urlopen(url, timeout=10).read().decode()
     wanted = (
-        "train_perf_tokens_per_second",
-        "moe_balance_max_over_ideal",
-        "ppo_actor_train_infer_kl_k3",
+        "train_perf_tokens_per_second{",
+        "moe_balance_max_over_ideal_ratio{",
+        "ppo_actor_train_infer_kl_k3_avg{",
     )
     print(f"\nPrometheus endpoint {url} serves, among others:")
     for line in body.splitlines():

@@ -14,32 +14,21 @@ prints where every output went.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import os
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from telemetry.demo_cli import PROMETHEUS_HOST, DemoOptions
+
 VOCAB, HIDDEN, EXPERTS, TOP_K, LAYERS = 32, 32, 8, 2, 2
 PROMPT_LEN, GEN_LEN, BATCH = 4, 12, 8
 MODEL_TYPE = "rltel_demo_moe"
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    """What ``rltel demo`` runs."""
-
-    ranks: int = 2
-    steps: int = 12
-    fileroot: str = "runs"
-    prometheus_port: int = 9464
-    serve_seconds: float = 0.0
 
 
 class TopKRouter(nn.Module):
@@ -246,7 +235,7 @@ def _logger_config(options: DemoOptions) -> dict:
         "wandb": {"mode": "offline", "project": "rltel-demo"},
         "swanlab": {"mode": "offline", "project": "rltel-demo"},
         "tensorboard": {"path": str(Path(options.fileroot) / "rltel-demo" / "trial0" / "tb")},
-        "prometheus": {"enabled": True, "port": options.prometheus_port},
+        "prometheus": {"enabled": True, "host": PROMETHEUS_HOST, "port": options.prometheus_port},
         "console": {"enabled": True},
     }
 
@@ -287,22 +276,3 @@ def run_demo(options: DemoOptions) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     mp.spawn(train_rank, args=(options.ranks, options, port), nprocs=options.ranks)
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command line of ``rltel demo``."""
-    parser = argparse.ArgumentParser(prog="rltel demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--ranks", type=int, default=DemoOptions.ranks)
-    parser.add_argument("--steps", type=int, default=DemoOptions.steps)
-    parser.add_argument("--fileroot", default=DemoOptions.fileroot)
-    parser.add_argument("--prometheus-port", type=int, default=DemoOptions.prometheus_port)
-    parser.add_argument(
-        "--serve-seconds",
-        type=float,
-        default=DemoOptions.serve_seconds,
-        help="keep the Prometheus endpoint up this long after the run",
-    )
-    args = parser.parse_args(argv)
-    run_demo(
-        DemoOptions(args.ranks, args.steps, args.fileroot, args.prometheus_port, args.serve_seconds)
-    )

@@ -1,0 +1,69 @@
+"""Argument parsing for the ``rltel`` commands: one-line errors, checked value types."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import socket
+from typing import NoReturn
+
+MAX_PORT = 65535
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (no usage block), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port number, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_PORT:
+        raise argparse.ArgumentTypeError(
+            f"must be a TCP port 0-{MAX_PORT} (0: any free port), got {text!r}"
+        )
+    return value
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether binding ``host:port`` fails now (as the HTTP server binding it later would).
+
+    Uses SO_REUSEADDR like Python's HTTP servers, so a port left in TIME_WAIT counts as free.
+    Port 0 (any free port) is never in use.
+    """
+    if port == 0:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False

@@ -5,12 +5,12 @@ PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.rltel-installed
 
-.PHONY: venv demo test lint format bench clean
+.PHONY: venv system-deps demo test lint format bench clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(PY) || { PYTHON=$(PYTHON) bash scripts/system-deps build && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	# CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==$(TORCH_VERSION)
@@ -20,7 +20,12 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(VENV)/bin/rltel demo
 
-test: venv
+# The tests start real prometheus, promtool, prometheus-alertmanager and openssl: installed
+# here when missing (as root with apt-get), else one line says what to install.
+system-deps:
+	@bash scripts/system-deps test
+
+test: system-deps venv
 	$(PY) -m pytest -q
 
 lint: venv

@@ -4,17 +4,23 @@ Workload per step: 8 minibatches, each a [16, 4096] bool mask at ~70% density, 1
 token-level float32 stats (3 ``stat`` calls of 4) and 4 sequence-level stats; one
 ``export_all`` per step. Prints record/export time per step, accumulator bytes held
 before export (at two tensor sizes), collectives per export, and the ratio of
-record+export to ``x.sum()`` over the same tensors, for 1 and 2 gloo ranks.
+record+export to ``x.sum()`` over the same tensors, for 1 and 2 gloo ranks. The kernel
+is plain ATen on the caller's thread (rltel compiles nothing), so a cold start differs
+from a warm one only by first-use allocations: the first step is reported on its own,
+measured in a fresh process with an empty ``TORCHINDUCTOR_CACHE_DIR``. Last, the
+resident memory growth over 200 steps after the first.
 
-    python bench/record_bench.py                   # fused kernel, compiled in the background
-    RLTEL_COMPILE=0 python bench/record_bench.py   # eager kernel only
+    python bench/record_bench.py
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -73,7 +79,6 @@ def held_bytes(stats_tracker) -> int:
 
 def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
     from telemetry import stats_tracker
-    from telemetry.kernels import wait_for_kernels
     from telemetry.reduce import collectives_issued
 
     torch.set_num_threads(1)
@@ -82,8 +87,6 @@ def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
     record_step(stats_tracker, batches)
     stats_tracker.export_all()
     first_step = time.perf_counter() - start
-    wait_for_kernels()
-    compile_wait = time.perf_counter() - start
     record_t, export_t, base_t, collectives = [], [], [], []
     for i in range(WARMUP + STEPS):
         start = time.perf_counter()
@@ -108,7 +111,6 @@ def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
     record, export, base = (statistics.median(v) for v in (record_t, export_t, base_t))
     return {
         "first_step_s": first_step,
-        "kernel_ready_s": compile_wait,
         "record_ms": record * 1e3,
         "export_ms": export * 1e3,
         "memory_pass_ms": base * 1e3,
@@ -123,9 +125,50 @@ def _rank_entry(rank: int, world: int) -> dict[str, float]:
     return measure(rank, world)
 
 
+def rss_bytes() -> int:
+    """Current resident set size of this process (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * resource.getpagesize()
+
+
+def rss_growth(steps: int = 200) -> tuple[int, int]:
+    """Resident memory before and after ``steps`` record+export steps (after the first)."""
+    from telemetry import stats_tracker
+
+    batches = make_step()
+    record_step(stats_tracker, batches)
+    stats_tracker.export_all()
+    before = rss_bytes()
+    for _ in range(steps):
+        record_step(stats_tracker, batches)
+        stats_tracker.export_all()
+    return before, rss_bytes()
+
+
+def first_step_in_fresh_process() -> float:
+    """Seconds of the first record+export step in a new process with an empty compiler cache."""
+    code = (
+        "import sys, time, torch; sys.path.insert(0, 'bench'); import record_bench as b; "
+        "torch.set_num_threads(1); from telemetry import stats_tracker as st; "
+        "batches = b.make_step(); t = time.perf_counter(); b.record_step(st, batches); "
+        "st.export_all(); print(time.perf_counter() - t)"
+    )
+    root = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+        )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr)
+    return float(done.stdout.split()[-1])
+
+
 def main() -> None:
-    kernel = "eager" if os.environ.get("RLTEL_COMPILE") == "0" else "fused (torch.compile)"
-    print(f"kernel: {kernel}; torch {torch.__version__}; 1 thread per rank; median of {STEPS}")
+    print(
+        f"kernel: eager ATen (no compiler); torch {torch.__version__}; 1 thread per rank; "
+        f"median of {STEPS} steps after {WARMUP} warm-up steps"
+    )
     results = {"1 rank": measure()}
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from tests.distributed import run_ranks
@@ -133,15 +176,24 @@ def main() -> None:
     results["2 gloo ranks (rank 0)"] = run_ranks(_rank_entry, 2, timeout=600)[0]
     header = (
         f"{'setup':<24}{'record ms':>10}{'export ms':>10}{'x.sum ms':>10}{'ratio':>8}"
-        f"{'held B':>8}{'held B 4x':>10}{'colls':>6}{'1st step s':>11}{'ready s':>8}"
+        f"{'held B':>8}{'held B 4x':>10}{'colls':>6}"
     )
     print(header)
     for name, r in results.items():
         print(
             f"{name:<24}{r['record_ms']:>10.2f}{r['export_ms']:>10.2f}{r['memory_pass_ms']:>10.2f}"
             f"{r['ratio']:>8.2f}{r['held_bytes']:>8d}{r['held_bytes_4x_tokens']:>10d}"
-            f"{r['collectives']:>6d}{r['first_step_s']:>11.2f}{r['kernel_ready_s']:>8.1f}"
+            f"{r['collectives']:>6d}"
         )
+    first = results["1 rank"]["first_step_s"]
+    print(f"first step, this process (after imports):       {first * 1e3:8.1f} ms")
+    cold = first_step_in_fresh_process()
+    print(f"first step, fresh process, empty inductor cache: {cold * 1e3:8.1f} ms")
+    before, after = rss_growth()
+    print(
+        f"RSS over 200 steps after the first: {before / 2**20:.1f} -> {after / 2**20:.1f} MiB "
+        f"(growth {(after - before) / 2**20:+.2f} MiB)"
+    )
 
 
 if __name__ == "__main__":

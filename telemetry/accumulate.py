@@ -75,14 +75,12 @@ class StatBank:
     def fold(
         self,
         keys: tuple[str, ...],
-        count: torch.Tensor,
-        mask: torch.Tensor,
-        float_mask,
+        masks: kernels.MaskBits,
         xs: Sequence[torch.Tensor],
     ) -> None:
-        """Accumulate the 1-D tensors ``xs`` (one dtype) over the 1-D ``mask`` into ``keys``."""
+        """Accumulate the 1-D tensors ``xs`` (one dtype) over ``masks`` into ``keys``."""
         index = self._index(keys)
-        updated = kernels.fold(self.data.index_select(0, index), count, mask, float_mask, xs)
+        updated = kernels.fold(self.data.index_select(0, index), masks, xs)
         self.data.index_copy_(0, index, updated)
 
     def take(self, keys: Sequence[str], reset: bool) -> dict[str, torch.Tensor]:

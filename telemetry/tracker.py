@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from telemetry import accumulate
+from telemetry import accumulate, kernels
 from telemetry.errors import (
     InvalidValueError,
     MaskTypeError,
@@ -73,7 +73,7 @@ class DistributedStatsTracker:
         self._banks: dict[torch.device, accumulate.StatBank] = {}
         self._scalars: dict[str, accumulate.ScalarState] = {}
         self._denominators: dict[str, torch.Tensor] = {}
-        self._masks: dict[str, _Denominator] = {}
+        self._masks: dict[str, kernels.MaskBits] = {}
         self._bounds: dict[str, tuple[tuple[float, ...], torch.Tensor | None]] = {}
 
     # -- keys and scopes -------------------------------------------------------------
@@ -147,7 +147,7 @@ class DistributedStatsTracker:
                 raise InvalidValueError(f"denominator {key!r}: empty mask {tuple(mask.shape)}")
             count = mask.sum(dtype=torch.float64).reshape(1)
             with self._lock:
-                self._masks[key] = _Denominator(mask, count)
+                self._masks[key] = kernels.MaskBits(mask, count)
                 total = self._denominators.get(key)
                 if total is None:
                     self._denominators[key] = count
@@ -184,7 +184,6 @@ class DistributedStatsTracker:
         values = [
             self._checked(key, value, mask, mask_key) for key, value in zip(keys, tensors.values())
         ]
-        flat_mask = mask.reshape(-1)
         with self._lock:
             for key in keys:  # every check before anything is recorded
                 self._check_entry(key, reduce, mask.device)
@@ -198,9 +197,7 @@ class DistributedStatsTracker:
             for group in by_dtype.values():
                 bank.fold(
                     tuple(key for key, _ in group),
-                    declared.count,
-                    flat_mask,
-                    declared.float_mask,
+                    declared,
                     [value.reshape(-1) for _, value in group],
                 )
             for key, value in zip(keys, values):
@@ -354,22 +351,6 @@ class _StatEntry(NamedTuple):
     reduce: StatReduce
     device: torch.device
     buckets: torch.Tensor | None
-
-
-class _Denominator:
-    """A declared mask, its valid count, and (made on first need) a float32 copy."""
-
-    __slots__ = ("_float", "count", "mask")
-
-    def __init__(self, mask: torch.Tensor, count: torch.Tensor) -> None:
-        self.mask = mask
-        self.count = count.reshape(())
-        self._float: torch.Tensor | None = None
-
-    def float_mask(self) -> torch.Tensor:
-        if self._float is None:
-            self._float = self.mask.reshape(-1).to(torch.float32)
-        return self._float
 
 
 def _split_prefix(mapping: dict, prefix: str) -> tuple[dict, dict]:

@@ -5,9 +5,8 @@ computed in float64 (the 0/1/NaN indicators are stored in float32, where they ar
 exact) and recorded through the tracker's compact stats, so each key keeps O(1) state
 (sum, count, min, max, buckets) per window, pooled exactly across DP ranks. Nothing
 here reads a tensor value on the host. Per chunk of whole rows, the per-token rows are
-computed by one function (``per_token``), compiled in the background at first use
-(:mod:`telemetry.compiling`; ``RLTEL_COMPILE=0`` keeps it eager), and handed to the
-tracker as row views of stacked blocks.
+computed by one function (``per_token``) and handed to the tracker as row views of
+stacked blocks, which its kernel reads in place.
 
 Token sets: *valid* = the generation mask; *finite* = valid tokens where both
 logprobs are finite. ``n_valid_tokens`` and ``n_finite_tokens`` are their counts.
@@ -35,7 +34,6 @@ from collections.abc import Sequence
 
 import torch
 
-from telemetry.compiling import BackgroundCompiled
 from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 from telemetry.tracker import DistributedStatsTracker, ReduceType
 
@@ -148,7 +146,7 @@ def record_train_infer(
 
 # Row names of the per-token blocks of a chunk, in the order they are stacked. Over
 # finite tokens, float64: the first two AVG_MIN_MAX, the rest AVG (``per_token``), then
-# kl_k3 and its overflow indicator (``k3_rows``, eager: ATen's float64 ``expm1``).
+# kl_k3 and its overflow indicator (``k3_rows``: ATen's float64 ``expm1``).
 DIFF_ROWS = (
     "logp_diff",
     "logp_abs_diff",
@@ -194,36 +192,14 @@ def per_token(
 def k3_rows(d: torch.Tensor) -> torch.Tensor:
     """``[2, N]`` float64: expm1(d) - d and 1[expm1(d) = inf] (d finite, float64).
 
-    Eager on purpose: inductor's vectorised code computes expm1 as exp(x) - 1, which
-    loses the precision kl_k3 needs for small d.
+    ``expm1`` rather than ``exp(d) - 1``: the latter loses the precision kl_k3 needs
+    for small d.
     """
     rows = torch.empty(2, d.numel(), dtype=torch.float64, device=d.device)
     torch.expm1(d, out=rows[0])
     torch.eq(rows[0], math.inf, out=rows[1])  # expm1 >= -1: overflow is +inf only
     rows[0].sub_(d)
     return rows
-
-
-def _warm_up(compiled, key: tuple[torch.dtype, torch.dtype, str]) -> None:
-    trainer_dtype, rollout_dtype, device_type = key
-    for n in (17, 33):  # two sizes: the graph must be shape-generic
-        compiled(
-            torch.zeros(n, dtype=trainer_dtype, device=device_type),
-            torch.zeros(n, dtype=rollout_dtype, device=device_type),
-            torch.ones(n, dtype=torch.bool, device=device_type),
-        )
-
-
-_compiled = BackgroundCompiled(per_token, _warm_up, "compiled train/infer diagnostics")
-
-
-def per_token_fn(trainer: torch.Tensor, rollout: torch.Tensor):
-    """``per_token``, compiled for these inputs when ready (see :mod:`telemetry.compiling`)."""
-    if trainer.numel() > 1:  # sizes 0 and 1 would specialise the dynamic graph
-        compiled = _compiled.get((trainer.dtype, rollout.dtype, trainer.device.type))
-        if compiled is not None:
-            return compiled
-    return per_token
 
 
 def _record_chunk(
@@ -234,7 +210,7 @@ def _record_chunk(
 ) -> None:
     trainer, rollout = trainer_logp.detach().reshape(-1), rollout_logp.detach().reshape(-1)
     valid = valid.reshape(-1)
-    finite, by_finite, by_valid = per_token_fn(trainer, rollout)(trainer, rollout, valid)
+    finite, by_finite, by_valid = per_token(trainer, rollout, valid)
     # Row views of the blocks: the tracker's fused kernel reads each block in place.
     diff = by_finite.unbind(0)
     tracker.denominator(n_valid_tokens=valid, n_finite_tokens=finite)

@@ -6,21 +6,15 @@ import math
 
 import torch
 
-from telemetry import accumulate
+from telemetry import accumulate, kernels
 
 
 def test_bank_rows_accumulate_and_take_resets_only_the_taken_keys():
     bank = accumulate.StatBank(torch.device("cpu"))
     mask = torch.tensor([True, False, True])
-    count = torch.tensor(2.0, dtype=torch.float64)
-    bank.fold(
-        ("a", "b"),
-        count,
-        mask,
-        mask.float,
-        [torch.tensor([1.0, 9.0, 3.0]), torch.tensor([-1.0, 9.0, 0.5])],
-    )
-    bank.fold(("b",), count, mask, mask.float, [torch.tensor([4.0, 9.0, 2.0])])
+    masks = kernels.MaskBits(mask, torch.tensor(2.0, dtype=torch.float64))
+    bank.fold(("a", "b"), masks, [torch.tensor([1.0, 9.0, 3.0]), torch.tensor([-1.0, 9.0, 0.5])])
+    bank.fold(("b",), masks, [torch.tensor([4.0, 9.0, 2.0])])
     taken = bank.take(["b"], reset=True)
     assert taken["b"].tolist() == [5.5, 4.0, -1.0, -4.0]
     states = bank.take(["a", "b"], reset=False)

@@ -268,34 +268,3 @@ def test_two_gloo_ranks_equal_single_process_on_concatenated_data():
     assert math.isnan(expected[f"{P}ratio_outside_2"])
     for stats in results:
         assert_matches(stats, expected)
-
-
-def test_compiled_path_gives_the_eager_numbers(monkeypatch):
-    from telemetry import compiling
-
-    monkeypatch.setenv("RLTEL_COMPILE", "auto")
-    trainer, rollout, mask = random_batch(14, shape=(7, 45), dtype=torch.float32)
-    mask[0, :3] = True
-    trainer[0, 0], rollout[0, 1] = math.nan, math.inf  # non-finite valid tokens
-    trainer[0, 2], rollout[0, 2] = -1.0, -800.0  # expm1 overflow
-    mask[1, 4] = True
-    trainer[1, 4], rollout[1, 4] = -1.0, -1.0 + 2**-20  # small d: expm1 precision matters
-    t, r, m = trainer.reshape(-1), rollout.reshape(-1), mask.reshape(-1)
-    assert train_infer.per_token_fn(t, r) is train_infer.per_token  # compiling starts
-    assert compiling.wait_for_compilations(timeout_s=600)
-    compiled = train_infer.per_token_fn(t, r)
-    assert compiled is not train_infer.per_token
-    for got, want in zip(compiled(t, r, m), train_infer.per_token(t, r, m), strict=True):
-        assert got.dtype == want.dtype and torch.equal(got.isnan(), want.isnan())
-        assert torch.equal(got.nan_to_num(), want.nan_to_num())
-    fast = DistributedStatsTracker()
-    record(fast, trainer, rollout, mask)
-    monkeypatch.setenv("RLTEL_COMPILE", "0")
-    assert train_infer.per_token_fn(t, r) is train_infer.per_token
-    slow = DistributedStatsTracker()
-    record(slow, trainer, rollout, mask)
-    fast_stats, slow_stats = fast.export(), slow.export()
-    assert list(fast_stats) == list(slow_stats)
-    for key, want in slow_stats.items():
-        assert fast_stats[key] == want or (math.isnan(want) and math.isnan(fast_stats[key])), key
-    assert_matches(fast_stats, reference(*flat(trainer.double(), rollout.double(), mask)))

@@ -22,6 +22,7 @@ from dashboards.alerts import (
 from dashboards.panels import (
     Panel,
     Query,
+    bucket_heatmap,
     dashboard,
     heatmap,
     query_variable,
@@ -221,7 +222,7 @@ def rl_health() -> dict:
             Query(_sel(c.LOGP_DIFF.stat("max")), f"max {legend}"),
             Query(_sel(c.LOGP_ABS_DIFF.stat("avg")), f"|d| avg {legend}"),
         ),
-        heatmap(
+        bucket_heatmap(
             "logp_diff distribution",
             Query(
                 f"sum by (le) (increase({_sel(c.LOGP_DIFF.stat('bucket'))}[$__rate_interval]))",

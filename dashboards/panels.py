@@ -15,13 +15,23 @@ SCHEMA_VERSION = 39
 GRID_WIDTH = 24
 
 
+TIME_SERIES = "time_series"
+BUCKETS = "heatmap"
+"""Target formats: series as they are, or cumulative ``le`` buckets that Grafana de-accumulates."""
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
-    """One PromQL target of a panel; ``legend`` uses Grafana's ``{{label}}`` syntax."""
+    """One PromQL target of a panel; ``legend`` uses Grafana's ``{{label}}`` syntax.
+
+    ``format`` is the Prometheus data source's: ``time_series`` hands the series over as
+    they are; ``heatmap`` sorts them by ``le`` and subtracts each from the next, which is
+    right only for cumulative histogram buckets.
+    """
 
     expr: str
     legend: str = ""
-    heatmap: bool = False
+    format: str = TIME_SERIES
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +55,37 @@ def timeseries(title: str, *queries: Query, unit: str = "short", **kw: Any) -> P
 
 
 def heatmap(title: str, query: Query, unit: str = "short", **kw: Any) -> Panel:
-    """A heatmap whose rows are the query's series (one per legend value), not buckets."""
-    return Panel(title, "heatmap", (Query(query.expr, query.legend, heatmap=True),), unit, **kw)
+    """A heatmap with one row per series of ``query`` (per legend value), drawn as returned.
+
+    The series go over as ``time_series`` (never de-accumulated) and the panel does not
+    bucket them (``calculate: false``): each cell is the series' value at that time, rows
+    sorted by their numeric legend and centred on it (``rowsFrame.layout: unknown``).
+    """
+    target = Query(query.expr, query.legend, TIME_SERIES)
+    return Panel(title, "heatmap", (target,), unit, options=_heatmap_options("unknown"), **kw)
+
+
+def bucket_heatmap(title: str, query: Query, unit: str = "short", **kw: Any) -> Panel:
+    """A heatmap of cumulative histogram buckets: ``query`` returns one series per ``le``.
+
+    Grafana de-accumulates them (``format: heatmap``) and draws each bucket's count between
+    the previous bound and its own (``rowsFrame.layout: le``).
+    """
+    target = Query(query.expr, query.legend or "{{le}}", BUCKETS)
+    return Panel(title, "heatmap", (target,), unit, options=_heatmap_options("le"), **kw)
+
+
+def _heatmap_options(layout: str) -> dict[str, Any]:
+    return {
+        "calculate": False,
+        "rowsFrame": {"layout": layout},
+        "yAxis": {"unit": "short", "axisPlacement": "left"},
+        "color": {"mode": "scheme", "scheme": "Turbo", "steps": 64},
+        "cellGap": 1,
+        "cellValues": {},
+        "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": True},
+        "legend": {"show": True},
+    }
 
 
 def stat(title: str, query: Query, unit: str = "short", **kw: Any) -> Panel:
@@ -94,8 +133,7 @@ def _target(query: Query, index: int) -> dict:
         "range": True,
         "refId": chr(ord("A") + index),
     }
-    if query.heatmap:
-        target["format"] = "heatmap"
+    target["format"] = query.format
     return target
 
 
@@ -120,17 +158,7 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict:
     if panel.kind == "timeseries" and panel.thresholds:
         defaults["custom"] = {"thresholdsStyle": {"mode": "line"}}
     options = dict(panel.options)
-    if panel.kind == "heatmap":
-        options = {
-            "calculate": False,
-            "yAxis": {"unit": "short"},
-            "color": {"mode": "scheme", "scheme": "Turbo", "steps": 64},
-            "cellGap": 1,
-            "tooltip": {"mode": "single", "yHistogram": False},
-            "rowsFrame": {"layout": "unknown"},
-            **options,
-        }
-    elif panel.kind == "timeseries":
+    if panel.kind == "timeseries":
         options = {"legend": {"displayMode": "list", "placement": "bottom"}, **options}
     return {
         "id": panel_id,

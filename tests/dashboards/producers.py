@@ -52,6 +52,15 @@ def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]
     return export_sources([tracker, perf, moe]).points + transport_points()
 
 
+def moe_points(routing: dict[int, tuple[list[int], int]]) -> tuple[Point, ...]:
+    """The real MoE balance producer's export for ``{layer: (chosen experts, num_experts)}``."""
+    moe = MoEBalance(register=False)
+    with moe.training():
+        for layer, (experts, num_experts) in routing.items():
+            moe.record(layer, torch.tensor(experts), num_experts)
+    return export_sources([moe]).points
+
+
 def snapshot(points: tuple[Point, ...], trial: str, step: int = 1) -> Snapshot:
     """A trainer Snapshot of ``points`` for run ``exp/<trial>``."""
     return Snapshot(

@@ -127,12 +127,38 @@ def test_dashboard_json_is_valid(name):
         ref_ids = [target["refId"] for target in panel["targets"]]
         assert len(ref_ids) == len(set(ref_ids))
         if panel["type"] == "heatmap":
-            assert all(t["format"] == "heatmap" for t in panel["targets"])
+            _check_heatmap(panel)
     variables = [v["name"] for v in board["templating"]["list"]]
     if name != "pipeline":  # the pipeline's metrics belong to processes, not runs
         assert variables[:2] == ["experiment", "trial"]
     used = {m for expr in expressions(board) for m in re.findall(r"\$(\w+)", expr)}
     assert used - {"__rate_interval"} <= set(variables)
+
+
+def _check_heatmap(panel: dict) -> None:
+    """``format: heatmap`` (de-accumulate) only for cumulative ``le`` buckets; else rows as-is."""
+    assert panel["options"]["calculate"] is False, panel["title"]
+    layout = panel["options"]["rowsFrame"]["layout"]
+    for target in panel["targets"]:
+        buckets = bool(re.search(r"by \(le\)", target["expr"])) and "_bucket{" in target["expr"]
+        if buckets:
+            assert (target["format"], layout) == ("heatmap", "le"), panel["title"]
+        else:
+            assert (target["format"], layout) == ("time_series", "unknown"), panel["title"]
+
+
+def test_heatmap_formats_match_their_data():
+    kinds = {}
+    for name, path in BOARDS.items():
+        for panel in json.loads(path.read_text())["panels"]:
+            if panel["type"] == "heatmap":
+                _check_heatmap(panel)
+                kinds[(name, panel["title"])] = panel["targets"][0]["format"]
+    assert kinds == {
+        ("moe_balance", "max_over_ideal: layer x time"): "time_series",
+        ("moe_balance", "Expert load % (layer $layer): expert x time"): "time_series",
+        ("rl_health", "logp_diff distribution"): "heatmap",
+    }
 
 
 def test_dashboards_cover_the_mission():

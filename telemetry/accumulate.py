@@ -83,6 +83,14 @@ class StatBank:
         updated = kernels.fold(self.data.index_select(0, index), masks, xs)
         self.data.index_copy_(0, index, updated)
 
+    def merge(self, keys: tuple[str, ...], states: torch.Tensor) -> None:
+        """Fold precomputed ``[K, 4]`` states ``[sum, count, min, -max]`` into ``keys``."""
+        index = self._index(keys)
+        current = self.data.index_select(0, index)
+        current[:, :2] += states[:, :2]
+        torch.minimum(current[:, 2:], states[:, 2:], out=current[:, 2:])
+        self.data.index_copy_(0, index, current)
+
     def take(self, keys: Sequence[str], reset: bool) -> dict[str, torch.Tensor]:
         """The states of ``keys`` (copies); with ``reset`` their rows return to empty."""
         keys = tuple(keys)

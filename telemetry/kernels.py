@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["MaskBits", "fold", "stacked_view"]
+__all__ = ["MaskBits", "fold", "fold_block", "stacked_view"]
 
 _INF = float("inf")
 _BITS_OF_SIZE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -91,16 +91,27 @@ def fold(states: torch.Tensor, masks: MaskBits, xs: Sequence[torch.Tensor]) -> t
     Args:
         states: the current ``[K, 4]`` float64 states ``[sum, count, min, -max]``.
         masks: the mask the tensors share, with its count.
-        xs: K tensors with the mask's length.
+        xs: K tensors with the mask's length; never modified.
     """
     block = stacked_view(xs)
+    return fold_block(states, masks, block, scratch=block.data_ptr() != xs[0].data_ptr())
+
+
+def fold_block(
+    states: torch.Tensor, masks: MaskBits, block: torch.Tensor, scratch: bool
+) -> torch.Tensor:
+    """:func:`fold` of a contiguous ``[K, N]`` block.
+
+    With ``scratch`` the block is the caller's temporary and is overwritten (its valid
+    elements keep their values; padding takes other values), which saves a copy.
+    """
     keep, drop = masks.bits(block.element_size())
     raw = block.view(keep.dtype)
-    cleared = raw & keep  # padding -> +0.0
+    cleared = raw.bitwise_and_(keep) if scratch else raw & keep  # padding -> +0.0
     total = cleared.view(block.dtype).sum(1, dtype=torch.float64)
     # Padding takes the row's value at a valid position: then min and max of the whole
     # row are those of its valid elements (nothing is valid: corrected below).
-    cleared.addcmul_(raw.index_select(1, masks.valid_index()), drop)
+    cleared.addcmul_(cleared.index_select(1, masks.valid_index()), drop)
     filled = cleared.view(block.dtype)
     any_valid = masks.count > 0
     low = torch.where(any_valid, filled.amin(1).to(torch.float64), _INF)

@@ -208,6 +208,81 @@ class DistributedStatsTracker:
 
     stat_compact = stat
 
+    def fold_moments(
+        self,
+        states: Mapping[str, torch.Tensor],
+        reduce_type: ReduceType | None = None,
+    ) -> None:
+        """Fold masked moments that a producer reduced itself into stats.
+
+        For producers that derive many keys from a few per-token quantities: each value
+        is a float64 tensor ``[sum, count, min, -max, *bucket_counts]`` on one device,
+        the state ``stat()`` would have folded (bucket counts exactly where the key has
+        bucket bounds). An empty state is ``[0, 0, inf, inf]``.
+
+        Raises:
+            InvalidValueError: a state is not float64, has the wrong length, or its key
+                was recorded differently before; naming the key.
+        """
+        reduce = self._stat_reduce(reduce_type, states)
+        keys = [self.full_key(name) for name in states]
+        device = None
+        for key, state in zip(keys, states.values()):
+            n_buckets = len(self._bounds[key][0]) + 1 if key in self._bounds else 0
+            if (
+                not isinstance(state, torch.Tensor)
+                or state.dtype != torch.float64
+                or state.shape != (4 + n_buckets,)
+            ):
+                raise InvalidValueError(
+                    f"{key!r}: expected a float64 state of {4 + n_buckets} elements, got "
+                    f"{getattr(state, 'dtype', type(state).__name__)} "
+                    f"{tuple(getattr(state, 'shape', ()))}"
+                )
+            device = state.device if device is None else device
+            if state.device != device:
+                raise InvalidValueError(f"{key!r}: state on {state.device}, others on {device}")
+        if device is None:
+            return
+        with self._lock:
+            for key in keys:
+                self._check_entry(key, reduce, device)
+            for key in keys:
+                self._add_entry(key, reduce, device)
+            bank = self._banks.get(device)
+            if bank is None:
+                bank = self._banks[device] = accumulate.StatBank(device)
+            values = list(states.values())
+            bank.merge(tuple(keys), torch.stack([state[:4] for state in values]))
+            for key, state in zip(keys, values):
+                buckets = self._stats[key].buckets
+                if buckets is not None:
+                    buckets += state[4:]
+
+    def bucket_bounds(self, name: str, device: torch.device) -> torch.Tensor | None:
+        """The bucket bounds of stat ``name`` (current scope) as float64 on ``device``."""
+        key = self.full_key(name)
+        with self._lock:
+            values, bounds = self._bounds.get(key, ((), None))
+            if not values:
+                return None
+            if bounds is None or bounds.device != device:
+                bounds = accumulate.to_device(torch.tensor(values, dtype=torch.float64), device)
+                self._bounds[key] = (values, bounds)
+            return bounds
+
+    def declared_mask(self, name: str) -> kernels.MaskBits:
+        """The mask declared as denominator ``name`` in the current scope, with its count.
+
+        Raises:
+            UnknownDenominatorError: no such denominator was declared.
+        """
+        key = self.full_key(name)
+        declared = self._masks.get(key)
+        if declared is None:
+            raise UnknownDenominatorError(f"unknown denominator {key!r}")
+        return declared
+
     def scalar(self, **values: float | torch.Tensor) -> None:
         """Record single values; exported as the count-weighted mean plus ``key__count``.
 

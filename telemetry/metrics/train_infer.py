@@ -1,12 +1,16 @@
 """Train/infer logprob diagnostics: ``<scope>/train_infer/...`` (AReaL's 训练诊断指标).
 
 With d = log p_trainer - log p_rollout on valid generated tokens, every value is
-computed in float64 (the 0/1/NaN indicators are stored in float32, where they are
-exact) and recorded through the tracker's compact stats, so each key keeps O(1) state
-(sum, count, min, max, buckets) per window, pooled exactly across DP ranks. Nothing
-here reads a tensor value on the host. Per chunk of whole rows, the per-token rows are
-computed by one function (``per_token``) and handed to the tracker as row views of
-stacked blocks, which its kernel reads in place.
+computed in float64 and recorded through the tracker's compact stats, so each key keeps
+O(1) state (sum, count, min, max, buckets) per window, pooled exactly across DP ranks.
+Nothing here reads a tensor value on the host.
+
+Per chunk of whole rows, only seven per-token rows are materialised (d, abs(d), d^2,
+both logprobs, kl_k3 and its overflow indicator: ``per_token_block``) and reduced by the
+tracker's kernel in one call; the other keys' states follow from those exactly (the
+moments of -x and of d^2/2 from those of x and d^2; the tail fractions from bucket
+counts of abs(d) and the non-finite count), and are folded in with
+``DistributedStatsTracker.fold_moments``.
 
 Token sets: *valid* = the generation mask; *finite* = valid tokens where both
 logprobs are finite. ``n_valid_tokens`` and ``n_finite_tokens`` are their counts.
@@ -34,6 +38,7 @@ from collections.abc import Sequence
 
 import torch
 
+from telemetry import kernels
 from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 from telemetry.tracker import DistributedStatsTracker, ReduceType
 
@@ -144,62 +149,120 @@ def record_train_infer(
             _record_chunk(tracker, trainer_2d[part], rollout_2d[part], valid_2d[part])
 
 
-# Row names of the per-token blocks of a chunk, in the order they are stacked. Over
-# finite tokens, float64: the first two AVG_MIN_MAX, the rest AVG (``per_token``), then
-# kl_k3 and its overflow indicator (``k3_rows``: ATen's float64 ``expm1``).
-DIFF_ROWS = (
-    "logp_diff",
-    "logp_abs_diff",
-    "logp_diff_squared",
-    "trainer_nll",
-    "rollout_nll",
-    "kl_k1",
-    "kl_k2",
-)
-K3_ROWS = ("kl_k3", "kl_k3_overflow_fraction")
-# Over valid tokens, AVG; 0/1 indicators (NaN on non-finite tokens), exact in float32:
-VALID_ROWS = ("nonfinite_logp_fraction", *(f"ratio_outside_{t:g}" for t in RATIO_THRESHOLDS))
+# A chunk's per-token rows over *finite* tokens, float64, stacked in one block that the
+# stat kernel reduces to [sum, count, min, -max] per row in one call.
+BLOCK_ROWS = ("d", "abs_d", "d_squared", "trainer", "rollout", "kl_k3", "k3_overflow")
+_D, _ABS, _SQUARED, _TRAINER, _ROLLOUT, _K3, _OVERFLOW = range(len(BLOCK_ROWS))
+# Keys over finite tokens, each from a block row, as (row, negated, scale): the mean,
+# min and max of -x are -mean, -max and -min of x; d^2/2 scales d^2.
+FINITE_KEYS = {
+    "logp_diff": (_D, False, 1.0),
+    "logp_abs_diff": (_ABS, False, 1.0),
+    "logp_diff_squared": (_SQUARED, False, 1.0),
+    "trainer_nll": (_TRAINER, True, 1.0),
+    "rollout_nll": (_ROLLOUT, True, 1.0),
+    "kl_k1": (_D, True, 1.0),
+    "kl_k2": (_SQUARED, False, 0.5),
+    "kl_k3": (_K3, False, 1.0),
+    "kl_k3_overflow_fraction": (_OVERFLOW, False, 1.0),
+}
+AVG_MIN_MAX_KEYS = ("logp_diff", "logp_abs_diff")
+TAIL_KEYS = tuple(f"ratio_outside_{t:g}" for t in RATIO_THRESHOLDS)
 
 
-def per_token(
-    trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, valid: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The per-token quantities of 1-D logprobs and their bool mask ``valid``, but kl_k3.
+def per_token_block(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor) -> torch.Tensor:
+    """``[7, N]`` float64 rows named by ``BLOCK_ROWS`` of 1-D logprobs (any values).
 
-    Returns:
-        The *finite* mask, the ``[7, N]`` float64 rows named by ``DIFF_ROWS`` (d first)
-        and the ``[6, N]`` float32 rows named by ``VALID_ROWS``.
+    Only positions where both logprobs are finite are meaningful; the stat kernel reads
+    the block through the finite mask. kl_k3 uses ``expm1`` (``exp(d) - 1`` loses the
+    precision small d needs); its overflow indicator is 1 where ``expm1(d)`` is +inf.
     """
-    trainer = trainer_logp.to(torch.float64)
-    rollout = rollout_logp.to(torch.float64)
-    finite_both = torch.isfinite(trainer) & torch.isfinite(rollout)
-    # On non-finite tokens d is replaced by 0 so that no row holds inf/NaN from d; those
-    # positions are outside the *finite* mask and never reach a sum.
-    d = torch.where(finite_both, trainer - rollout, 0.0)
-    abs_d = d.abs()
-    d2 = d.square()
-    by_finite = torch.stack([d, abs_d, d2, -trainer, -rollout, -d, d2 * 0.5])
-    # Tail fractions: 1[abs(d) > log t], plus NaN on non-finite tokens, so that any
-    # non-finite valid token turns the pooled sum (and mean) into NaN.
-    nan_where_nonfinite = torch.where(finite_both, 0.0, math.nan).to(torch.float32)
-    tails = [
-        (abs_d > math.log(t)).to(torch.float32) + nan_where_nonfinite for t in RATIO_THRESHOLDS
-    ]
-    by_valid = torch.stack([(~finite_both).to(torch.float32), *tails])
-    return valid & finite_both, by_finite, by_valid
+    block = torch.empty(
+        len(BLOCK_ROWS), trainer_logp.numel(), dtype=torch.float64, device=trainer_logp.device
+    )
+    d = block[_D]
+    block[_TRAINER].copy_(trainer_logp)
+    block[_ROLLOUT].copy_(rollout_logp)
+    torch.sub(block[_TRAINER], block[_ROLLOUT], out=d)
+    torch.abs(d, out=block[_ABS])
+    torch.square(d, out=block[_SQUARED])
+    torch.expm1(d, out=block[_K3])
+    torch.eq(block[_K3], math.inf, out=block[_OVERFLOW])  # expm1 >= -1: +inf only
+    block[_K3].sub_(d)
+    return block
 
 
-def k3_rows(d: torch.Tensor) -> torch.Tensor:
-    """``[2, N]`` float64: expm1(d) - d and 1[expm1(d) = inf] (d finite, float64).
+class _KeyMap:
+    """Device constants that turn the block's row states into the finite keys' states."""
 
-    ``expm1`` rather than ``exp(d) - 1``: the latter loses the precision kl_k3 needs
-    for small d.
+    def __init__(self, device: torch.device) -> None:
+        rows, negated, scales = zip(*FINITE_KEYS.values())
+        self.rows = torch.tensor(rows, dtype=torch.int64, device=device)
+        self.negated = torch.tensor(negated, device=device).unsqueeze(1)
+        scale = torch.tensor(scales, dtype=torch.float64, device=device)
+        sign = torch.where(self.negated.squeeze(1), -1.0, 1.0).to(torch.float64)
+        # [sum, count, min, -max] of s*x from those of x (after swapping for s < 0).
+        self.factor = torch.stack([sign * scale, torch.ones_like(scale), scale, scale], 1)
+        self.tails = torch.tensor(
+            [math.log(t) for t in RATIO_THRESHOLDS], dtype=torch.float64, device=device
+        )
+
+
+_key_maps: dict[torch.device, _KeyMap] = {}
+
+
+def _finite_key_states(rows: torch.Tensor, key_map: _KeyMap) -> torch.Tensor:
+    """``[len(FINITE_KEYS), 4]`` states from the block's ``[7, 4]`` row states."""
+    chosen = rows.index_select(0, key_map.rows)
+    swapped = chosen[:, [0, 1, 3, 2]]  # min(-x) = -max(x), -max(-x) = min(x)
+    states = torch.where(key_map.negated, swapped, chosen) * key_map.factor
+    empty = chosen[:, 1:2] == 0  # no finite token: the extremes stay +inf
+    states[:, 2:] = torch.where(empty, math.inf, states[:, 2:])
+    return states
+
+
+def _masked_bincount(
+    values: torch.Tensor, bounds: torch.Tensor, finite: kernels.MaskBits
+) -> torch.Tensor:
+    """float64 counts of ``values`` over ``finite`` in buckets ``(bounds[i-1], bounds[i]]``."""
+    n = bounds.numel() + 1
+    keep, drop = finite.bits(8)
+    index = torch.bucketize(values, bounds) & keep  # masked-out positions -> bucket n
+    index.add_(drop, alpha=n)
+    ones = torch.ones((), dtype=torch.float64, device=values.device).expand(values.numel())
+    counts = torch.zeros(n + 1, dtype=torch.float64, device=values.device)
+    return counts.index_add_(0, index, ones)[:n]
+
+
+def _valid_key_states(
+    row_states: torch.Tensor, tail_counts: torch.Tensor, n_valid: torch.Tensor, key_map: _KeyMap
+) -> torch.Tensor:
+    """States of ``nonfinite_logp_fraction`` and the tail fractions, over valid tokens.
+
+    A tail indicator is 1[abs(d) > log t] on finite tokens and NaN on non-finite valid
+    ones, so one non-finite valid token makes the tail sums, minima and maxima NaN.
     """
-    rows = torch.empty(2, d.numel(), dtype=torch.float64, device=d.device)
-    torch.expm1(d, out=rows[0])
-    torch.eq(rows[0], math.inf, out=rows[1])  # expm1 >= -1: overflow is +inf only
-    rows[0].sub_(d)
-    return rows
+    n_finite = row_states[_ABS, 1]
+    n_nonfinite = n_valid - n_finite
+    any_nonfinite = n_nonfinite > 0
+    low_abs, high_abs = row_states[_ABS, 2], -row_states[_ABS, 3]
+    tail_low = (low_abs > key_map.tails).to(torch.float64)
+    tail_high = (high_abs > key_map.tails).to(torch.float64)
+    tails = torch.stack([tail_counts, n_valid.expand(5), tail_low, -tail_high], 1)
+    tails = torch.where(any_nonfinite, math.nan, tails)
+    tails[:, 1] = n_valid
+    nonfinite = torch.stack(
+        [
+            n_nonfinite,
+            n_valid,
+            (n_finite == 0).to(torch.float64),
+            -any_nonfinite.to(torch.float64),
+        ]
+    ).unsqueeze(0)
+    states = torch.cat([nonfinite, tails])
+    empty = n_valid == 0
+    states[:, 2:] = torch.where(empty, math.inf, states[:, 2:])
+    return states
 
 
 def _record_chunk(
@@ -210,23 +273,31 @@ def _record_chunk(
 ) -> None:
     trainer, rollout = trainer_logp.detach().reshape(-1), rollout_logp.detach().reshape(-1)
     valid = valid.reshape(-1)
-    finite, by_finite, by_valid = per_token(trainer, rollout, valid)
-    # Row views of the blocks: the tracker's fused kernel reads each block in place.
-    diff = by_finite.unbind(0)
+    finite = valid & torch.isfinite(trainer) & torch.isfinite(rollout)
     tracker.denominator(n_valid_tokens=valid, n_finite_tokens=finite)
-    tracker.stat(denominator="n_finite_tokens", **dict(zip(DIFF_ROWS[:2], diff[:2])))
-    tracker.stat(
-        denominator="n_finite_tokens",
-        reduce_type=ReduceType.AVG,
-        **dict(zip(DIFF_ROWS[2:], diff[2:])),
+    finite_bits = tracker.declared_mask("n_finite_tokens")
+    n_valid = tracker.declared_mask("n_valid_tokens").count
+    device = trainer.device
+    key_map = _key_maps.get(device)
+    if key_map is None:
+        key_map = _key_maps[device] = _KeyMap(device)
+    block = per_token_block(trainer, rollout)
+    empty = torch.tensor([0.0, 0.0, math.inf, math.inf], dtype=torch.float64, device=device)
+    # The block is ours: the kernel may overwrite its padding (valid values stay).
+    row_states = kernels.fold_block(
+        empty.expand(len(BLOCK_ROWS), 4), finite_bits, block, scratch=True
     )
-    tracker.stat(
-        denominator="n_finite_tokens",
-        reduce_type=ReduceType.AVG,
-        **dict(zip(K3_ROWS, k3_rows(diff[0]).unbind(0))),
-    )
-    tracker.stat(
-        denominator="n_valid_tokens",
-        reduce_type=ReduceType.AVG,
-        **dict(zip(VALID_ROWS, by_valid.unbind(0))),
+    states = dict(zip(FINITE_KEYS, _finite_key_states(row_states, key_map).unbind(0)))
+    bounds = tracker.bucket_bounds("logp_diff", device)
+    if bounds is not None:
+        buckets = _masked_bincount(block[_D], bounds, finite_bits)
+        states["logp_diff"] = torch.cat([states["logp_diff"], buckets])
+    tracker.fold_moments({key: states.pop(key) for key in AVG_MIN_MAX_KEYS})
+    tracker.fold_moments(states, ReduceType.AVG)
+    tail_counts = _masked_bincount(block[_ABS], key_map.tails, finite_bits)
+    above = tail_counts.flip(0).cumsum(0).flip(0)[1:]  # count of abs(d) > log t
+    valid_states = _valid_key_states(row_states, above, n_valid, key_map)
+    tracker.fold_moments(
+        dict(zip(("nonfinite_logp_fraction", *TAIL_KEYS), valid_states.unbind(0))),
+        ReduceType.AVG,
     )

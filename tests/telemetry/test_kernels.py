@@ -163,3 +163,18 @@ def test_recording_and_export_never_load_the_compiler_or_start_a_thread():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split(None, 2) == ["True", "1", "[]\n"], done.stdout
+
+
+def test_fold_block_on_scratch_keeps_valid_values_and_gives_the_same_states():
+    rng = np.random.default_rng(5)
+    block = torch.from_numpy(rng.normal(size=(3, 50)))
+    block[0, 3], block[1, 7] = NAN, INF
+    m = torch.from_numpy(rng.random(50) < 0.6)
+    m[3], m[7] = False, False
+    masks = kernels.MaskBits(m, m.sum(dtype=torch.float64))
+    states = torch.tensor([[0.0, 0.0, INF, INF]] * 3, dtype=torch.float64)
+    want = kernels.fold_block(states, masks, block, scratch=False)
+    scratch = block.clone()
+    got = kernels.fold_block(states, masks, scratch, scratch=True)
+    assert torch.equal(got, want)
+    assert torch.equal(scratch[:, m], block[:, m])

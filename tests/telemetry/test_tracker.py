@@ -334,3 +334,21 @@ def test_plain_stats_export_without_bucket_warnings(tracker, caplog):
         point = next(p for p in tracker.export().points if p.key == "x")
     assert point.bounds == () and point.bucket_counts == ()
     assert not caplog.records
+
+
+def test_fold_moments_pools_with_stat_and_names_a_bad_state():
+    tracker = DistributedStatsTracker()
+    mask = torch.tensor([True, True, False])
+    tracker.denominator(mask=mask)
+    tracker.stat(x=torch.tensor([1.0, 4.0, 100.0]), denominator="mask")
+    tracker.fold_moments({"x": torch.tensor([2.0, 2.0, -3.0, -5.0], dtype=torch.float64)})
+    out = tracker.export()
+    assert out["x/avg"] == 7.0 / 4 and out["x/min"] == -3.0 and out["x/max"] == 5.0
+    with pytest.raises(InvalidValueError, match="'y': expected a float64 state of 4 elements"):
+        tracker.fold_moments({"y": torch.tensor([1.0, 1.0, 1.0])})
+    with pytest.raises(InvalidValueError, match="'x': recorded with reduce type avg_min_max"):
+        tracker.denominator(mask=mask)
+        tracker.stat(x=torch.tensor([1.0, 4.0, 100.0]), denominator="mask")
+        tracker.fold_moments(
+            {"x": torch.tensor([0.0, 0.0, math.inf, math.inf], dtype=torch.float64)}, ReduceType.AVG
+        )

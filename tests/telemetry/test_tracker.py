@@ -294,6 +294,31 @@ def test_state_is_constant_size_and_not_a_clone(tracker):
     assert {k: v[1].numel() for k, v in states.items()} == {"a": 4, "b": 4, "valid": 1}
 
 
+def test_recorded_tensors_are_not_kept(tracker):
+    import gc
+    import weakref
+
+    mask = torch.ones(64, 1024, dtype=torch.bool)
+    tracker.denominator(valid=mask)
+    x = torch.randn(64, 1024)
+    ref = weakref.ref(x)
+    tracker.stat(x=x, denominator="valid")
+    del x
+    gc.collect()
+    assert ref() is None  # neither the tensor nor a view of it is held
+    assert tracker.export()["x/avg"] != 0.0
+
+
+def test_record_timing_reports_seconds():
+    import time
+
+    tracker = DistributedStatsTracker()
+    with tracker.record_timing("sleep"):
+        time.sleep(0.2)
+    got = tracker.export()["timeperf/sleep"]
+    assert 0.2 <= got < 0.6  # seconds, not milliseconds
+
+
 def test_a_rejected_call_records_none_of_its_keys(tracker):
     tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
     tracker.stat(b=torch.ones(3), denominator="valid", reduce_type=ReduceType.SUM)

@@ -232,6 +232,29 @@ def test_recording_never_reads_values_on_the_host(tracker):
     trainer = torch.empty(4, 64, device="meta")
     mask = torch.empty(4, 64, dtype=torch.bool, device="meta")
     record(tracker, trainer, trainer, mask)
+    # The same code path on real tensors records the reference values.
+    real = DistributedStatsTracker()
+    trainer, rollout, mask = random_batch(21, shape=(4, 64))
+    record(real, trainer, rollout, mask)
+    assert_matches(real.export(), reference(*flat(trainer, rollout, mask)))
+
+
+@pytest.mark.parametrize("threshold", THRESHOLDS)
+def test_ratio_outside_boundary_is_strict(tracker, threshold):
+    # abs(d) exactly log t is inside; one ulp above is outside (on both signs of d).
+    edge = math.log(threshold)
+    above = math.nextafter(edge, math.inf)
+    diffs = [edge, -edge, above, -above, math.nextafter(edge, 0.0)]
+    rollout = torch.full((len(diffs),), -3.0, dtype=torch.float64)
+    trainer = rollout + torch.tensor(diffs, dtype=torch.float64)
+    mask = torch.ones(len(diffs), dtype=torch.bool)
+    record(tracker, trainer, rollout, mask)
+    expected = reference(*flat(trainer, rollout, mask))
+    got = tracker.export()
+    key = f"{P}ratio_outside_{threshold:g}"
+    assert got[key] == expected[key]
+    d = (trainer - rollout).tolist()
+    assert expected[key] == sum(abs(x) > edge for x in d) / len(d)
 
 
 def test_default_tracker_and_scope():

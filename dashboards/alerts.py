@@ -9,6 +9,8 @@ from __future__ import annotations
 from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
 from dashboards import catalog as c
 
+RL_HEALTH_INTERVAL = "10s"
+"""Evaluation interval of the fast RL-health group (critical alerts without a hold-down)."""
 KL_K3_WARNING = 0.01
 KL_K3_CRITICAL = 0.1
 STALENESS_WARNING = 4.0
@@ -41,38 +43,39 @@ def alert_rules() -> dict:
     staleness = c.STALENESS_THETA_AVG.stat("avg")
     future = c.FUTURE_TOKEN_FRACTION.stat("avg")
     rl = [
-        _rule("RLTrainInferKLHigh", f"{kl3} > {KL_K3_WARNING}", "10m", "warning", "kl",
-              f"Train/infer KL k3 above {KL_K3_WARNING} for 10m ({run})",
+        _rule("RLTrainInferKLHigh", f"{kl3} >= {KL_K3_WARNING}", "10m", "warning", "kl",
+              f"Train/infer KL k3 at or above {KL_K3_WARNING} for 10m ({run})",
               "ppo_actor/train_infer/kl_k3 = {{ $value }}: trainer and rollout engine "
               "logprobs disagree (numerics, stale weights or sampling filters)."),
-        _rule("RLTrainInferKLCritical", f"{kl3} > {KL_K3_CRITICAL}", "2m", "critical", "kl",
-              f"Train/infer KL k3 above {KL_K3_CRITICAL} ({run})",
+        _rule("RLTrainInferKLCritical", f"{kl3} >= {KL_K3_CRITICAL}", "0s", "critical", "kl",
+              f"Train/infer KL k3 at or above {KL_K3_CRITICAL} ({run})",
               "ppo_actor/train_infer/kl_k3 = {{ $value }}: off-policy mismatch large "
               "enough to bias the policy gradient."),
-        _rule("RLTrainInferKLNotFinite", f"{kl3} != {kl3} or abs({kl3}) == Inf", "0m",
+        _rule("RLTrainInferKLNotFinite", f"{kl3} != {kl3} or abs({kl3}) == Inf", "0s",
               "critical", "kl", f"Train/infer KL k3 is NaN or infinite ({run})",
               "kl_k3 is not finite: check nonfinite_logp_fraction and kl_k3_overflow_fraction."),
-        _rule("RLNonFiniteLogprobs", f"{nonfinite} > 0", "0m", "critical", "kl",
+        _rule("RLNonFiniteLogprobs", f"{nonfinite} > 0", "0s", "critical", "kl",
               f"Non-finite logprobs on valid tokens ({run})",
               "ppo_actor/train_infer/nonfinite_logp_fraction = {{ $value }}: a trainer or "
               "rollout logprob is NaN/inf on a valid generated token."),
-        _rule("RLSampleStalenessHigh", f"{staleness} > {STALENESS_WARNING}", "15m", "warning",
-              "staleness", f"Mean sample staleness above {STALENESS_WARNING:g} versions ({run})",
+        _rule("RLSampleStalenessHigh", f"{staleness} >= {STALENESS_WARNING}", "15m", "warning",
+              "staleness",
+              f"Mean sample staleness at or above {STALENESS_WARNING:g} versions ({run})",
               "ppo_actor/update/version_stats/sample_staleness_theta_avg = {{ $value }} "
               "checkpoint versions: rollouts lag the trainer."),
-        _rule("RLFutureTokens", f"{future} > 0", "0m", "critical", "staleness",
+        _rule("RLFutureTokens", f"{future} > 0", "0s", "critical", "staleness",
               f"Tokens from a future policy version ({run})",
               "future_token_fraction = {{ $value }}: behaviour versions ahead of the trainer "
               "mean broken version bookkeeping."),
     ]  # fmt: skip
     ratio = c.MAX_OVER_IDEAL.name
     moe = [
-        _rule("MoEExpertImbalance", f"{ratio} > {MAX_OVER_IDEAL_WARNING}", "15m", "warning",
-              "moe", f"MoE layer {{{{ $labels.layer }}}} max/ideal load above "
+        _rule("MoEExpertImbalance", f"{ratio} >= {MAX_OVER_IDEAL_WARNING}", "15m", "warning",
+              "moe", f"MoE layer {{{{ $labels.layer }}}} max/ideal load at or above "
               f"{MAX_OVER_IDEAL_WARNING:g} ({run})",
               "moe_balance/layer_{{ $labels.layer }}/max_over_ideal = {{ $value }}."),
-        _rule("MoEExpertImbalanceCritical", f"{ratio} > {MAX_OVER_IDEAL_CRITICAL}", "15m",
-              "critical", "moe", f"MoE layer {{{{ $labels.layer }}}} max/ideal load above "
+        _rule("MoEExpertImbalanceCritical", f"{ratio} >= {MAX_OVER_IDEAL_CRITICAL}", "15m",
+              "critical", "moe", f"MoE layer {{{{ $labels.layer }}}} max/ideal load at or above "
               f"{MAX_OVER_IDEAL_CRITICAL:g} ({run})",
               "moe_balance/layer_{{ $labels.layer }}/max_over_ideal = {{ $value }}: "
               "one expert takes most of the layer's tokens."),
@@ -104,7 +107,7 @@ def alert_rules() -> dict:
     ]  # fmt: skip
     return {
         "groups": [
-            {"name": "rltel-rl-health", "interval": "30s", "rules": rl},
+            {"name": "rltel-rl-health", "interval": RL_HEALTH_INTERVAL, "rules": rl},
             {"name": "rltel-moe-balance", "interval": "1m", "rules": moe},
             {"name": "rltel-pipeline", "interval": "30s", "rules": pipeline},
         ]

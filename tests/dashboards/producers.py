@@ -47,8 +47,8 @@ def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]
     perf = TrainPerf(lambda n: 1e6 * n, peak_flops_per_device=1e12, device="cpu", register=False)
     moe = MoEBalance(register=False)
     with perf.measure(mask), moe.training():
-        moe.record(0, torch.tensor([0, 1, 1, 2]), 4)
-        moe.record(1, torch.tensor([3, 3, 2, 1]), 4)
+        moe.record(0, torch.tensor([0, 1, 1, 2, 3]), 4)  # max/ideal 1.6: healthy
+        moe.record(1, torch.tensor([3, 3, 2, 1, 0]), 4)
     return export_sources([tracker, perf, moe]).points + transport_points()
 
 

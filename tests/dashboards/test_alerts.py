@@ -60,19 +60,42 @@ def test_rules_are_labelled_and_documented():
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
 
 
-@pytest.mark.parametrize(
-    ("alert", "attribute", "value"),
-    [
-        ("RLTrainInferKLHigh", "KL_K3_WARNING", 0.05),
-        ("RLSampleStalenessHigh", "STALENESS_WARNING", 6.0),
-        ("MoEExpertImbalanceCritical", "MAX_OVER_IDEAL_CRITICAL", 6.0),
-    ],
-)
-def test_unit_tests_catch_a_changed_threshold(tmp_path, monkeypatch, alert, attribute, value):
-    """The promtool tests pin thresholds: moving one makes them fail on that alert."""
-    monkeypatch.setattr(alerts, attribute, value)
-    (tmp_path / "alerts.yml").write_text(build.rendered()[build.ALERTS_PATH])
-    (tmp_path / "alerts_test.yml").write_text(TESTS.read_text())
-    result = _promtool("test", "rules", str(tmp_path / "alerts_test.yml"))
+THRESHOLDS = {
+    "KL_K3_WARNING": "RLTrainInferKLHigh",
+    "KL_K3_CRITICAL": "RLTrainInferKLCritical",
+    "STALENESS_WARNING": "RLSampleStalenessHigh",
+    "MAX_OVER_IDEAL_WARNING": "MoEExpertImbalance",
+    "MAX_OVER_IDEAL_CRITICAL": "MoEExpertImbalanceCritical",
+}
+"""Threshold constant -> the alert whose promtool tests pin it (at: fires, just below: quiet)."""
+
+
+def _without_annotations(tmp_path: Path) -> Path:
+    """Rules and tests as generated now, annotations dropped: only firing decides."""
+    rules = yaml.safe_load(build.rendered()[build.ALERTS_PATH])
+    for rule in _rules(rules):
+        rule.pop("annotations")
+    tests = yaml.safe_load(TESTS.read_text())
+    for test in tests["tests"]:
+        for case in test["alert_rule_test"]:
+            for alert in case["exp_alerts"]:
+                alert.pop("exp_annotations", None)
+    (tmp_path / "alerts.yml").write_text(yaml.safe_dump(rules))
+    path = tmp_path / "alerts_test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    return path
+
+
+def test_threshold_pins_pass_unchanged(tmp_path):
+    result = _promtool("test", "rules", str(_without_annotations(tmp_path)))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("factor", [1 + 1e-9, 1 - 2e-3], ids=["raised", "lowered"])
+@pytest.mark.parametrize("attribute", sorted(THRESHOLDS))
+def test_unit_tests_catch_a_moved_threshold(tmp_path, monkeypatch, attribute, factor):
+    """Raising a threshold a hair silences the "at" case; lowering it wakes "just below"."""
+    monkeypatch.setattr(alerts, attribute, getattr(alerts, attribute) * factor)
+    result = _promtool("test", "rules", str(_without_annotations(tmp_path)))
     assert result.returncode != 0
-    assert f"alertname: {alert}," in result.stdout + result.stderr
+    assert f"alertname: {THRESHOLDS[attribute]}," in result.stdout + result.stderr

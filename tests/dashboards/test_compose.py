@@ -7,12 +7,14 @@ collector's loader, prometheus.yml by ``promtool check config``, alertmanager.ym
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -24,7 +26,7 @@ from dashboards.panels import DATASOURCE_UID
 from tests.distributed import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = {"collector", "prometheus", "alertmanager", "grafana"}
+SERVICES = {"collector", "prometheus", "alertmanager", "alert-webhook", "grafana"}
 
 
 @pytest.fixture(scope="module")
@@ -217,6 +219,70 @@ def test_alertmanager_config_and_routes(compose):
         routed = _amtool("config", "routes", "test", f"--config.file={path}", *labels)
         assert routed.returncode == 0, routed.stderr
         assert routed.stdout.strip() == receiver
+
+
+def test_alertmanager_receivers_post_to_the_example_webhook(compose):
+    config = yaml.safe_load((ROOT / "dashboards/alertmanager/alertmanager.yml").read_text())
+    webhook = compose["services"]["alert-webhook"]
+    assert compose["services"]["alertmanager"]["depends_on"] == {
+        "alert-webhook": {"condition": "service_healthy"}
+    }
+    for receiver in config["receivers"]:
+        (hook,) = receiver["webhook_configs"]
+        url = urlparse(hook["url"])
+        assert (url.hostname, url.path) == ("alert-webhook", "/alerts"), receiver["name"]
+        assert url.port in _published(webhook)
+        assert hook["send_resolved"] is True
+    command = [*webhook["entrypoint"], *webhook["command"]]
+    assert command[command.index("--host") + 1] == "0.0.0.0"  # reachable from alertmanager
+    assert webhook["image"] == compose["services"]["collector"]["image"]
+    assert webhook["build"] == compose["services"]["collector"]["build"]
+
+
+def test_webhook_command_serves_and_logs_alerts(compose):
+    """The compose command runs the example receiver (port moved to a free loopback one)."""
+    webhook = compose["services"]["alert-webhook"]
+    port = free_port()
+    command = [*webhook["entrypoint"], *webhook["command"]]
+    assert command[:3] == ["python", "-m", "dashboards.webhook"]
+    command = [sys.executable, *command[1:]]
+    command[command.index("--host") + 1] = "127.0.0.1"
+    command[command.index("--port") + 1] = str(port)
+    health = webhook["healthcheck"]["test"][1:]
+    assert health[0] == "python"
+    health = [sys.executable, *(a.replace(":9095/", f":{port}/") for a in health[1:])]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while subprocess.run(health, capture_output=True, timeout=10).returncode != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.1)
+        payload = {
+            "version": "4",
+            "receiver": "rltel-critical",
+            "status": "firing",
+            "alerts": [
+                {
+                    "status": "firing",
+                    "labels": {"alertname": "RLTrainInferKLCritical", "severity": "critical"},
+                    "annotations": {"summary": "Train/infer KL k3 at or above 0.1 (exp/t)"},
+                    "startsAt": "2026-01-01T00:00:00Z",
+                }
+            ],
+        }
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/alerts",
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        assert urllib.request.urlopen(request, timeout=5).status == 200
+        line = json.loads(proc.stdout.readline())
+        assert line["alertname"] == "RLTrainInferKLCritical"
+        assert line["receiver"] == "rltel-critical" and line["status"] == "firing"
+        assert line["summary"] == "Train/infer KL k3 at or above 0.1 (exp/t)"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_grafana_provisioning(compose):

@@ -1,11 +1,16 @@
-"""End to end: producers -> Prometheus sink -> real Prometheus -> real Alertmanager.
+"""End to end: producers -> rltel -> real Prometheus -> real Alertmanager -> webhook.
 
-A real Prometheus (free loopback port, temp storage, 1 s scrape/evaluation) scrapes the
-rltel Prometheus sink, which holds one export of the real producers for two runs: one
-whose train/infer KL is above the alert thresholds and one below. It evaluates the
-repository's alert rules (only ``for`` and the group interval shortened, so the test
-fits in seconds) and sends to a real Alertmanager running the repository's config. The
-test reads Alertmanager's ``/api/v2/alerts``. Processes are stopped by PID at the end.
+Two tests, each with real servers on free loopback ports (stopped by PID at the end):
+
+- Routing: the sink holds one export of the real producers for two runs, one whose
+  train/infer KL is above both thresholds and one below. Prometheus scrapes and evaluates
+  every second with every ``for`` set to 0, so the test reads back within seconds which
+  alerts reach Alertmanager, with which labels, receivers and inhibitions.
+- Latency, with everything as shipped: the StatsLogger commits over OTLP to a real collector,
+  Prometheus runs ``prometheus.yml``'s scrape interval and ``alerts.yml`` unchanged, and
+  Alertmanager ``alertmanager.yml`` with only the webhook URL pointed at the example
+  receiver (:mod:`dashboards.webhook`). The time from the commit that crosses the critical
+  KL threshold to the webhook call is measured and must stay within 30 s.
 """
 
 from __future__ import annotations
@@ -13,62 +18,32 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
+from collector.config import from_dict
+from collector.server import CollectorServer
 from dashboards import alerts, build
+from dashboards.webhook import WebhookReceiver
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
+from telemetry.logger import StatsLogger
+from telemetry.snapshot import Stats
+from tests.dashboards import servers
 from tests.dashboards.producers import produced_points, snapshot
-from tests.distributed import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 45.0
+LATENCY_BUDGET_S = 30.0
 HIGH_SHIFT, LOW_SHIFT = 0.5, 0.001
 
 
 def _kl_k3(d: float) -> float:
     """exp(d) - 1 - d, the seed's k3 estimator, for a constant per-token difference d."""
     return math.expm1(d) - d
-
-
-def _get(url: str) -> bytes:
-    with urllib.request.urlopen(url, timeout=2) as response:
-        return response.read()
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[0]} exited: {log.read_text()[-2000:]}")
-        try:
-            _get(url)
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} not ready in 20 s: {log.read_text()[-2000:]}")
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen:
-    with log.open("wb") as out:
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 def _fast_rules() -> dict:
@@ -82,6 +57,15 @@ def _fast_rules() -> dict:
 
 
 @pytest.fixture
+def webhook() -> Iterator[WebhookReceiver]:
+    receiver = WebhookReceiver(out=None)
+    try:
+        yield receiver
+    finally:
+        receiver.shutdown()
+
+
+@pytest.fixture
 def sink() -> Iterator[PrometheusSink]:
     sink = PrometheusSink(PrometheusConfig(enabled=True, port=0))
     try:
@@ -90,78 +74,27 @@ def sink() -> Iterator[PrometheusSink]:
         sink.shutdown()
 
 
-@pytest.fixture
-def alertmanager(tmp_path) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path / "alertmanager.log"
-    proc = _start(
-        [
-            "prometheus-alertmanager",
-            f"--config.file={ROOT / 'dashboards/alertmanager/alertmanager.yml'}",
-            f"--storage.path={tmp_path / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        log,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_ready(url + "/-/ready", proc, log)
-        yield url
-    finally:
-        _stop(proc)
-
-
-@pytest.fixture
-def prometheus(tmp_path, sink, alertmanager) -> Iterator[str]:
-    port = free_port()
-    rules = tmp_path / "alerts.yml"
-    rules.write_text(yaml.safe_dump(_fast_rules()))
-    config = yaml.safe_load((ROOT / "dashboards/prometheus/prometheus.yml").read_text())
-    config["global"].update(scrape_interval="1s", scrape_timeout="1s", evaluation_interval="1s")
-    config["rule_files"] = [str(rules)]
-    config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] = [
-        alertmanager.removeprefix("http://")
-    ]
-    collector_job = next(j for j in config["scrape_configs"] if j["job_name"] == "rltel-collector")
-    collector_job["static_configs"][0]["targets"] = [f"127.0.0.1:{sink.port}"]
-    config["scrape_configs"] = [collector_job]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log = tmp_path / "prometheus.log"
-    proc = _start(
-        [
-            "prometheus",
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'prom-data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        log,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_ready(url + "/-/ready", proc, log)
-        yield url
-    finally:
-        _stop(proc)
-
-
 def _alerts(alertmanager: str) -> list[dict]:
-    return json.loads(_get(alertmanager + "/api/v2/alerts"))
+    return json.loads(servers.get(alertmanager + "/api/v2/alerts"))
 
 
 @pytest.mark.timeout(90)
-def test_kl_alert_reaches_alertmanager(sink, alertmanager, prometheus):
-    started = time.monotonic()
-    assert sink.export(snapshot(produced_points(HIGH_SHIFT), "high")).value == "success"
-    assert sink.export(snapshot(produced_points(LOW_SHIFT), "low")).value == "success"
-
-    wanted = {"RLTrainInferKLHigh", "RLTrainInferKLCritical"}
-    held: list[dict] = []
-    while time.monotonic() - started < DEADLINE_S:
-        held = _alerts(alertmanager)
-        if wanted <= {a["labels"]["alertname"] for a in held}:
-            break
-        time.sleep(0.25)
+def test_kl_alert_reaches_alertmanager(tmp_path, sink, webhook):
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(yaml.safe_dump(_fast_rules()))
+    with servers.alertmanager(tmp_path, webhook.url) as alertmanager:
+        config = servers.prometheus_config(f"127.0.0.1:{sink.port}", alertmanager, rules, True)
+        with servers.prometheus(tmp_path, config):
+            started = time.monotonic()
+            assert sink.export(snapshot(produced_points(HIGH_SHIFT), "high")).value == "success"
+            assert sink.export(snapshot(produced_points(LOW_SHIFT), "low")).value == "success"
+            wanted = {"RLTrainInferKLHigh", "RLTrainInferKLCritical"}
+            held: list[dict] = []
+            while time.monotonic() - started < DEADLINE_S:
+                held = _alerts(alertmanager)
+                if wanted <= {a["labels"]["alertname"] for a in held}:
+                    break
+                time.sleep(0.25)
     by_name = {a["labels"]["alertname"]: a for a in held}
     assert wanted <= set(by_name), f"after {DEADLINE_S} s Alertmanager holds {sorted(by_name)}"
 
@@ -189,3 +122,90 @@ def test_kl_alert_reaches_alertmanager(sink, alertmanager, prometheus):
     inhibitors = by_name["RLTrainInferKLHigh"]["status"]["inhibitedBy"]
     assert inhibitors == [by_name["RLTrainInferKLCritical"]["fingerprint"]]
     assert time.monotonic() - started < DEADLINE_S
+
+
+def _user_points(shift: float) -> Stats:
+    """One training step of the real producers (without a transport's health points)."""
+    return Stats(p for p in produced_points(shift) if not p.metric.startswith("rltel/otlp/"))
+
+
+def _wait_for_series(prometheus: str, expr: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not servers.api(prometheus, "query", query=expr)["result"]:
+        assert time.monotonic() < deadline, f"Prometheus has no {expr} after {timeout_s} s"
+        time.sleep(0.2)
+
+
+def _collector(tmp_path: Path) -> CollectorServer:
+    config = from_dict(
+        {
+            "receiver": {"host": "127.0.0.1", "port": 0},
+            "sinks": {
+                "fileroot": str(tmp_path / "runs"),
+                "prometheus": {"enabled": True, "host": "127.0.0.1", "port": 0},
+            },
+        }
+    )
+    server = CollectorServer(config)
+    server.start()
+    return server
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_critical_kl_alert_reaches_the_webhook_within_30s(tmp_path, webhook):
+    shipped = yaml.safe_load(servers.PROMETHEUS_YML.read_text())
+    job = next(j for j in shipped["scrape_configs"] if j["job_name"] == servers.COLLECTOR_JOB)
+    scrape_s = int(job["scrape_interval"].removesuffix("s"))
+    group = next(g for g in alerts.alert_rules()["groups"] if g["name"] == "rltel-rl-health")
+    critical = next(r for r in group["rules"] if r["alert"] == "RLTrainInferKLCritical")
+    assert critical["for"] == "0s" and group["interval"] == alerts.RL_HEALTH_INTERVAL == "10s"
+    assert scrape_s <= 5
+
+    collector = _collector(tmp_path)
+    stats = None
+    try:
+        with servers.alertmanager(tmp_path, webhook.url) as alertmanager:
+            target = f"127.0.0.1:{collector.prometheus.port}"
+            config = servers.prometheus_config(target, alertmanager, build.ALERTS_PATH, False)
+            with servers.prometheus(tmp_path, config) as prometheus:
+                stats = StatsLogger(
+                    {
+                        "experiment_name": "exp",
+                        "trial_name": "latency",
+                        "fileroot": str(tmp_path / "runs"),
+                        "otlp": {"endpoint": collector.endpoint, "timeout": 2.0},
+                    }
+                )
+                stats.commit(0, 0, 0, _user_points(LOW_SHIFT))  # a healthy step first
+                kl = alerts.c.KL_K3.stat("avg")
+                _wait_for_series(prometheus, f'{kl}{{trial="latency"}}', 30)
+                time.sleep(scrape_s)  # scraped and evaluated while healthy: nothing fires
+                assert webhook.notifications() == []
+                committed = time.monotonic()
+                stats.commit(0, 1, 1, _user_points(HIGH_SHIFT))  # crosses KL_K3_CRITICAL
+                arrived = _wait_for_alert(webhook, "RLTrainInferKLCritical", DEADLINE_S)
+    finally:
+        if stats is not None:
+            stats.close(5)
+        collector.stop(10)
+    latency = arrived.received - committed
+    print(f"commit -> webhook latency of RLTrainInferKLCritical: {latency:.1f} s")
+    assert latency <= LATENCY_BUDGET_S, latency
+    (alert,) = [a for a in arrived.alerts() if a["labels"]["alertname"] == "RLTrainInferKLCritical"]
+    assert alert["status"] == "firing"
+    assert alert["labels"]["trial"] == "latency" and alert["labels"]["severity"] == "critical"
+    assert arrived.payload["receiver"] == "rltel-critical"
+    # the warning waits out its 10m hold-down; nothing else fired
+    names = {a["labels"]["alertname"] for n in webhook.notifications() for a in n.alerts()}
+    assert names == {"RLTrainInferKLCritical"}
+
+
+def _wait_for_alert(webhook: WebhookReceiver, name: str, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for notification in webhook.notifications():
+            if any(a["labels"]["alertname"] == name for a in notification.alerts()):
+                return notification
+        time.sleep(0.05)
+    raise AssertionError(f"no {name} at the webhook within {timeout_s} s")

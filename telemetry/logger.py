@@ -28,11 +28,15 @@ from telemetry.encode import Batch
 from telemetry.errors import ConfigError, InvalidValueError
 from telemetry.snapshot import Gauge, Point, Snapshot, Stats, Step, points_from_flat
 
-__all__ = ["ROLES", "StatsLogger"]
+__all__ = ["CLOSED_METRIC", "ROLES", "STEP_METRIC", "StatsLogger"]
 
 logger = logging.getLogger(__name__)
 
 ROLES = ("trainer", "rollout", "eval")
+STEP_METRIC = "rltel/step"
+"""Gauge of the committed ``global_step`` in every trainer export: a heartbeat (stall alert)."""
+CLOSED_METRIC = "rltel/closed"
+"""Gauge (1) a trainer sends the collector from :meth:`StatsLogger.close`: ended, not stalled."""
 _STREAMS = {"trainer": "train", "rollout": "rollout", "eval": "eval"}
 
 
@@ -72,6 +76,7 @@ class StatsLogger:
         self._pid = os.getpid()  # a forked child (data-loader worker) logs nothing
         self._window_start = self.start_unix_nano
         self._totals: dict[str, tuple[float, int]] = {}  # cumulative scalar (sum, count)
+        self._last_step: Step | None = None
         self._closed = False
         self.transport = None
         self.fanout = None
@@ -180,6 +185,9 @@ class StatsLogger:
             self._emit(points, step)
 
     def _emit(self, points: tuple[Point, ...], step: Step | None) -> None:
+        if step is not None and self.role == "trainer":
+            points = (*points, Gauge(STEP_METRIC, float(step.global_step)))
+            self._last_step = step
         now = time.time_ns()
         snapshot = Snapshot(points, step, self.resource, now, _STREAMS[self.role])
         if self.fanout is not None:
@@ -213,6 +221,13 @@ class StatsLogger:
             self.transport.count_nonfinite(skipped)
         return replace(snapshot, points=tuple(points))
 
+    def _send_closed(self, step: Step) -> None:
+        """Tell the collector this trainer ended (its step series stops without a stall)."""
+        points = (Gauge(STEP_METRIC, float(step.global_step)), Gauge(CLOSED_METRIC, 1.0))
+        points += tuple(self.transport.health_points())
+        snapshot = Snapshot(points, step, self.resource, time.time_ns(), _STREAMS[self.role])
+        self.transport.submit(Batch(snapshot, self._window_start, self.start_unix_nano, False))
+
     def health(self) -> dict[str, Any]:
         """The transport's counters (``otlp``) and each in-process sink's (``sinks``)."""
         out: dict[str, Any] = {}
@@ -229,6 +244,8 @@ class StatsLogger:
         self._closed = True
         atexit.unregister(self.close)
         deadline = time.monotonic() + timeout_s
+        if self.transport is not None and self._last_step is not None:
+            self._send_closed(self._last_step)
         if self.transport is not None and not self.transport.close(timeout_s):
             health = self.transport.health()
             logger.warning(

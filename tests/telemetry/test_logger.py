@@ -16,7 +16,7 @@ import pytest
 from exporters.base import InMemorySink
 from exporters.console import ConsoleSink
 from telemetry.config import ConfigError
-from telemetry.logger import StatsLogger
+from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 from telemetry.snapshot import Counter, Gauge, Histogram, StatReduce, Stats
 from tests.distributed import run_ranks
 from tests.telemetry.otlp_receiver import Receiver, metrics_of, resource_of, step_of
@@ -36,7 +36,7 @@ def config(tmp_path, endpoint=None, **extra):
 
 
 def user_metrics(request) -> dict:
-    return {k: v for k, v in metrics_of(request).items() if not k.startswith("rltel/otlp/")}
+    return {k: v for k, v in metrics_of(request).items() if not k.startswith("rltel/")}
 
 
 def test_embedded_default_hands_snapshots_to_sinks(tmp_path):
@@ -48,7 +48,8 @@ def test_embedded_default_hands_snapshots_to_sinks(tmp_path):
     (snapshot,) = sink.snapshots
     assert sink.shut_down and stats.transport is None
     assert (snapshot.step.epoch, snapshot.step.epoch_step, snapshot.step.global_step) == (1, 3, 13)
-    assert snapshot.flat() == {"loss/avg": 0.5, "reward": 2.0, "lr": 1e-5}  # no __count
+    # no __count; the heartbeat gauge carries the step for Prometheus
+    assert snapshot.flat() == {"loss/avg": 0.5, "reward": 2.0, "lr": 1e-5, STEP_METRIC: 13.0}
     assert snapshot.flat(include_counts=True)["reward__count"] == 8.0
     reward = next(p for p in snapshot.points if p.metric == "reward")
     assert isinstance(reward, Gauge) and reward.count == 8
@@ -75,7 +76,9 @@ def test_list_of_dicts_logs_consecutive_steps(tmp_path):
     stats.close()
     steps = [(s.step.epoch, s.step.epoch_step, s.step.global_step) for s in sink.snapshots]
     assert steps == [(2, 10, 100), (2, 11, 101), (2, 12, 102)]
-    assert [s.flat() for s in sink.snapshots] == [{"x": 0.0}, {"x": 1.0}, {"x": 2.0}]
+    assert [s.flat() for s in sink.snapshots] == [
+        {"x": float(i), STEP_METRIC: 100.0 + i} for i in range(3)
+    ]
 
 
 def test_typed_and_plain_commits_over_otlp(tmp_path):
@@ -106,7 +109,7 @@ def test_typed_and_plain_commits_over_otlp(tmp_path):
             time.sleep(0.005)
         stats.commit(0, 1, 2, dict(typed))  # AReaL's plain dict of the same export
         stats.close()
-    first, second = receiver.requests
+    first, second, _closed = receiver.requests
     assert (step_of(first), step_of(second)) == (1, 2)
     m = user_metrics(first)
     (ratio,) = m["ppo_actor/update/ratio"].histogram.data_points
@@ -128,7 +131,10 @@ def test_typed_and_plain_commits_over_otlp(tmp_path):
     resource = resource_of(first)
     assert resource["rltel.role"] == "trainer" and resource["rltel.stream"] == "train"
     health = metrics_of(second)["rltel/otlp/points_exported"].sum.data_points[0]
-    assert health.as_double == len(typed.typed_points()) + len(stats.transport.health_points())
+    heartbeat = 1
+    assert health.as_double == (
+        len(typed.typed_points()) + heartbeat + len(stats.transport.health_points())
+    )
 
 
 def test_nonfinite_values_never_raise_and_are_counted(tmp_path):
@@ -194,23 +200,23 @@ def test_collector_down_then_up_commit_stays_fast_and_loses_nothing(tmp_path):
         stats.close()
     finally:
         receiver.stop()
-    assert [step_of(r) for r in receiver.requests] == list(range(150))
+    assert [step_of(r) for r in receiver.requests] == [*range(150), 149]  # + close marker
     p99 = float(np.percentile(np.array(latencies), 99))
     assert p99 < 0.005, f"commit p99 {p99 * 1e3:.2f} ms"
-    assert all(len(user_metrics(r)) == 203 for r in receiver.requests)
+    assert all(len(user_metrics(r)) == 203 for r in receiver.requests[:-1])
     assert not list((tmp_path / "exp" / "t1" / "otlp-spool" / "trainer").glob("*.json"))
 
 
 KILLED_WRITER = """
 import sys, time
-from telemetry.logger import StatsLogger
+from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 stats = StatsLogger(
     {"fileroot": sys.argv[1], "otlp": {"endpoint": sys.argv[2]}},
     transport_options={"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05},
 )
 for step in range(20):
     stats.commit(0, step, step, {"x": float(step)})
-while stats.health()["otlp"]["spool_points"] < 20 * 11:  # 1 point + 10 health points
+while stats.health()["otlp"]["spool_points"] < 20 * 12:  # x, rltel/step, 10 health points
     time.sleep(0.01)
 print("spooled", flush=True)
 time.sleep(60)
@@ -239,8 +245,8 @@ def test_killed_process_loses_nothing_that_was_spooled(tmp_path):
         )
         stats.commit(0, 20, 20, {"x": 20.0})
         stats.close(5.0)
-    assert [step_of(r) for r in receiver.requests] == list(range(21))
-    values = [user_metrics(r)["x"].gauge.data_points[0].as_double for r in receiver.requests]
+    assert [step_of(r) for r in receiver.requests] == [*range(21), 20]  # + close marker
+    values = [user_metrics(r)["x"].gauge.data_points[0].as_double for r in receiver.requests[:-1]]
     assert values == [float(step) for step in range(21)]
 
 
@@ -297,9 +303,9 @@ def test_only_rank_zero_logs(tmp_path):
         {"enabled": False, "rank": 1, "transport": False},
     ]
     requests = receiver.requests
-    assert [step_of(r) for r in requests] == [0, 1, 2]
+    assert [step_of(r) for r in requests] == [0, 1, 2, 2]  # + rank 0's close marker
     assert {resource_of(r)["rltel.rank"] for r in requests} == {0}
-    assert {user_metrics(r)["rank"].gauge.data_points[0].as_double for r in requests} == {0.0}
+    assert {user_metrics(r)["rank"].gauge.data_points[0].as_double for r in requests[:-1]} == {0.0}
 
 
 def test_embedded_prometheus_serves_every_sinks_queue_health(tmp_path):
@@ -321,3 +327,44 @@ def test_embedded_prometheus_serves_every_sinks_queue_health(tmp_path):
     }
     logger.close()
     assert exported == {"prometheus": 2.0}
+
+
+def test_trainer_exports_carry_the_step_heartbeat(tmp_path):
+    """``rltel/step`` = global_step on every trainer export (Prometheus has no other step)."""
+    trainer_sink, rollout_sink = InMemorySink(), InMemorySink()
+    trainer = StatsLogger(config(tmp_path), sinks=[trainer_sink])
+    rollout = StatsLogger(config(tmp_path), role="rollout", worker_id=1, sinks=[rollout_sink])
+    for step in (7, 8):
+        trainer.commit(0, step, step, {"x": 1.0})
+        rollout.commit(0, step, step, {"r": 1.0, "r__count": 2.0})
+    trainer.close()
+    rollout.close()
+    beats = [next(p for p in s.points if p.metric == STEP_METRIC) for s in trainer_sink.snapshots]
+    assert [(b.value, b.count, type(b)) for b in beats] == [(7.0, None, Gauge), (8.0, None, Gauge)]
+    assert len(trainer_sink.snapshots) == 2  # embedded: no close marker (the endpoint goes away)
+    assert not any(p.metric.startswith("rltel/") for s in rollout_sink.snapshots for p in s.points)
+
+
+def test_close_tells_the_collector_the_trainer_ended(tmp_path):
+    with Receiver() as receiver:
+        trainer = StatsLogger(config(tmp_path, receiver.endpoint), transport_options=FAST)
+        trainer.commit(0, 4, 41, {"x": 1.0})
+        trainer.commit(0, 5, 42, {"x": 2.0})
+        trainer.close()
+        trainer.close()  # once only
+        idle = StatsLogger(config(tmp_path / "idle", receiver.endpoint), transport_options=FAST)
+        idle.close()  # nothing committed: nothing to end
+        rollout = StatsLogger(
+            config(tmp_path, receiver.endpoint), role="rollout", transport_options=FAST
+        )
+        rollout.commit(0, 1, 1, {"r": 1.0})
+        rollout.close()
+    requests = [r for r in receiver.requests if resource_of(r)["rltel.role"] == "trainer"]
+    assert [step_of(r) for r in requests] == [41, 42, 42]
+    last = metrics_of(requests[-1])
+    assert last[CLOSED_METRIC].gauge.data_points[0].as_double == 1.0
+    assert last[STEP_METRIC].gauge.data_points[0].as_double == 42.0
+    assert set(user_metrics(requests[-1])) == {"train.step", "train.epoch", "train.epoch_step"}
+    assert all(CLOSED_METRIC not in metrics_of(r) for r in requests[:-1])
+    rollouts = [r for r in receiver.requests if resource_of(r)["rltel.role"] == "rollout"]
+    assert len(rollouts) == 1 and CLOSED_METRIC not in metrics_of(rollouts[0])

@@ -1,4 +1,4 @@
-"""The Prometheus alert rules, as data: KL, staleness, MoE balance, pipeline health.
+"""The Prometheus alert rules, as data: RL health, training progress, MoE balance, pipeline.
 
 Thresholds are module constants (the dashboards draw them too); metric names come from
 :mod:`dashboards.catalog` and the collector's and sink's own family names.
@@ -16,6 +16,17 @@ KL_K3_CRITICAL = 0.1
 STALENESS_WARNING = 4.0
 MAX_OVER_IDEAL_WARNING = 2.0
 MAX_OVER_IDEAL_CRITICAL = 4.0
+STALL_AFTER = "10m"
+"""No new trainer ``global_step`` for this long (and no ``close()``): training stalled."""
+THROUGHPUT_DROP_RATIO = 0.5
+"""Tokens/s over the last 10m at or below this share of the run's own level (1h before)."""
+REWARD_DROP_FRACTION = 0.5
+"""Mean reward over the last 10m fell by this share of the run's level (1h before) or more."""
+GRAD_NORM_SPIKE_FACTOR = 10.0
+"""A gradient norm at or above this multiple of the run's median over the hour before."""
+PROGRESS_INTERVAL = "30s"
+BASELINE = "[1h] offset 20m"
+"""The run's own recent level: the hour that ended 20m ago (clear of the 10m window + 5m for)."""
 COLLECTOR_JOB = "rltel-collector"
 OVERFLOW_POINTS = "rltel_prometheus_overflow_points_total"
 """The Prometheus sink's own counter of points folded into overflow series."""
@@ -36,11 +47,12 @@ def _rule(
 
 
 def alert_rules() -> dict:
-    """The Prometheus rule groups: KL, staleness, MoE balance, pipeline health."""
+    """The Prometheus rule groups: RL health (fast), progress, MoE balance, pipeline."""
     run = "{{ $labels.experiment }}/{{ $labels.trial }}"
     kl3 = c.KL_K3.stat("avg")
     nonfinite = c.NONFINITE_LOGP_FRACTION.stat("avg")
     staleness = c.STALENESS_THETA_AVG.stat("avg")
+    loss, grad = c.LOSS.stat("avg"), c.GRAD_NORM.name
     future = c.FUTURE_TOKEN_FRACTION.stat("avg")
     rl = [
         _rule("RLTrainInferKLHigh", f"{kl3} >= {KL_K3_WARNING}", "10m", "warning", "kl",
@@ -51,13 +63,21 @@ def alert_rules() -> dict:
               f"Train/infer KL k3 at or above {KL_K3_CRITICAL} ({run})",
               "ppo_actor/train_infer/kl_k3 = {{ $value }}: off-policy mismatch large "
               "enough to bias the policy gradient."),
-        _rule("RLTrainInferKLNotFinite", f"{kl3} != {kl3} or abs({kl3}) == Inf", "0s",
+        _rule("RLTrainInferKLNotFinite", _not_finite(kl3), "0s",
               "critical", "kl", f"Train/infer KL k3 is NaN or infinite ({run})",
               "kl_k3 is not finite: check nonfinite_logp_fraction and kl_k3_overflow_fraction."),
         _rule("RLNonFiniteLogprobs", f"{nonfinite} > 0", "0s", "critical", "kl",
               f"Non-finite logprobs on valid tokens ({run})",
               "ppo_actor/train_infer/nonfinite_logp_fraction = {{ $value }}: a trainer or "
               "rollout logprob is NaN/inf on a valid generated token."),
+        _rule("RLLossNotFinite", _not_finite(loss), "0s", "critical", "training",
+              f"Training loss is NaN or infinite ({run})",
+              "ppo_actor/update/loss/avg = {{ $value }}: the update diverged or a batch "
+              "holds NaN; the weights may already be corrupt."),
+        _rule("RLGradNormNotFinite", _not_finite(grad), "0s", "critical", "training",
+              f"Gradient norm is NaN or infinite ({run})",
+              "ppo_actor/update/grad_norm = {{ $value }}: the backward pass overflowed; "
+              "the optimizer step (if taken) corrupts the weights."),
         _rule("RLSampleStalenessHigh", f"{staleness} >= {STALENESS_WARNING}", "15m", "warning",
               "staleness",
               f"Mean sample staleness at or above {STALENESS_WARNING:g} versions ({run})",
@@ -68,8 +88,67 @@ def alert_rules() -> dict:
               "future_token_fraction = {{ $value }}: behaviour versions ahead of the trainer "
               "mean broken version bookkeeping."),
     ]  # fmt: skip
+    return {
+        "groups": [
+            {"name": "rltel-rl-health", "interval": RL_HEALTH_INTERVAL, "rules": rl},
+            {"name": "rltel-rl-progress", "interval": PROGRESS_INTERVAL, "rules": _progress()},
+            {"name": "rltel-moe-balance", "interval": "1m", "rules": _moe()},
+            {"name": "rltel-pipeline", "interval": "30s", "rules": _pipeline()},
+        ]
+    }
+
+
+def _not_finite(series: str) -> str:
+    return f"{series} != {series} or {series} == Inf or {series} == -Inf"
+
+
+def _progress() -> list[dict]:
+    """Training stalled, throughput and reward falling against the run's own level."""
+    run = "{{ $labels.experiment }}/{{ $labels.trial }}"
+    step = f'{c.STEP.name}{{role="trainer"}}'
+    closed = f'{c.CLOSED.name}{{role="trainer"}}'
+    tokens = c.TOTAL_TOKENS.name
+    reward = c.ROLLOUT_REWARD.name
+    grad = c.GRAD_NORM.name
+    reward_level = f"avg_over_time({reward}{BASELINE})"
+    return [
+        _rule("RLTrainingStalled",
+              f"({step} unless changes({step}[{STALL_AFTER}]) > 0) "
+              f"and {step} offset {STALL_AFTER} unless {closed} == 1",
+              "0s", "critical", "progress",
+              f"No new training step for {STALL_AFTER} ({run})",
+              "global_step stays at {{ $value }} on {{ $labels.instance }} and the trainer "
+              "did not close its StatsLogger: a hang (collective, data loader, rollout "
+              "wait) or a crash."),
+        _rule("RLThroughputDrop",
+              f"rate({tokens}[10m]) <= {THROUGHPUT_DROP_RATIO} * rate({tokens}{BASELINE}) "
+              f"and rate({tokens}{BASELINE}) > 0",
+              "5m", "warning", "progress",
+              f"Training tokens/s at or below {THROUGHPUT_DROP_RATIO:.0%} of the run's own "
+              f"level ({run})",
+              "train_perf/total_tokens grows at {{ $value }} tokens/s over the last 10m: a "
+              "slow node, rollout starvation or throttling."),
+        _rule("RLRewardCollapse",
+              f"avg_over_time({reward}[10m]) "
+              f"<= {reward_level} - {REWARD_DROP_FRACTION} * abs({reward_level})",
+              "5m", "warning", "reward",
+              f"Rollout reward fell by {REWARD_DROP_FRACTION:.0%} or more of its level ({run})",
+              "rollout/reward averages {{ $value }} over the last 10m: policy collapse, a "
+              "broken reward function or a shift in the prompts."),
+        _rule("RLGradNormSpike",
+              f"max_over_time({grad}[5m]) >= {GRAD_NORM_SPIKE_FACTOR:g} * "
+              f"quantile_over_time(0.5, {grad}[1h] offset 5m)",
+              "1m", "warning", "training",
+              f"Gradient norm at or above {GRAD_NORM_SPIKE_FACTOR:g}x its median ({run})",
+              "ppo_actor/update/grad_norm peaked at {{ $value }} in the last 5m: an "
+              "outlier batch or the start of a divergence."),
+    ]  # fmt: skip
+
+
+def _moe() -> list[dict]:
+    run = "{{ $labels.experiment }}/{{ $labels.trial }}"
     ratio = c.MAX_OVER_IDEAL.name
-    moe = [
+    return [
         _rule("MoEExpertImbalance", f"{ratio} >= {MAX_OVER_IDEAL_WARNING}", "15m", "warning",
               "moe", f"MoE layer {{{{ $labels.layer }}}} max/ideal load at or above "
               f"{MAX_OVER_IDEAL_WARNING:g} ({run})",
@@ -80,8 +159,11 @@ def alert_rules() -> dict:
               "moe_balance/layer_{{ $labels.layer }}/max_over_ideal = {{ $value }}: "
               "one expert takes most of the layer's tokens."),
     ]  # fmt: skip
+
+
+def _pipeline() -> list[dict]:
     up = f'up{{job="{COLLECTOR_JOB}"}}'
-    pipeline = [
+    return [
         _rule("RltelCollectorDown", f"{up} == 0", "1m", "critical", "pipeline",
               "rltel collector {{ $labels.instance }} is down",
               "Prometheus cannot scrape the collector; senders spool to disk meanwhile."),
@@ -105,10 +187,3 @@ def alert_rules() -> dict:
               "warning", "pipeline", "Collector {{ $labels.instance }} rejects data points",
               "{{ $value }} data points could not be mapped in 10m (see the collector log)."),
     ]  # fmt: skip
-    return {
-        "groups": [
-            {"name": "rltel-rl-health", "interval": RL_HEALTH_INTERVAL, "rules": rl},
-            {"name": "rltel-moe-balance", "interval": "1m", "rules": moe},
-            {"name": "rltel-pipeline", "interval": "30s", "rules": pipeline},
-        ]
-    }

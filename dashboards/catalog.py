@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporters.prometheus.naming import Kind, histogram_gauge_names, metric_name
+from telemetry.logger import CLOSED_METRIC, STEP_METRIC
 from telemetry.snapshot import Attributes, StatReduce
 
 
@@ -108,6 +109,17 @@ EXPERT_TOKENS = Metric(
     "moe_balance/tokens", "gauge", "{token}", attributes=(*_LAYER, ("expert", 0))
 )
 
+# ppo_actor/update/: the loss (a masked token stat) and the gradient norm (a scalar stream).
+LOSS = _hist("ppo_actor/update/loss", reduce=StatReduce.AVG_MIN_MAX)
+GRAD_NORM = Metric("ppo_actor/update/grad_norm", "gauge")
+
+# rollout/: the rollout workers' reward (a scalar stream, count-weighted over workers).
+ROLLOUT_REWARD = Metric("rollout/reward", "gauge")
+
+# The StatsLogger's own: global_step of each trainer export, and the marker of close().
+STEP = Metric(STEP_METRIC, "gauge")
+CLOSED = Metric(CLOSED_METRIC, "gauge")
+
 # rltel/otlp/: the sender's transport health, riding along with every export.
 TRANSPORT_EXPORTED = Metric("rltel/otlp/points_exported", "counter", "{point}")
 TRANSPORT_FAILED = Metric("rltel/otlp/points_failed", "counter", "{point}")
@@ -143,6 +155,11 @@ ALL: tuple[Metric, ...] = (
     STALE_TOKEN_FRACTION,
     FUTURE_TOKEN_FRACTION,
     *ADVANTAGE_FRACTIONS.values(),
+    LOSS,
+    GRAD_NORM,
+    ROLLOUT_REWARD,
+    STEP,
+    CLOSED,
     TOKENS_PER_SECOND,
     CUMULATIVE_TOKENS_PER_SECOND,
     FLOPS_PER_SECOND,

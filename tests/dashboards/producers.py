@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import tempfile
+
 import torch
 
+from collector.decode import Decoder
+from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 from telemetry.metrics.advantages import record_advantage_fractions
 from telemetry.metrics.moe import MoEBalance
 from telemetry.metrics.staleness import record_version_stats
@@ -14,6 +19,7 @@ from telemetry.stats_tracker import export_sources
 from telemetry.tracker import DistributedStatsTracker
 from telemetry.transport import OtlpTransport
 from tests.distributed import free_port
+from tests.telemetry.otlp_receiver import Receiver
 
 RESOURCE = (
     ("service.name", "rltel-trainer"),
@@ -24,12 +30,16 @@ RESOURCE = (
 )
 
 
-def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]:
+def produced_points(
+    logp_shift: float = 0.1, seed: int = 0, loss: float = 0.25, grad_norm: float = 1.5
+) -> tuple[Point, ...]:
     """One export of every producer the dashboards read, on a 2x8 batch.
 
     Args:
         logp_shift: d = log p_trainer - log p_rollout on every valid token.
         seed: seeds the random logprobs and advantages.
+        loss: the per-token loss on every valid token.
+        grad_norm: the scalar gradient norm of the step.
     """
     tracker = DistributedStatsTracker()
     gen = torch.Generator().manual_seed(seed)
@@ -42,6 +52,12 @@ def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]
         with tracker.scope("update"):
             versions = 4 + torch.arange(16).reshape(2, 8) % 3
             record_version_stats(versions, 6, mask, tracker=tracker)
+            tracker.denominator(n_valid_tokens=mask)
+            tracker.stat(loss=torch.full((2, 8), loss), denominator="n_valid_tokens")
+            tracker.scalar(grad_norm=grad_norm)
+    with tracker.scope("rollout"):
+        for reward in (0.25, 0.75):
+            tracker.scalar(reward=reward)
     with tracker.record_timing("train_step"):
         pass
     perf = TrainPerf(lambda n: 1e6 * n, peak_flops_per_device=1e12, device="cpu", register=False)
@@ -49,7 +65,7 @@ def produced_points(logp_shift: float = 0.1, seed: int = 0) -> tuple[Point, ...]
     with perf.measure(mask), moe.training():
         moe.record(0, torch.tensor([0, 1, 1, 2, 3]), 4)  # max/ideal 1.6: healthy
         moe.record(1, torch.tensor([3, 3, 2, 1, 0]), 4)
-    return export_sources([tracker, perf, moe]).points + transport_points()
+    return export_sources([tracker, perf, moe]).points + transport_points() + logger_points()
 
 
 def moe_points(routing: dict[int, tuple[list[int], int]]) -> tuple[Point, ...]:
@@ -68,6 +84,28 @@ def snapshot(points: tuple[Point, ...], trial: str, step: int = 1) -> Snapshot:
         step=Step(epoch=0, epoch_step=step, global_step=step),
         resource=(*RESOURCE, ("rltel.trial", trial)),
     )
+
+
+@functools.cache
+def logger_points() -> tuple[Point, ...]:
+    """The StatsLogger's own points of a trainer over OTLP, decoded as the collector does.
+
+    The step heartbeat of a commit at global_step 3, and the end marker of ``close()``.
+    """
+    with Receiver() as receiver, tempfile.TemporaryDirectory() as tmp:
+        stats = StatsLogger({"fileroot": tmp, "otlp": {"endpoint": receiver.endpoint}})
+        stats.commit(0, 3, 3, {})
+        stats.close(10.0)
+        requests = list(receiver.requests)
+    decoder = Decoder()
+    own = {
+        point.metric: point
+        for request in requests
+        for decoded in decoder.decode(request).snapshots
+        for point in decoded.points
+        if point.metric in (STEP_METRIC, CLOSED_METRIC)
+    }
+    return tuple(own.values())
 
 
 def transport_points() -> tuple[Point, ...]:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-DATASOURCE_UID = "rltel-prometheus"
-DATASOURCE = {"type": "prometheus", "uid": DATASOURCE_UID}
+DATASOURCE_INPUT = "DS_PROMETHEUS"
+DATASOURCE = {"type": "prometheus", "uid": f"${{{DATASOURCE_INPUT}}}"}
+"""Every panel, target and query variable reads the Prometheus the dashboard was given."""
+GRAFANA_VERSION = "11.2.0"
 SCHEMA_VERSION = 39
 GRID_WIDTH = 24
 
@@ -125,6 +127,27 @@ def query_variable(name: str, label: str, metric: str, multi: bool = False) -> d
     }
 
 
+def datasource_variable() -> dict:
+    """The ``DS_PROMETHEUS`` variable: a Prometheus data source picker.
+
+    Importing a dashboard through the UI replaces ``${DS_PROMETHEUS}`` with the data source
+    chosen for the ``__inputs`` entry; a provisioned file is not rewritten, and there the
+    variable resolves it (default: the default Prometheus data source).
+    """
+    return {
+        "name": DATASOURCE_INPUT,
+        "label": "Prometheus",
+        "type": "datasource",
+        "query": "prometheus",
+        "refresh": 1,
+        "regex": "",
+        "current": {},
+        "hide": 0,
+        "includeAll": False,
+        "multi": False,
+    }
+
+
 def _target(query: Query, index: int) -> dict:
     target = {
         "datasource": DATASOURCE,
@@ -193,7 +216,23 @@ def dashboard(
         laid_out.append(_panel_json(panel, panel_id, x, y))
         x += panel.width
         line_height = max(line_height, panel.height)
+    kinds = sorted({panel.kind for panel in panels if panel.kind != "row"})
     return {
+        "__inputs": [
+            {
+                "name": DATASOURCE_INPUT,
+                "label": "Prometheus",
+                "description": "The Prometheus that scrapes the rltel collector",
+                "type": "datasource",
+                "pluginId": "prometheus",
+                "pluginName": "Prometheus",
+            }
+        ],
+        "__requires": [
+            {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
+            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+            *({"type": "panel", "id": kind, "name": kind, "version": ""} for kind in kinds),
+        ],
         "uid": uid,
         "title": title,
         "description": description,
@@ -205,7 +244,7 @@ def dashboard(
         "timezone": "browser",
         "time": {"from": "now-6h", "to": "now"},
         "refresh": "30s",
-        "templating": {"list": variables},
+        "templating": {"list": [datasource_variable(), *variables]},
         "annotations": {"list": []},
         "links": [],
         "panels": laid_out,
@@ -216,6 +255,8 @@ def expressions(board: dict) -> list[str]:
     """Every PromQL expression of a dashboard: panel targets and variable queries."""
     exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
     for variable in board["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
         definition = variable["definition"]
         exprs.append(definition[len("label_values(") : definition.rindex(",")])
     return exprs

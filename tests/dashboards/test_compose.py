@@ -22,7 +22,6 @@ import pytest
 import yaml
 
 from collector.config import load as load_collector_config
-from dashboards.panels import DATASOURCE_UID
 from tests.distributed import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -293,7 +292,8 @@ def test_grafana_provisioning(compose):
     )
     sources = yaml.safe_load((provisioning / "datasources/prometheus.yml").read_text())
     by_type = {source["type"]: source for source in sources["datasources"]}
-    assert by_type["prometheus"]["uid"] == DATASOURCE_UID
+    # the dashboards' ${DS_PROMETHEUS} variable picks the default Prometheus data source
+    assert by_type["prometheus"]["isDefault"] is True
     for kind in ("prometheus", "alertmanager"):
         url = urlparse(by_type[kind]["url"])
         assert url.hostname == kind

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.selfmetrics import FAMILIES as COLLECTOR_FAMILIES
 from dashboards import build
 from dashboards import catalog as c
-from dashboards.panels import DATASOURCE_UID, GRID_WIDTH, expressions
+from dashboards.panels import DATASOURCE, DATASOURCE_INPUT, GRID_WIDTH, expressions
 from exporters.prometheus import SELF_METRICS, PrometheusSink
 from exporters.prometheus.naming import metric_name, sample_names
 from telemetry.config import PrometheusConfig
@@ -122,17 +122,66 @@ def test_dashboard_json_is_valid(name):
         occupied |= cells
         if panel["type"] == "row":
             continue
-        assert panel["datasource"]["uid"] == DATASOURCE_UID
+        assert panel["datasource"] == DATASOURCE
         assert panel["targets"], panel["title"]
         ref_ids = [target["refId"] for target in panel["targets"]]
         assert len(ref_ids) == len(set(ref_ids))
         if panel["type"] == "heatmap":
             _check_heatmap(panel)
     variables = [v["name"] for v in board["templating"]["list"]]
+    assert variables[0] == DATASOURCE_INPUT
     if name != "pipeline":  # the pipeline's metrics belong to processes, not runs
-        assert variables[:2] == ["experiment", "trial"]
+        assert variables[1:3] == ["experiment", "trial"]
     used = {m for expr in expressions(board) for m in re.findall(r"\$(\w+)", expr)}
     assert used - {"__rate_interval"} <= set(variables)
+
+
+def _datasources(node: object) -> list[object]:
+    """Every value of a ``datasource`` key anywhere in a dashboard."""
+    if isinstance(node, dict):
+        found = [node["datasource"]] if "datasource" in node else []
+        return found + [d for value in node.values() for d in _datasources(value)]
+    if isinstance(node, list):
+        return [d for value in node for d in _datasources(value)]
+    return []
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_dashboard_is_importable_anywhere(name):
+    """One ``__inputs`` data source, referenced everywhere as ``${DS_PROMETHEUS}``."""
+    text = BOARDS[name].read_text()
+    board = json.loads(text)
+    assert board["__inputs"] == [
+        {
+            "name": DATASOURCE_INPUT,
+            "label": "Prometheus",
+            "description": "The Prometheus that scrapes the rltel collector",
+            "type": "datasource",
+            "pluginId": "prometheus",
+            "pluginName": "Prometheus",
+        }
+    ]
+    assert "rltel-prometheus" not in text  # no uid of this stack's provisioned data source
+    references = _datasources(board["panels"]) + _datasources(board["templating"])
+    assert references and all(ref == DATASOURCE for ref in references)
+    variable = board["templating"]["list"][0]  # resolves ${DS_PROMETHEUS} when provisioned
+    assert (variable["name"], variable["type"], variable["query"]) == (
+        DATASOURCE_INPUT,
+        "datasource",
+        "prometheus",
+    )
+    required = {(r["type"], r["id"]) for r in board["__requires"]}
+    kinds = {p["type"] for p in board["panels"] if p["type"] != "row"}
+    assert required == {("grafana", "grafana"), ("datasource", "prometheus")} | {
+        ("panel", kind) for kind in kinds
+    }
+    # what the UI import does: every ${DS_PROMETHEUS} becomes the chosen data source's uid
+    imported = json.loads(text.replace("${DS_PROMETHEUS}", "chosen-uid"))
+    assert "${DS_" not in json.dumps(imported["panels"])
+    references = _datasources(imported["panels"]) + _datasources(imported["templating"])
+    assert {json.dumps(ref, sort_keys=True) for ref in references} == {
+        json.dumps({"type": "prometheus", "uid": "chosen-uid"}, sort_keys=True)
+    }
 
 
 def _check_heatmap(panel: dict) -> None:

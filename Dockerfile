@@ -1,6 +1,7 @@
 # rltel collector image: `docker compose up` builds it from this checkout.
-# The CPU build of torch is installed first, pinned, so that `pip install .` does not pull
-# a multi-GB CUDA build (the collector itself never imports torch).
+# No torch: the collector never imports it. Its requirements (every dependency but torch,
+# plus the W&B, SwanLab and TensorBoard extras) are read from pyproject.toml by
+# dashboards/compose/requirements.py; rltel itself goes in with --no-deps.
 FROM python:3.11.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -9,13 +10,16 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /opt/rltel
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0
-COPY pyproject.toml README.md ./
+COPY pyproject.toml dashboards/compose/requirements.py ./
+RUN python requirements.py pyproject.toml > requirements.txt \
+    && pip install -r requirements.txt
+COPY README.md ./
 COPY telemetry ./telemetry
 COPY exporters ./exporters
 COPY collector ./collector
 COPY dashboards ./dashboards
-RUN pip install ".[tensorboard]"
+RUN pip install --no-deps . \
+    && python -c "import collector.server, exporters.tensorboard, dashboards.webhook"
 
 RUN useradd --system --uid 10001 --home-dir /var/lib/rltel --create-home rltel
 USER rltel

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from collector.config import load as load_collector_config
+from telemetry.logger import StatsLogger
 from tests.distributed import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,12 +115,30 @@ def test_collector_config_loads_and_matches_ports(compose):
     assert f"127.0.0.1:{config.sinks.prometheus.port}/healthz" in health
 
 
+NO_TORCH = """
+import runpy, sys
+
+class NoTorch:  # the collector image has no torch: any import of it fails
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r} (no torch in the image)")
+
+sys.meta_path.insert(0, NoTorch())
+sys.argv = ["rltel", *sys.argv[1:]]
+runpy.run_module("telemetry.cli", run_name="__main__")
+"""
+
+
 def test_collector_command_serves_the_healthcheck(compose, tmp_path):
-    """The compose command and config run a real collector (ports moved to loopback)."""
+    """The compose command and config run a real collector without torch (ports on loopback).
+
+    It serves the healthcheck, takes a trainer's steps over OTLP into Prometheus and
+    TensorBoard, and exits 0 on SIGTERM.
+    """
     service = compose["services"]["collector"]
     config = yaml.safe_load((ROOT / "dashboards/compose/collector.yaml").read_text())
-    metrics_port = free_port()
-    config["collector"]["receiver"].update(host="127.0.0.1", port=free_port())
+    metrics_port, otlp_port = free_port(), free_port()
+    config["collector"]["receiver"].update(host="127.0.0.1", port=otlp_port)
     config["collector"]["sinks"]["prometheus"].update(host="127.0.0.1", port=metrics_port)
     config["collector"]["sinks"]["fileroot"] = str(tmp_path / "runs")
     config["collector"]["sinks"]["tensorboard"]["path"] = str(tmp_path / "tb")
@@ -133,7 +152,7 @@ def test_collector_command_serves_the_healthcheck(compose, tmp_path):
     health = [sys.executable, *(a.replace(":9464/", f":{metrics_port}/") for a in health[1:])]
     log = (tmp_path / "collector.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "telemetry.cli", *command], stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-c", NO_TORCH, *command], stdout=log, stderr=subprocess.STDOUT
     )
     try:
         deadline = time.monotonic() + 30
@@ -143,6 +162,27 @@ def test_collector_command_serves_the_healthcheck(compose, tmp_path):
                 break
             assert time.monotonic() < deadline, (tmp_path / "collector.log").read_text()
             time.sleep(0.2)
+        trainer = StatsLogger(
+            {
+                "experiment_name": "exp",
+                "trial_name": "t",
+                "fileroot": str(tmp_path / "client"),
+                "otlp": {"endpoint": f"127.0.0.1:{otlp_port}"},
+            }
+        )
+        for step in (1, 2):
+            trainer.commit(0, step, step, {"ppo_actor/update/grad_norm": 0.5 * step})
+        trainer.close(10)
+        assert trainer.health()["otlp"]["points_failed"] == 0
+        wanted = (b"ppo_actor_update_grad_norm{", b"rltel_closed{")
+        deadline = time.monotonic() + 10  # accepted, then applied from the sink's queue
+        while True:
+            url = f"http://127.0.0.1:{metrics_port}/metrics"
+            metrics = urllib.request.urlopen(url, timeout=5).read()
+            if all(name in metrics for name in wanted) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert all(name in metrics for name in wanted), metrics.decode()[-2000:]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
@@ -150,6 +190,8 @@ def test_collector_command_serves_the_healthcheck(compose, tmp_path):
             proc.kill()
             proc.wait(timeout=10)
         log.close()
+    assert "torch" not in (tmp_path / "collector.log").read_text()
+    assert list((tmp_path / "tb" / "exp" / "t").glob("events.out.tfevents.*"))
     # and the healthcheck fails once the collector is gone
     assert subprocess.run(health, capture_output=True, timeout=10).returncode != 0
 
@@ -158,7 +200,11 @@ def test_dockerfile(compose):
     text = (ROOT / "Dockerfile").read_text()
     base = re.search(r"^FROM (\S+)", text, re.M).group(1)
     assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base), base
-    assert re.search(r"torch==\d+\.\d+\.\d+", text), "torch must be pinned"
+    instructions = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    assert "torch" not in instructions  # the collector never imports it
+    assert "python requirements.py pyproject.toml > requirements.txt" in instructions
+    assert "pip install -r requirements.txt" in instructions
+    assert "pip install --no-deps ." in instructions
     for line in re.findall(r"^COPY (.+) \S+$", text, re.M):
         for source in line.split():
             if source != "README.md":  # written by the project lead, present at build time
@@ -167,6 +213,28 @@ def test_dockerfile(compose):
     assert exposed == set(_published(compose["services"]["collector"]))
     assert 'ENTRYPOINT ["rltel"]' in text
     assert re.search(r"^USER \w+", text, re.M), "the collector must not run as root"
+
+
+def test_image_requirements_are_pyprojects_without_torch_plus_the_bridges():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+, as in the image
+    script = ROOT / "dashboards/compose/requirements.py"
+    result = subprocess.run(
+        [sys.executable, str(script), str(ROOT / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    requirements = result.stdout.split()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    expected = [r for r in project["dependencies"] if not r.startswith("torch")]
+    expected += extras["wandb"] + extras["swanlab"] + extras["tensorboard"]
+    assert requirements == expected
+    assert len(expected) == len(project["dependencies"]) - 1 + 3  # only torch left out
+    names = {re.split(r"[<>=!~\[]", r)[0] for r in requirements}
+    assert {"wandb", "swanlab", "tensorboard", "grpcio", "prometheus-client"} <= names
+    assert "torch" not in names
 
 
 def test_prometheus_config(compose, tmp_path):

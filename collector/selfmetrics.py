@@ -99,7 +99,9 @@ def _sink_families(stats: PipelineStats) -> Iterator[Metric]:
         f"{PREFIX}sink_latency_seconds", "duration of the last successful export", labels=labels
     )
     degraded = GaugeMetricFamily(
-        f"{PREFIX}sink_degraded", "1 while a stalled export is still running", labels=labels
+        f"{PREFIX}sink_degraded",
+        "1 while the last export failed or a stalled one still runs",
+        labels=labels,
     )
     for (run, sink), s in sorted(stats.sinks.items()):
         for name, family in counters.items():

@@ -4,14 +4,18 @@
 ``submit`` never blocks (a full queue drops the snapshot and counts it), each export runs
 under a timeout on a separate call thread, so a sink that stalls is counted as failed and
 abandoned (marked degraded) while the worker keeps draining its queue. Only
-``ExportResult.FAILURE`` is retried, with exponential backoff. :class:`FanOut` hands the
-same frozen Snapshot to every sink and never raises into its caller.
+``ExportResult.FAILURE`` is retried, with exponential backoff. Whatever a sink raises,
+``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``), is caught, logged,
+counted as failed and marks the sink degraded; the worker lives on. Only the interpreter's
+own shutdown ends a worker. :class:`FanOut` hands the same frozen Snapshot to every sink
+and never raises into its caller.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -114,7 +118,8 @@ class QueuedSink:
         self._wake = threading.Event()  # cuts a retry backoff short on shutdown
         self._stalled: threading.Thread | None = None
         self._worker: threading.Thread | None = None
-        self._streak = 0  # consecutive failed snapshots, for logging
+        self._streak = 0  # consecutive failed snapshots: degraded while > 0
+        self._failure_kind = ""
         self._shutdown_done = False
 
     # -- caller side -------------------------------------------------------------------
@@ -183,8 +188,9 @@ class QueuedSink:
         remaining = max(0.05, deadline - time.monotonic())
         try:
             self._call(lambda: self.sink.shutdown(remaining), remaining)
-        except Exception as exc:  # a sink's shutdown failing must not reach the caller
-            logger.warning("sink %s: shutdown failed: %s", self.name, exc)
+        except BaseException as exc:  # a sink's shutdown failing must not reach the caller
+            _reraise_at_exit(exc)
+            logger.warning("sink %s: shutdown raised %s: %s", self.name, type(exc).__name__, exc)
 
     def stats(self) -> SinkStats:
         """A consistent copy of this sink's counters."""
@@ -198,7 +204,8 @@ class QueuedSink:
                 timed_out=self._timed_out,
                 queue_depth=sum(isinstance(item, Snapshot) for item in self._queue),
                 last_latency_s=self._last_latency,
-                degraded=self._stalled is not None and self._stalled.is_alive(),
+                degraded=self._streak > 0
+                or (self._stalled is not None and self._stalled.is_alive()),
             )
 
     def _lock_after_fork(self) -> threading.Condition:
@@ -216,6 +223,14 @@ class QueuedSink:
     # -- worker side -------------------------------------------------------------------
 
     def _run(self) -> None:
+        while True:
+            try:
+                return self._drain()
+            except BaseException as exc:  # a bug of ours: log it, keep draining
+                _reraise_at_exit(exc)
+                logger.exception("sink %s: worker error", self.name)
+
+    def _drain(self) -> None:
         while True:
             with self._cond:
                 while not self._queue and not self._closed:
@@ -237,9 +252,11 @@ class QueuedSink:
             )
         except _Degraded:
             pass  # an abandoned export is still running; the flush fails
-        except Exception as exc:
-            logger.warning("sink %s: force_flush failed: %s", self.name, exc)
-        marker.done.set()
+        except BaseException as exc:
+            _reraise_at_exit(exc)
+            logger.warning("sink %s: force_flush raised %s: %s", self.name, type(exc).__name__, exc)
+        finally:
+            marker.done.set()
 
     def _export(self, snapshot: Snapshot) -> None:
         delay = self.backoff_s
@@ -256,14 +273,16 @@ class QueuedSink:
                 self._count(timed_out=1)
                 self._failure(f"stalled past {self.timeout_s:.3g}s; call abandoned")
                 return
-            except Exception as exc:
-                self._failure(f"raised {type(exc).__name__}: {exc}")
+            except BaseException as exc:  # SystemExit too: a sink must not end the worker
+                _reraise_at_exit(exc)
+                self._failure(f"raised {type(exc).__name__}: {exc}", type(exc).__name__)
                 return
             if result is ExportResult.SUCCESS:
                 self._count(exported=1, latency=time.monotonic() - start)
-                if self._streak:
-                    logger.info("sink %s: recovered after %d failures", self.name, self._streak)
-                    self._streak = 0
+                with self._cond:
+                    streak, self._streak = self._streak, 0
+                if streak:
+                    logger.info("sink %s: recovered after %d failures", self.name, streak)
                 return
             if result is not ExportResult.FAILURE or attempt == self.max_retries:
                 break
@@ -273,11 +292,14 @@ class QueuedSink:
             delay = min(delay * 2, self.max_backoff_s)
         self._failure(f"returned {result}")
 
-    def _failure(self, why: str) -> None:
-        """Count one failed snapshot; log only the first of a run of failures."""
-        self._count(failed=1)
-        self._streak += 1
-        if self._streak == 1:
+    def _failure(self, why: str, kind: str = "") -> None:
+        """Count one failed snapshot; log the first of a run of failures, and each new kind."""
+        with self._cond:
+            self._failed += 1
+            self._streak += 1
+            new = self._streak == 1 or kind != self._failure_kind
+            self._failure_kind = kind
+        if new:
             logger.warning("sink %s: export failed: %s (further failures counted)", self.name, why)
 
     def _wait_backoff(self, delay: float) -> bool:
@@ -334,6 +356,12 @@ class QueuedSink:
             self._timed_out += timed_out
             if latency is not None:
                 self._last_latency = latency
+
+
+def _reraise_at_exit(exc: BaseException) -> None:
+    """Re-raise ``exc`` only while the interpreter itself is shutting down."""
+    if sys.is_finalizing():
+        raise exc
 
 
 class FanOut:

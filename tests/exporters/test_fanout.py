@@ -213,3 +213,56 @@ def test_factory_builds_only_enabled_sinks(tmp_path):
     finally:
         for sink in sinks:
             sink.shutdown()
+
+
+class Exiting(Sink):
+    """Raises ``error`` from every call while ``failing``; then succeeds."""
+
+    name = "exiting"
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.failing = True
+        self.calls = 0
+
+    def export(self, snapshot, timeout_s=10.0):
+        self.calls += 1
+        if self.failing:
+            raise self.error
+        return ExportResult.SUCCESS
+
+    def force_flush(self, timeout_s=10.0):
+        if self.failing:
+            raise self.error
+        return True
+
+    def shutdown(self, timeout_s=10.0):
+        raise self.error
+
+
+class Unusual(BaseException):
+    """A BaseException that is neither SystemExit nor KeyboardInterrupt."""
+
+
+@pytest.mark.parametrize("error", [SystemExit(3), KeyboardInterrupt(), Unusual("odd")])
+def test_a_sink_raising_any_base_exception_is_caught_logged_counted_degraded(error, caplog):
+    exiting, good = Exiting(error), InMemorySink()
+    fan = FanOut([exiting, good], queue_size=8, timeout_s=1.0)
+    for step in range(5):
+        assert fan.export(snap(step))
+    assert fan.force_flush(3.0) is False  # the exiting sink's flush raised: not flushed
+    stats = fan.stats()["exiting"]
+    assert (stats.failed, stats.exported, stats.queue_depth, stats.degraded) == (5, 0, 0, True)
+    assert exiting.calls == 5 and len(good.snapshots) == 5
+    assert f"raised {type(error).__name__}" in caplog.text
+    assert "force_flush raised" in caplog.text
+    worker = fan.queued[0]._worker
+    assert worker is not None and worker.is_alive()  # the worker survived every raise
+    exiting.failing = False
+    assert fan.export(snap(5))
+    assert fan.force_flush(3.0) is True
+    stats = fan.stats()["exiting"]
+    assert (stats.failed, stats.exported, stats.degraded) == (5, 1, False)
+    exiting.failing = True
+    fan.shutdown(2.0)  # the sink's shutdown raises: logged, never raised here
+    assert good.shut_down and "shutdown raised" in caplog.text

@@ -6,6 +6,11 @@ companion gauges. Counters are cumulative already; gauges are last-value. Every 
 labelled with its resource's ``job``/``instance``/``experiment``/``trial``/``role`` plus its
 point attributes. A metric holds at most ``series_limit`` series; points of further label
 sets go to one ``otel_metric_overflow="true"`` series per resource and are counted.
+
+An overflow counter is the sum of the overflowed series' totals: the store remembers each
+overflowed series' last total (by a hash of its labels, at most ``MAX_OVERFLOW_TRACKED``
+per store) and adds only its increase, so the overflow series never decreases while those
+series keep counting (a series whose total went down restarted: its new total is added).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ RESOURCE_LABELS = {"rltel.experiment": "experiment", "rltel.trial": "trial", "rl
 RESERVED_LABELS = frozenset({"job", "instance", *RESOURCE_LABELS.values(), "le", OVERFLOW_LABEL[0]})
 _JOB_INSTANCE = {"service.name", "service.namespace", "service.instance.id"}
 SELF_PREFIX = "rltel_prometheus_"
+MAX_OVERFLOW_TRACKED = 200_000  # overflowed counter series remembered (~100 bytes each)
 
 
 @dataclass(slots=True)
@@ -78,6 +84,8 @@ class _Family:
     help: str
     series: dict[Labels, _Hist | _Value] = field(default_factory=dict)
     overflow: dict[Labels, _Hist | _Value] = field(default_factory=dict)
+    # overflow labels -> {hash of an overflowed counter series' labels: its last total}
+    overflowed: dict[Labels, dict[int, float]] = field(default_factory=dict)
 
 
 class SeriesStore:
@@ -103,6 +111,8 @@ class SeriesStore:
         self.resources: dict[Attributes, tuple[Labels, Labels]] = {}
         self.reserved: set[str] = {"target", "target_info"}
         self.overflowed_points = 0
+        self.untracked_points = 0  # overflowed counter points past MAX_OVERFLOW_TRACKED
+        self.tracked_overflow = 0
         self.expired_series = 0
         self.snapshots = 0
         self.points = 0
@@ -115,7 +125,6 @@ class SeriesStore:
         base, target = self._resource(snapshot.resource)
         self.targets[base] = (target, now)
         overflow_labels = (*base, OVERFLOW_LABEL)
-        overflow_counters: dict[tuple[MetricKey, Labels], float] = {}
         families_before = len(self.families)
         family_of, limit = self._family_of, self.series_limit
         for point in snapshot.points:
@@ -129,11 +138,10 @@ class SeriesStore:
             overflow = state is None and len(table) >= limit
             if overflow:
                 self.overflowed_points += 1
-                labels, table = overflow_labels, family.overflow
                 if isinstance(point, Counter):
-                    slot = (family.key, labels)
-                    overflow_counters[slot] = overflow_counters.get(slot, 0.0) + point.value
+                    self._overflow_counter(family, overflow_labels, labels, point.value, now)
                     continue
+                labels, table = overflow_labels, family.overflow
                 state = table.get(labels)
             if isinstance(point, Histogram):
                 if state is None or (not overflow and point.bounds != state.bounds):
@@ -145,12 +153,31 @@ class SeriesStore:
                 table[labels] = _Value(float(point.value), now)
             else:  # a gauge's or counter's last value
                 state.value, state.seen = float(point.value), now
-        for (key, labels), total in overflow_counters.items():
-            self.families[key].overflow[labels] = _Value(total, now)
         self.snapshots += 1
         self.points += len(snapshot.points)
         if len(self.families) != families_before:
             self._rename()
+
+    def _overflow_counter(
+        self, family: _Family, overflow: Labels, labels: Labels, total: float, now: float
+    ) -> None:
+        """Add the increase of one overflowed counter series to its overflow series."""
+        last = family.overflowed.setdefault(overflow, {})
+        key = hash(labels)
+        previous = last.get(key)
+        if previous is None:
+            if self.tracked_overflow >= MAX_OVERFLOW_TRACKED:
+                self.untracked_points += 1
+                return
+            self.tracked_overflow += 1
+        increase = total if previous is None or total < previous else total - previous
+        last[key] = total
+        state = family.overflow.get(overflow)
+        if state is None:
+            family.overflow[overflow] = _Value(float(increase), now)
+        else:
+            state.value += increase
+            state.seen = now
 
     def _family(self, point) -> _Family:
         """The family of ``point``'s metric, created on first sight; cached by point type."""
@@ -202,6 +229,7 @@ class SeriesStore:
                 stale = [labels for labels, state in table.items() if state.seen < cutoff]
                 for labels in stale:
                     del table[labels]
+                    self.tracked_overflow -= len(family.overflowed.pop(labels, ()))
                 self.expired_series += len(stale)
             if not family.series and not family.overflow:
                 del self.families[key]

@@ -379,5 +379,59 @@ def test_fanout_counters_served_next_to_the_metrics(make_sink):
     assert value(fams["rltel_sink_exported"], "rltel_sink_exported_total", sink="prometheus") == 5
     assert value(fams["rltel_sink_failed"], "rltel_sink_failed_total", sink="raising") == 5
     assert value(fams["rltel_sink_failed"], "rltel_sink_failed_total", sink="prometheus") == 0
-    assert value(fams["rltel_sink_degraded"], "rltel_sink_degraded", sink="raising") == 0
+    # a sink whose last export failed is degraded (issue 11); a healthy one is not
+    assert value(fams["rltel_sink_degraded"], "rltel_sink_degraded", sink="raising") == 1
+    assert value(fams["rltel_sink_degraded"], "rltel_sink_degraded", sink="prometheus") == 0
     fan.shutdown(2.0)
+
+
+def test_counter_overflow_is_the_exact_sum_of_overflowed_totals_and_never_decreases(make_sink):
+    """Issue 11: 3000 -> 10 -> 6000 -> 20 (each export's own overflowed points) was wrong."""
+    sink = make_sink(series_limit=2)
+
+    def tokens(user: str, total: float) -> Counter:
+        return Counter("llm/tokens", total, attributes=(("user", user),))
+
+    def overflow_total() -> float:
+        fams = families(scrape(sink))
+        return value(fams["llm_tokens"], "llm_tokens_total", otel_metric_overflow="true")
+
+    sink.export(snap(tokens("a", 1.0), tokens("b", 1.0)))  # the two regular series
+    seen = []
+    exports = [  # (series, cumulative total) per export; a..b regular, the rest overflow
+        [("u1", 1000.0), ("u2", 2000.0)],
+        [("u3", 10.0)],
+        [("u1", 3000.0), ("u2", 3000.0)],
+        [("u3", 20.0), ("u4", 0.0)],
+        [("u2", 3000.0)],  # unchanged: adds nothing
+        [("u1", 5.0)],  # u1 restarted: its new total 5 is new
+    ]
+    for series in exports:
+        sink.export(snap(*(tokens(u, v) for u, v in series)))
+        seen.append(overflow_total())
+    assert seen == [3000.0, 3010.0, 6010.0, 6020.0, 6020.0, 6025.0]
+    assert seen == sorted(seen)
+
+
+def test_counter_overflow_over_many_series_matches_the_true_total(make_sink):
+    sink = make_sink(series_limit=10)
+    users = [f"user{i}" for i in range(5000)]
+    rng = np.random.default_rng(11)
+    totals = dict.fromkeys(users, 0.0)
+    previous = 0.0
+    for _ in range(4):
+        chosen = rng.choice(users, size=2000, replace=False)
+        for user in chosen:
+            totals[user] += float(rng.integers(1, 9))
+        points = [Counter("req", totals[u], attributes=(("user", str(u)),)) for u in chosen]
+        sink.export(snap(*points))
+        fams = families(scrape(sink))
+        regular = sum(
+            s.value
+            for s in fams["req"].samples
+            if s.name == "req_total" and "otel_metric_overflow" not in s.labels
+        )
+        overflow = value(fams["req"], "req_total", otel_metric_overflow="true")
+        assert regular + overflow == sum(totals.values())
+        assert overflow >= previous
+        previous = overflow

@@ -26,7 +26,8 @@ from typing import Any
 from telemetry.config import StatsLoggerConfig, load_config, public_dict
 from telemetry.encode import Batch
 from telemetry.errors import ConfigError, InvalidValueError
-from telemetry.snapshot import Gauge, Point, Snapshot, Stats, Step, points_from_flat
+from telemetry.snapshot import Gauge, Point, Snapshot, Stats, Step
+from telemetry.typed_keys import points_for
 
 __all__ = ["CLOSED_METRIC", "ROLES", "STEP_METRIC", "StatsLogger"]
 
@@ -165,7 +166,9 @@ class StatsLogger:
             epoch_step: the step within the epoch (of the first dict in a list).
             global_step: the global step (of the first dict in a list); sinks log at it.
             data: AReaL's flat dict (``k__count`` entries become counts of ``k``), a tracker
-                :class:`Stats` (typed points), or a list of either, one per step.
+                :class:`Stats` (typed points), or a list of either, one per step. A plain
+                dict gets back the typed points of the tracker exports it was merged from
+                (histograms, counters, units) wherever it still holds their values.
 
         Raises:
             InvalidValueError: a value is not a number (names the key).
@@ -178,9 +181,7 @@ class StatsLogger:
                 raise InvalidValueError(
                     f"commit data must be a dict or a list of dicts, got {type(item).__name__}"
                 )
-            points = (
-                item.typed_points() if isinstance(item, Stats) else tuple(points_from_flat(item))
-            )
+            points = item.typed_points() if isinstance(item, Stats) else points_for(item)
             step = Step(int(epoch), int(epoch_step) + offset, int(global_step) + offset)
             self._emit(points, step)
 

@@ -271,12 +271,16 @@ class Stats(dict):
 
 
 def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge]:
-    """Gauges for AReaL's plain dict: ``k__count`` entries become the count of ``k``."""
+    """Gauges for AReaL's plain dict: ``k__count`` entries become the count of ``k``.
+
+    ``timeperf/...`` keys (``record_timing``) are in seconds, as the tracker exports them.
+    """
     for key, value in data.items():
         if key.endswith(COUNT_SUFFIX):
             continue
         count = data.get(key + COUNT_SUFFIX)
-        yield Gauge(key, _as_float(key, value), None if count is None else int(count))
+        unit = "s" if "/timeperf/" in f"/{key}" else ""
+        yield Gauge(key, _as_float(key, value), None if count is None else int(count), unit)
 
 
 def _as_float(key: str, value: object) -> float:

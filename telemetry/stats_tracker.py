@@ -9,6 +9,13 @@
 
 ``export_all`` reduces every named tracker and every registered :class:`StateSource`
 (MoE balance, train_perf, ...) in one coalesced reduction.
+
+AReaL's module surface, name for name: ``DEFAULT_TRACKER``, ``TRACKERS``, ``LOCK``,
+``MOE_AUX_LOSSES``, ``ReduceType``, ``DistributedStatsTracker``, ``get(name="")``,
+``stat``, ``denominator``, ``scalar``, ``scope``, ``scope_func_wrapper``, ``disable_scope``,
+``record_timing`` (always ``timeperf/<key>``), ``export`` and ``export_all``. Every export's
+typed points are remembered by key (:mod:`telemetry.typed_keys`), so a plain dict merged
+from exports commits with the same histograms, counters and units as the typed one.
 """
 
 from __future__ import annotations
@@ -19,16 +26,24 @@ from collections.abc import Iterable, Sequence
 
 import torch.distributed as dist
 
+from telemetry import typed_keys
+from telemetry.areal_tracker import DistributedStatsTracker
 from telemetry.errors import KeyMismatchError
 from telemetry.reduce import State, reduce_states_with_layouts
 from telemetry.snapshot import Point, Stats
 from telemetry.source import StateSource
-from telemetry.tracker import DistributedStatsTracker, ReduceType
+from telemetry.tracker import DistributedStatsTracker as _BaseTracker
+from telemetry.tracker import ReduceType
 
 __all__ = [
+    "DEFAULT_TRACKER",
+    "LOCK",
+    "MOE_AUX_LOSSES",
+    "TRACKERS",
     "DistributedStatsTracker",
     "ReduceType",
     "denominator",
+    "disable_scope",
     "export",
     "export_all",
     "export_sources",
@@ -37,6 +52,7 @@ __all__ = [
     "register_source",
     "scalar",
     "scope",
+    "scope_func_wrapper",
     "set_bucket_bounds",
     "stat",
     "stat_compact",
@@ -48,10 +64,18 @@ _lock = threading.Lock()
 _trackers: dict[str, DistributedStatsTracker] = {"": DistributedStatsTracker("")}
 _sources: list[StateSource] = []
 DEFAULT_TRACKER = _trackers[""]
+TRACKERS = _trackers
+"""AReaL's name for the registry of trackers by name ("" is the default tracker)."""
+LOCK = _lock
+MOE_AUX_LOSSES: dict = {}
+"""AReaL's module-level dict of MoE auxiliary losses (kept for code that fills it)."""
 
 
-def get(name: str) -> DistributedStatsTracker:
-    """The named tracker ``name`` (created on first use); its keys start with ``name/``."""
+def get(name: str = "") -> DistributedStatsTracker:
+    """The tracker ``name`` (created on first use; "" is the default tracker, as in AReaL).
+
+    A named tracker's keys start with ``name/``.
+    """
     with _lock:
         tracker = _trackers.get(name)
         if tracker is None:
@@ -77,7 +101,7 @@ def _tags(sources: Sequence[object]) -> list[str]:
     seen: dict[str, int] = {}
     tags = []
     for source in sources:
-        if isinstance(source, DistributedStatsTracker):
+        if isinstance(source, _BaseTracker):
             tags.append(f"tracker:{source.name}")
             continue
         base = getattr(source, "source_id", type(source).__name__)
@@ -101,7 +125,7 @@ def export_sources(
     tags = _tags(sources)
     merged: dict[str, State] = {}
     for tag, source in zip(tags, sources):
-        if isinstance(source, DistributedStatsTracker):
+        if isinstance(source, _BaseTracker):
             states = source.collect_states(key, reset=reset)
         else:
             states = source.collect_states()
@@ -125,22 +149,38 @@ def export_sources(
     points: list[Point] = []
     for tag, source in zip(tags, sources):
         entries = by_tag[tag]
-        if isinstance(source, DistributedStatsTracker):
+        if isinstance(source, _BaseTracker):
             points.extend(source.build_points_with_layouts(entries))
         elif entries:
             points.extend(source.build_points({k: v for k, (_, v) in entries.items()}))
+    typed_keys.remember(points)
     return Stats(points)
 
 
 def export(
-    key: str | None = None, reduce_group: dist.ProcessGroup | None = None, reset: bool = True
+    key: str | None = None,
+    reduce_group: dist.ProcessGroup | None = None,
+    key_sync_group: dist.ProcessGroup | None = None,
+    reset: bool = True,
 ) -> Stats:
-    """Export the default tracker only (AReaL's ``stats_tracker.export``)."""
-    return DEFAULT_TRACKER.export(key=key, reduce_group=reduce_group, reset=reset)
+    """Export the default tracker only (AReaL's ``stats_tracker.export``).
+
+    ``key_sync_group`` is accepted for AReaL's signature; rltel reduces every key over
+    ``reduce_group`` (per-key groups are not supported), so it changes nothing.
+    """
+    return DEFAULT_TRACKER.export(key, reduce_group, key_sync_group, reset)
 
 
-def export_all(reduce_group: dist.ProcessGroup | None = None, reset: bool = True) -> Stats:
-    """Export every tracker and registered source in one reduction (call on all ranks)."""
+def export_all(
+    reduce_group: dist.ProcessGroup | None = None,
+    key_sync_group: dist.ProcessGroup | None = None,
+    reset: bool = True,
+) -> Stats:
+    """Export every tracker and registered source in one reduction (call on all ranks).
+
+    ``key_sync_group`` is accepted for AReaL's signature and changes nothing (see export).
+    """
+    del key_sync_group
     with _lock:
         sources: list[object] = [_trackers[name] for name in sorted(_trackers)]
         sources.extend(_sources)
@@ -152,5 +192,7 @@ stat = DEFAULT_TRACKER.stat
 stat_compact = DEFAULT_TRACKER.stat_compact
 scalar = DEFAULT_TRACKER.scalar
 scope = DEFAULT_TRACKER.scope
+scope_func_wrapper = DEFAULT_TRACKER.scope_func_wrapper
+disable_scope = DEFAULT_TRACKER.disable_scope
 record_timing = DEFAULT_TRACKER.record_timing
 set_bucket_bounds = DEFAULT_TRACKER.set_bucket_bounds

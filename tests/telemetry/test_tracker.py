@@ -171,7 +171,7 @@ def test_named_trackers_and_timing_keys():
     assert out["rollout/reward"] == 1.0 and out["rollout/reward__count"] == 1
     assert out["eval-rollout/reward"] == 0.5
     assert out["timeperf/rollout"] >= 0.0
-    assert "ppo_actor/timeperf/update" in out
+    assert "timeperf/update" in out  # AReaL: timing keys ignore the scope
     assert stats_tracker.export_all() == {}  # reset by the export
 
 

@@ -130,6 +130,10 @@ def _prometheus_on() -> PrometheusConfig:
     return PrometheusConfig(enabled=True)
 
 
+def _console_off() -> ConsoleConfig:
+    return ConsoleConfig(enabled=False)
+
+
 @dataclass(frozen=True)
 class SinksConfig:
     """The StatsLogger's sink sections; Prometheus is on unless ``enabled: false``."""
@@ -139,7 +143,7 @@ class SinksConfig:
     swanlab: SwanlabConfig = field(default_factory=SwanlabConfig)
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     prometheus: PrometheusConfig = field(default_factory=_prometheus_on)
-    console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    console: ConsoleConfig = field(default_factory=_console_off)
 
     def validate(self, path: str) -> None:
         for f in dataclasses.fields(self):
@@ -202,12 +206,17 @@ def from_dict(data: Mapping[str, Any] | None) -> CollectorConfig:
 
 
 def _prometheus_default_on(data: Any) -> Any:
-    """A ``sinks.prometheus`` section without ``enabled`` means enabled, in the collector."""
+    """In the collector, ``sinks.prometheus`` without ``enabled`` means enabled and
+    ``sinks.console`` without ``enabled`` means disabled."""
     sinks = data.get("sinks") if isinstance(data, Mapping) else None
-    section = sinks.get("prometheus") if isinstance(sinks, Mapping) else None
-    if not isinstance(section, Mapping) or "enabled" in section:
+    if not isinstance(sinks, Mapping):
         return data
-    return {**data, "sinks": {**sinks, "prometheus": {"enabled": True, **section}}}
+    sinks = dict(sinks)
+    for name, enabled in (("prometheus", True), ("console", False)):
+        section = sinks.get(name)
+        if isinstance(section, Mapping) and "enabled" not in section:
+            sinks[name] = {"enabled": enabled, **section}
+    return {**data, "sinks": sinks}
 
 
 def load(path: str | Path) -> CollectorConfig:

@@ -85,9 +85,9 @@ class PrometheusConfig:
 
 @dataclass(frozen=True)
 class ConsoleConfig:
-    """The per-step console table (rank 0 only)."""
+    """The per-step console table (rank 0 only); on by default, as AReaL prints its stats."""
 
-    enabled: bool = False
+    enabled: bool = True
     width: int | None = None
 
     def validate(self, path: str) -> None:

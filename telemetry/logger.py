@@ -26,6 +26,7 @@ from typing import Any
 from telemetry.config import StatsLoggerConfig, load_config, public_dict
 from telemetry.encode import Batch
 from telemetry.errors import ConfigError, InvalidValueError
+from telemetry.progress import progress_line
 from telemetry.snapshot import Gauge, Point, Snapshot, Stats, Step
 from telemetry.typed_keys import points_for
 
@@ -47,6 +48,8 @@ class StatsLogger:
     Args:
         config: ``stats_logger`` section: a :class:`StatsLoggerConfig`, a mapping (AReaL's
             YAML fields as they are) or a YAML path.
+        ft_spec: AReaL's ``FinetuneSpec`` (or :class:`telemetry.progress.FinetuneSpec`):
+            the totals of the per-commit progress line; optional.
         role: ``trainer`` (rank 0 logs), ``rollout`` or ``eval`` (every worker logs).
         worker_id: the rollout/eval worker's id (resource attribute ``rltel.worker_id``).
         sinks: in-process sinks; default: those ``config`` enables. With an OTLP endpoint
@@ -61,6 +64,7 @@ class StatsLogger:
     def __init__(
         self,
         config: StatsLoggerConfig | Mapping[str, Any] | str | Path | None = None,
+        ft_spec: Any = None,
         *,
         role: str = "trainer",
         worker_id: str | int | None = None,
@@ -71,6 +75,8 @@ class StatsLogger:
             raise ConfigError(f"StatsLogger role must be one of {', '.join(ROLES)}; got {role!r}")
         self.config = load_config(config)
         self.role = role
+        self.ft_spec = ft_spec
+        self._last_commit_step = -1
         self.rank = _rank()
         self.enabled = role != "trainer" or self.rank == 0
         self.start_unix_nano = time.time_ns()
@@ -96,6 +102,14 @@ class StatsLogger:
 
             self.fanout = FanOut(sinks)
             _serve_sink_health(self.fanout)
+        if self.fanout is None and self.transport is None:
+            logger.warning(
+                "stats_logger: no sink is enabled and no otlp.endpoint is set, so commit() "
+                "logs nothing; enable one of stats_logger.console.enabled, "
+                "stats_logger.tensorboard.path, stats_logger.wandb.mode, "
+                "stats_logger.swanlab.mode, stats_logger.prometheus.enabled, "
+                "or set stats_logger.otlp.endpoint"
+            )
         atexit.register(self.close)
         logger.info(
             "stats logger (%s, %s): %s",
@@ -161,8 +175,13 @@ class StatsLogger:
     ) -> None:
         """Log ``data`` for one step, or a list of dicts for consecutive steps.
 
+        As in AReaL, a trainer logs the progress line (``Epoch 1/2 Step 3/8 Train step
+        3/16 done.``, INFO on this module's logger) and its sinks log at
+        ``max(global_step, last committed step + 1)``, so steps never go back (W&B would
+        drop the rows).
+
         Args:
-            epoch: the epoch.
+            epoch: the epoch (0-based).
             epoch_step: the step within the epoch (of the first dict in a list).
             global_step: the global step (of the first dict in a list); sinks log at it.
             data: AReaL's flat dict (``k__count`` entries become counts of ``k``), a tracker
@@ -176,6 +195,10 @@ class StatsLogger:
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return
         items = [data] if isinstance(data, Mapping) else list(data)
+        if self.role == "trainer":
+            logger.info("%s", progress_line(self.ft_spec, epoch, epoch_step, global_step))
+            global_step = max(int(global_step), self._last_commit_step + 1)
+            self._last_commit_step = global_step + len(items) - 1
         for offset, item in enumerate(items):
             if not isinstance(item, Mapping):
                 raise InvalidValueError(
@@ -228,6 +251,26 @@ class StatsLogger:
         points += tuple(self.transport.health_points())
         snapshot = Snapshot(points, step, self.resource, time.time_ns(), _STREAMS[self.role])
         self.transport.submit(Batch(snapshot, self._window_start, self.start_unix_nano, False))
+
+    def state_dict(self) -> dict[str, Any]:
+        """AReaL's recovery state: ``{"last_commit_step": n}`` (-1 before any commit)."""
+        return {"last_commit_step": self._last_commit_step}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue after a recovered run: later commits log at steps past the saved one.
+
+        Sinks continue the same runs: the W&B run id, SwanLab project/name and the
+        TensorBoard directory depend only on the config, so a resumed process writes on.
+
+        Raises:
+            ConfigError: ``state_dict`` has no integer ``last_commit_step``.
+        """
+        step = state_dict.get("last_commit_step") if isinstance(state_dict, Mapping) else None
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ConfigError(
+                f"StatsLogger.load_state_dict: expected an int last_commit_step, got {step!r}"
+            )
+        self._last_commit_step = step
 
     def health(self) -> dict[str, Any]:
         """The transport's counters (``otlp``) and each in-process sink's (``sinks``)."""

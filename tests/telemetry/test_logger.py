@@ -313,7 +313,8 @@ def test_embedded_prometheus_serves_every_sinks_queue_health(tmp_path):
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    logger = StatsLogger(config(tmp_path, prometheus={"enabled": True, "port": 0}))
+    sections = {"prometheus": {"enabled": True, "port": 0}, "console": {"enabled": False}}
+    logger = StatsLogger(config(tmp_path, **sections))
     logger.commit(0, 0, 1, {"loss": 1.0})
     logger.commit(0, 1, 2, {"loss": 2.0})
     assert logger.fanout.force_flush(10)

@@ -77,6 +77,13 @@ def held_bytes(stats_tracker) -> int:
     return sum(t.numel() * t.element_size() for _, t in states.values())
 
 
+def timed(fn, *args) -> tuple[float, float]:
+    """Wall-clock and this thread's CPU seconds of ``fn(*args)``."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    fn(*args)
+    return time.perf_counter() - wall, time.thread_time() - cpu
+
+
 def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
     from telemetry import stats_tracker
     from telemetry.reduce import collectives_issued
@@ -87,34 +94,30 @@ def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
     record_step(stats_tracker, batches)
     stats_tracker.export_all()
     first_step = time.perf_counter() - start
-    record_t, export_t, base_t, collectives = [], [], [], []
+    samples: dict[str, list[float]] = {}
+    collectives = []
     for i in range(WARMUP + STEPS):
-        start = time.perf_counter()
-        memory_pass(batches)
-        base = time.perf_counter() - start
-        start = time.perf_counter()
-        record_step(stats_tracker, batches)
-        recorded = time.perf_counter() - start
+        base = timed(memory_pass, batches)
+        recorded = timed(record_step, stats_tracker, batches)
         held = held_bytes(stats_tracker)
         before = collectives_issued()
-        start = time.perf_counter()
-        stats_tracker.export_all()
-        exported = time.perf_counter() - start
+        exported = timed(stats_tracker.export_all)
         if i >= WARMUP:
-            record_t.append(recorded)
-            export_t.append(exported)
-            base_t.append(base)
+            for name, (wall, cpu) in (("base", base), ("record", recorded), ("export", exported)):
+                samples.setdefault(f"{name}_wall", []).append(wall)
+                samples.setdefault(f"{name}_cpu", []).append(cpu)
             collectives.append(collectives_issued() - before)
     record_step(stats_tracker, make_step(seq=4 * SEQ))
     held_large = held_bytes(stats_tracker)
     stats_tracker.export_all()
-    record, export, base = (statistics.median(v) for v in (record_t, export_t, base_t))
+    m = {name: statistics.median(values) for name, values in samples.items()}
     return {
         "first_step_s": first_step,
-        "record_ms": record * 1e3,
-        "export_ms": export * 1e3,
-        "memory_pass_ms": base * 1e3,
-        "ratio": (record + export) / base,
+        "record_ms": m["record_wall"] * 1e3,
+        "export_ms": m["export_wall"] * 1e3,
+        "memory_pass_ms": m["base_wall"] * 1e3,
+        "ratio": (m["record_wall"] + m["export_wall"]) / m["base_wall"],
+        "ratio_cpu": (m["record_cpu"] + m["export_cpu"]) / m["base_cpu"],
         "held_bytes": held,
         "held_bytes_4x_tokens": held_large,
         "collectives": max(collectives),
@@ -131,18 +134,22 @@ def rss_bytes() -> int:
         return int(statm.read().split()[1]) * resource.getpagesize()
 
 
-def rss_growth(steps: int = 200) -> tuple[int, int]:
-    """Resident memory before and after ``steps`` record+export steps (after the first)."""
+def rss_growth(steps: int = 200, window: int = 20) -> tuple[float, float, float]:
+    """Median RSS of the first and last ``window`` of ``steps`` steps after the first, and
+    the peak: single readings swing by a few MiB as the allocator maps and returns the
+    multi-MiB temporaries, so the trend is read from medians."""
     from telemetry import stats_tracker
 
     batches = make_step()
     record_step(stats_tracker, batches)
     stats_tracker.export_all()
-    before = rss_bytes()
+    readings = []
     for _ in range(steps):
         record_step(stats_tracker, batches)
         stats_tracker.export_all()
-    return before, rss_bytes()
+        readings.append(rss_bytes())
+    first, last = readings[:window], readings[-window:]
+    return statistics.median(first), statistics.median(last), max(readings)
 
 
 def first_step_in_fresh_process() -> float:
@@ -176,23 +183,28 @@ def main() -> None:
     results["2 gloo ranks (rank 0)"] = run_ranks(_rank_entry, 2, timeout=600)[0]
     header = (
         f"{'setup':<24}{'record ms':>10}{'export ms':>10}{'x.sum ms':>10}{'ratio':>8}"
-        f"{'held B':>8}{'held B 4x':>10}{'colls':>6}"
+        f"{'cpu ratio':>10}{'held B':>8}{'held B 4x':>10}{'colls':>6}"
     )
     print(header)
     for name, r in results.items():
         print(
             f"{name:<24}{r['record_ms']:>10.2f}{r['export_ms']:>10.2f}{r['memory_pass_ms']:>10.2f}"
-            f"{r['ratio']:>8.2f}{r['held_bytes']:>8d}{r['held_bytes_4x_tokens']:>10d}"
-            f"{r['collectives']:>6d}"
+            f"{r['ratio']:>8.2f}{r['ratio_cpu']:>10.2f}{r['held_bytes']:>8d}"
+            f"{r['held_bytes_4x_tokens']:>10d}{r['collectives']:>6d}"
         )
+    print(
+        "ratio: wall-clock (record + export) / x.sum; cpu ratio: the same in this thread's CPU "
+        "time, which other processes on a shared machine do not inflate"
+    )
     first = results["1 rank"]["first_step_s"]
     print(f"first step, this process (after imports):       {first * 1e3:8.1f} ms")
     cold = first_step_in_fresh_process()
     print(f"first step, fresh process, empty inductor cache: {cold * 1e3:8.1f} ms")
-    before, after = rss_growth()
+    first, last, peak = rss_growth()
     print(
-        f"RSS over 200 steps after the first: {before / 2**20:.1f} -> {after / 2**20:.1f} MiB "
-        f"(growth {(after - before) / 2**20:+.2f} MiB)"
+        f"RSS over 200 steps after the first (median of steps 1-20 -> 181-200): "
+        f"{first / 2**20:.1f} -> {last / 2**20:.1f} MiB (growth {(last - first) / 2**20:+.2f} "
+        f"MiB), peak {peak / 2**20:.1f} MiB"
     )
 
 

@@ -15,6 +15,7 @@ import torch
 
 from telemetry import kernels
 from telemetry.reduce import ReduceOp, StateLayout
+from telemetry.scratch import Scratch
 
 _INF = float("inf")
 STAT_OPS = (ReduceOp.SUM, ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MIN)
@@ -58,6 +59,7 @@ class StatBank:
         self.data = torch.empty(0, 4, dtype=torch.float64, device=device)
         self.rows: dict[str, int] = {}
         self._indices: dict[tuple[str, ...], torch.Tensor] = {}
+        self.scratch = Scratch(device)
 
     def _index(self, keys: tuple[str, ...]) -> torch.Tensor:
         index = self._indices.get(keys)
@@ -80,7 +82,7 @@ class StatBank:
     ) -> None:
         """Accumulate the 1-D tensors ``xs`` (one dtype) over ``masks`` into ``keys``."""
         index = self._index(keys)
-        updated = kernels.fold(self.data.index_select(0, index), masks, xs)
+        updated = kernels.fold(self.data.index_select(0, index), masks, xs, self.scratch)
         self.data.index_copy_(0, index, updated)
 
     def merge(self, keys: tuple[str, ...], states: torch.Tensor) -> None:

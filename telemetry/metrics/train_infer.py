@@ -33,6 +33,7 @@ nonfinite_logp_fraction    1[either logprob is NaN or +-inf]            valid
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Sequence
 
@@ -40,9 +41,11 @@ import torch
 
 from telemetry import kernels
 from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
+from telemetry.scratch import Scratch
 from telemetry.tracker import DistributedStatsTracker, ReduceType
 
 RATIO_THRESHOLDS = (1.5, 2.0, 3.0, 5.0, 10.0)
+RATIO_LOGS = tuple(math.log(t) for t in RATIO_THRESHOLDS)
 DEFAULT_LOGP_DIFF_BOUNDS = tuple(
     sorted({s * math.log(t) for t in RATIO_THRESHOLDS for s in (-1.0, 1.0)} | {0.0})
 )
@@ -170,16 +173,16 @@ AVG_MIN_MAX_KEYS = ("logp_diff", "logp_abs_diff")
 TAIL_KEYS = tuple(f"ratio_outside_{t:g}" for t in RATIO_THRESHOLDS)
 
 
-def per_token_block(trainer_logp: torch.Tensor, rollout_logp: torch.Tensor) -> torch.Tensor:
-    """``[7, N]`` float64 rows named by ``BLOCK_ROWS`` of 1-D logprobs (any values).
+def per_token_block(
+    trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, block: torch.Tensor
+) -> torch.Tensor:
+    """Fill ``block`` (``[7, N]`` float64) with the rows named by ``BLOCK_ROWS`` of 1-D
+    logprobs (any values); returns it.
 
     Only positions where both logprobs are finite are meaningful; the stat kernel reads
     the block through the finite mask. kl_k3 uses ``expm1`` (``exp(d) - 1`` loses the
     precision small d needs); its overflow indicator is 1 where ``expm1(d)`` is +inf.
     """
-    block = torch.empty(
-        len(BLOCK_ROWS), trainer_logp.numel(), dtype=torch.float64, device=trainer_logp.device
-    )
     d = block[_D]
     block[_TRAINER].copy_(trainer_logp)
     block[_ROLLOUT].copy_(rollout_logp)
@@ -203,12 +206,14 @@ class _KeyMap:
         sign = torch.where(self.negated.squeeze(1), -1.0, 1.0).to(torch.float64)
         # [sum, count, min, -max] of s*x from those of x (after swapping for s < 0).
         self.factor = torch.stack([sign * scale, torch.ones_like(scale), scale, scale], 1)
-        self.tails = torch.tensor(
-            [math.log(t) for t in RATIO_THRESHOLDS], dtype=torch.float64, device=device
-        )
+        self.tails = torch.tensor(RATIO_LOGS, dtype=torch.float64, device=device)
 
 
 _key_maps: dict[torch.device, _KeyMap] = {}
+# The per-token block and bucket indices of a chunk live in scratch memory per device,
+# used by one chunk at a time.
+_scratch: dict[torch.device, Scratch] = {}
+_scratch_lock = threading.Lock()
 
 
 def _finite_key_states(rows: torch.Tensor, key_map: _KeyMap) -> torch.Tensor:
@@ -221,21 +226,23 @@ def _finite_key_states(rows: torch.Tensor, key_map: _KeyMap) -> torch.Tensor:
     return states
 
 
-def _masked_bincount(
-    values: torch.Tensor, bounds: torch.Tensor, finite: kernels.MaskBits
-) -> torch.Tensor:
-    """float64 counts of ``values`` over ``finite`` in buckets ``(bounds[i-1], bounds[i]]``."""
-    n = bounds.numel() + 1
-    keep, drop = finite.bits(8)
-    index = torch.bucketize(values, bounds) & keep  # masked-out positions -> bucket n
-    index.add_(drop, alpha=n)
-    ones = torch.ones((), dtype=torch.float64, device=values.device).expand(values.numel())
-    counts = torch.zeros(n + 1, dtype=torch.float64, device=values.device)
-    return counts.index_add_(0, index, ones)[:n]
+def _counts_above(values: torch.Tensor, bounds: Sequence[float]) -> torch.Tensor:
+    """float64 counts of ``values`` strictly above each bound (padding at -inf never is).
+
+    One comparison per bound: branch-free, unlike a binary search per value
+    (``bucketize``), whose speed depends on the data.
+    """
+    return torch.stack([torch.gt(values, bound).sum() for bound in bounds]).to(torch.float64)
+
+
+def _bucket_counts(above: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Counts in the buckets ``(bounds[i-1], bounds[i]]`` of ``count`` values, from the
+    counts above each bound."""
+    return torch.cat([count - above[:1], above[:-1] - above[1:], above[-1:]])
 
 
 def _valid_key_states(
-    row_states: torch.Tensor, tail_counts: torch.Tensor, n_valid: torch.Tensor, key_map: _KeyMap
+    row_states: torch.Tensor, tails_above: torch.Tensor, n_valid: torch.Tensor, key_map: _KeyMap
 ) -> torch.Tensor:
     """States of ``nonfinite_logp_fraction`` and the tail fractions, over valid tokens.
 
@@ -248,7 +255,7 @@ def _valid_key_states(
     low_abs, high_abs = row_states[_ABS, 2], -row_states[_ABS, 3]
     tail_low = (low_abs > key_map.tails).to(torch.float64)
     tail_high = (high_abs > key_map.tails).to(torch.float64)
-    tails = torch.stack([tail_counts, n_valid.expand(5), tail_low, -tail_high], 1)
+    tails = torch.stack([tails_above, n_valid.expand(5), tail_low, -tail_high], 1)
     tails = torch.where(any_nonfinite, math.nan, tails)
     tails[:, 1] = n_valid
     nonfinite = torch.stack(
@@ -281,22 +288,28 @@ def _record_chunk(
     key_map = _key_maps.get(device)
     if key_map is None:
         key_map = _key_maps[device] = _KeyMap(device)
-    block = per_token_block(trainer, rollout)
-    empty = torch.tensor([0.0, 0.0, math.inf, math.inf], dtype=torch.float64, device=device)
-    # The block is ours: the kernel may overwrite its padding (valid values stay).
-    row_states = kernels.fold_block(
-        empty.expand(len(BLOCK_ROWS), 4), finite_bits, block, scratch=True
-    )
+    n = trainer.numel()
+    with _scratch_lock:
+        scratch = _scratch.get(device)
+        if scratch is None:
+            scratch = _scratch[device] = Scratch(device)
+        (block,) = scratch.tensors(((len(BLOCK_ROWS), n), torch.float64))
+        per_token_block(trainer, rollout, block)
+        empty = torch.tensor([0.0, 0.0, math.inf, math.inf], dtype=torch.float64, device=device)
+        # The block is ours: the kernel leaves its valid values and -inf on padding.
+        row_states = kernels.fold_block(
+            empty.expand(len(BLOCK_ROWS), 4), finite_bits, block, scratch, overwrite=True
+        )
+        bounds = tracker.bucket_bounds("logp_diff")
+        above = _counts_above(block[_D], bounds) if bounds else None
+        tails_above = _counts_above(block[_ABS], RATIO_LOGS)
     states = dict(zip(FINITE_KEYS, _finite_key_states(row_states, key_map).unbind(0)))
-    bounds = tracker.bucket_bounds("logp_diff", device)
-    if bounds is not None:
-        buckets = _masked_bincount(block[_D], bounds, finite_bits)
+    if above is not None:
+        buckets = _bucket_counts(above, finite_bits.count)
         states["logp_diff"] = torch.cat([states["logp_diff"], buckets])
     tracker.fold_moments({key: states.pop(key) for key in AVG_MIN_MAX_KEYS})
     tracker.fold_moments(states, ReduceType.AVG)
-    tail_counts = _masked_bincount(block[_ABS], key_map.tails, finite_bits)
-    above = tail_counts.flip(0).cumsum(0).flip(0)[1:]  # count of abs(d) > log t
-    valid_states = _valid_key_states(row_states, above, n_valid, key_map)
+    valid_states = _valid_key_states(row_states, tails_above, n_valid, key_map)
     tracker.fold_moments(
         dict(zip(("nonfinite_logp_fraction", *TAIL_KEYS), valid_states.unbind(0))),
         ReduceType.AVG,

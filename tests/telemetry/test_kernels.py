@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from telemetry import kernels
+from telemetry.scratch import Scratch
 
 NAN, INF = math.nan, math.inf
 CASES = {
@@ -60,7 +61,7 @@ def numpy_fold(states: np.ndarray, xs: list[torch.Tensor], mask: torch.Tensor) -
 
 def kernel_fold(states: np.ndarray, xs: list[torch.Tensor], mask: torch.Tensor) -> np.ndarray:
     masks = kernels.MaskBits(mask, mask.sum(dtype=torch.float64))
-    return kernels.fold(torch.from_numpy(states), masks, xs).numpy()
+    return kernels.fold(torch.from_numpy(states), masks, xs, Scratch(torch.device("cpu"))).numpy()
 
 
 def assert_same(got: np.ndarray, want: np.ndarray) -> None:
@@ -119,10 +120,10 @@ def test_two_dimensional_mask_is_read_flattened():
     assert got.tolist() == [[5.0, 2.0, 1.0, -4.0]]
 
 
-def test_stacked_view_reads_rows_of_one_buffer_in_place():
+def test_rows_view_reads_rows_of_one_buffer_in_place():
     buffer = torch.arange(20.0).reshape(4, 5)
     rows = [row.detach().reshape(-1) for row in buffer[1:4].unbind(0)]
-    view = kernels.stacked_view(rows)
+    view = kernels.rows_view(rows)
     assert view.data_ptr() == buffer[1].data_ptr() and torch.equal(view, buffer[1:4])
     for xs in (
         [buffer[2], buffer[1]],  # out of order
@@ -130,9 +131,12 @@ def test_stacked_view_reads_rows_of_one_buffer_in_place():
         [buffer[0], torch.arange(5.0, 10.0)],  # another buffer
         [buffer[:, 0], buffer[:, 1]],  # strided
     ):
-        copy = kernels.stacked_view(xs)
-        assert torch.equal(copy, torch.stack(xs))
-        assert copy.untyped_storage().data_ptr() != buffer.untyped_storage().data_ptr()
+        assert kernels.rows_view(xs) is None
+        states = torch.tensor([[0.0, 0.0, INF, INF]] * 2, dtype=torch.float64)
+        mask = torch.tensor([True, False, True, True, False])[: xs[0].numel()]
+        masks = kernels.MaskBits(mask, mask.sum().double())
+        got = kernels.fold(states, masks, xs, Scratch(torch.device("cpu")))
+        assert_same(got.numpy(), numpy_fold(states.numpy(), xs, mask))
 
 
 def test_kernel_does_not_modify_its_inputs():
@@ -165,7 +169,7 @@ def test_recording_and_export_never_load_the_compiler_or_start_a_thread():
     assert done.stdout.split(None, 2) == ["True", "1", "[]\n"], done.stdout
 
 
-def test_fold_block_on_scratch_keeps_valid_values_and_gives_the_same_states():
+def test_fold_block_overwriting_keeps_valid_values_and_gives_the_same_states():
     rng = np.random.default_rng(5)
     block = torch.from_numpy(rng.normal(size=(3, 50)))
     block[0, 3], block[1, 7] = NAN, INF
@@ -173,8 +177,10 @@ def test_fold_block_on_scratch_keeps_valid_values_and_gives_the_same_states():
     m[3], m[7] = False, False
     masks = kernels.MaskBits(m, m.sum(dtype=torch.float64))
     states = torch.tensor([[0.0, 0.0, INF, INF]] * 3, dtype=torch.float64)
-    want = kernels.fold_block(states, masks, block, scratch=False)
-    scratch = block.clone()
-    got = kernels.fold_block(states, masks, scratch, scratch=True)
+    memory = Scratch(torch.device("cpu"))
+    want = kernels.fold_block(states, masks, block, memory, overwrite=False)
+    overwritten = block.clone()
+    got = kernels.fold_block(states, masks, overwritten, memory, overwrite=True)
     assert torch.equal(got, want)
-    assert torch.equal(scratch[:, m], block[:, m])
+    assert torch.equal(overwritten[:, m], block[:, m])
+    assert bool((overwritten[:, ~m] == -INF).all())  # padding ends at -inf

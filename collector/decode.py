@@ -26,9 +26,11 @@ a series past its limit) are counted as rejected with a reason, never raised.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -85,6 +87,14 @@ class DecodeResult:
         return f"rejected {self.rejected} data points: " + "; ".join(self.reasons)
 
 
+@dataclass(frozen=True, slots=True)
+class Staged:
+    """A decoded request whose temporality changes wait for ``commit()``."""
+
+    result: DecodeResult
+    commit: Callable[[], None]
+
+
 class Decoder:
     """Decodes requests into Snapshots, keeping the per-series temporality state.
 
@@ -95,6 +105,8 @@ class Decoder:
         started_ns: the collector's start (epoch ns); see :mod:`collector.temporality`.
 
     Thread-safe: concurrent ``decode`` calls share the state under one lock.
+    :meth:`stage` decodes without changing the state until the caller commits, so a
+    request refused after decoding leaves no trace (a retried delta is not counted twice).
     """
 
     def __init__(
@@ -109,6 +121,9 @@ class Decoder:
         self._lock = threading.Lock()
         self._state: dict[tuple, HistogramState | SumState] = {}
         self._per_metric: dict[str, int] = {}
+        self._overlay: dict[tuple, HistogramState | SumState] = {}  # staged changes
+        self._added: dict[str, int] = {}  # staged new series per metric
+        self._new = 0  # staged new series
         self._handlers = {
             "gauge": self._gauge,
             "sum": self._sum,
@@ -123,14 +138,42 @@ class Decoder:
         return len(self._state)
 
     def decode(self, request: ExportMetricsServiceRequest) -> DecodeResult:
-        """Map every data point of ``request``; never raises for bad data."""
-        snapshots: list[Snapshot] = []
-        counts = [0, 0]
-        reasons: dict[str, None] = {}
+        """Map every data point of ``request`` and keep its state; never raises for bad data."""
+        with self.stage(request) as staged:
+            staged.commit()
+        return staged.result
+
+    @contextlib.contextmanager
+    def stage(self, request: ExportMetricsServiceRequest) -> Iterator[Staged]:
+        """Decode ``request`` under the decoder's lock, held until the block ends.
+
+        The temporality state changes only if ``commit()`` is called inside the block;
+        other requests wait meanwhile, so admit (or refuse) quickly.
+        """
         with self._lock:
-            for resource_metrics in request.resource_metrics:
-                snapshots.append(self._resource(resource_metrics, counts, reasons))
-        return DecodeResult(tuple(snapshots), counts[0], counts[1], tuple(reasons)[:MAX_REASONS])
+            self._overlay, self._added, self._new = {}, {}, 0
+            try:
+                snapshots: list[Snapshot] = []
+                counts = [0, 0]
+                reasons: dict[str, None] = {}
+                for resource_metrics in request.resource_metrics:
+                    snapshots.append(self._resource(resource_metrics, counts, reasons))
+                result = DecodeResult(
+                    tuple(snapshots), counts[0], counts[1], tuple(reasons)[:MAX_REASONS]
+                )
+                yield Staged(result, self._commit)
+            finally:
+                self._overlay, self._added, self._new = {}, {}, 0
+
+    def _commit(self) -> None:
+        self._state.update(self._overlay)
+        for metric, n in self._added.items():
+            self._per_metric[metric] = self._per_metric.get(metric, 0) + n
+        self._overlay, self._added, self._new = {}, {}, 0
+
+    def _get(self, key: tuple) -> HistogramState | SumState | None:
+        staged = self._overlay.get(key)
+        return staged if staged is not None else self._state.get(key)
 
     def _resource(self, rm, counts: list[int], reasons: dict[str, None]) -> Snapshot:
         resource = attributes(rm.resource.attributes)
@@ -201,13 +244,14 @@ class Decoder:
         monotonic = data.is_monotonic
         if data.aggregation_temporality == DELTA:
             key = ("sum", resource, name, attrs)
-            state = self._state.get(key)
+            state = self._get(key)
             if state is None:
                 state = self._remember(key, name, SumState(point.start_time_unix_nano, 0.0))
             if monotonic and value < 0:
                 raise Rejected("negative delta in a monotonic sum")
-            state.total += value
-            value, start = state.total, state.start_time_unix_nano
+            start = state.start_time_unix_nano
+            value = state.total + value
+            self._overlay[key] = SumState(start, value)
         else:
             start = point.start_time_unix_nano
         if not monotonic:
@@ -262,11 +306,11 @@ class Decoder:
         reduce = _reduce(metric.description)
         if data.aggregation_temporality != DELTA:
             key = ("histogram", resource, name, attrs)
-            previous = self._state.get(key)
+            previous = self._get(key)
             if previous is None:
                 self._remember(key, name, current)
             else:
-                self._state[key] = current
+                self._overlay[key] = current
             window = histogram_window(previous, current, self.started_ns)
             if window is None:
                 return
@@ -302,13 +346,14 @@ class Decoder:
             out.append(Counter(name + "_sum", point.sum, metric.unit, attrs, start))
 
     def _remember(self, key: tuple, metric: str, state):
-        held = self._per_metric.get(metric, 0)
-        if held >= self.max_series_per_metric:
+        added = self._added.get(metric, 0)
+        if self._per_metric.get(metric, 0) + added >= self.max_series_per_metric:
             raise Rejected(f"series limit {self.max_series_per_metric} reached")
-        if len(self._state) >= self.max_series_total:
+        if len(self._state) + self._new >= self.max_series_total:
             raise Rejected(f"total series limit {self.max_series_total} reached")
-        self._per_metric[metric] = held + 1
-        self._state[key] = state
+        self._added[metric] = added + 1
+        self._new += 1
+        self._overlay[key] = state
         return state
 
 

@@ -11,10 +11,12 @@ Routing of each decoded Snapshot:
   without a rank) go straight to them, other ranks' copies of the DP-reduced values only
   to Prometheus (AReaL logs from rank 0 only).
 
-Each sink has its own bounded queue (:class:`exporters.fanout.FanOut`): a slow sink drops
-and counts, never delays the others or the gRPC response. Admission control: past
-``memory_limit_bytes`` of queued request bytes the pipeline raises :class:`Overloaded`
-and the server answers RESOURCE_EXHAUSTED, so senders retry and spool.
+Each sink has its own bounded queue (:class:`exporters.fanout.FanOut`); a slow sink never
+delays the others or the gRPC response. Accepted means kept (:mod:`collector.admission`):
+a request is decoded with its temporality changes staged, then admitted only if every
+healthy sink's queue has room for its snapshots and the memory budget for their decoded
+size; only then is the state committed and the snapshots queued. Otherwise
+:class:`Overloaded` (retryable) is raised and nothing of the request is kept.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from collector.admission import Hold, MemoryBudget, RequestLimits, decoded_bytes, request_points
 from collector.config import LimitsConfig, SinksConfig
 from collector.decode import Decoder, DecodeResult
 from collector.merge import RolloutMerger
+from collector.otlp import attributes
 from exporters.base import Sink
-from exporters.fanout import FanOut, SinkStats
+from exporters.fanout import Charge, FanOut, Reservation, SinkStats
 from exporters.prometheus import PrometheusSink
 from telemetry.snapshot import Snapshot
 
@@ -39,11 +43,26 @@ logger = logging.getLogger(__name__)
 
 RunSinks = Callable[[str, str], Sequence[Sink]]
 STREAMS_MERGED = ("rollout", "eval")
-_CHECK_INTERVAL_S = 0.01
+REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large")
 
 
 class Overloaded(Exception):
-    """The memory limit is reached: the sender should retry later (retryable)."""
+    """A sink queue or the memory budget cannot take the request now (retryable).
+
+    ``reason`` is ``"queue_full"`` or ``"memory"``.
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class TooLarge(Exception):
+    """The request exceeds a per-request bound; retrying it cannot help."""
+
+
+class Expired(Exception):
+    """The sender's deadline passed before the request could be ingested."""
 
 
 class Closed(Exception):
@@ -57,12 +76,13 @@ class PipelineStats:
     points_accepted: int
     points_rejected: int
     snapshots: int
-    refused_overloaded: int
+    refused_overloaded: int  # memory budget
     runs: int
     runs_refused: int
     pending_bytes: int
     decoder_series: int
     sinks: dict[tuple[str, str], SinkStats]  # (run or "shared", sink name) -> stats
+    refused: dict[str, int]  # requests refused by reason (REFUSALS)
 
 
 @dataclass(slots=True)
@@ -81,6 +101,7 @@ class Pipeline:
             once per run, on first sight. None: no per-run sinks.
         limits: queue sizes, memory limit, run limit, sink timeout.
         decoder: the request decoder (default: one with ``limits``' series bounds).
+        request_limits: per-request bounds (points, decoded bytes).
     """
 
     def __init__(
@@ -89,9 +110,12 @@ class Pipeline:
         run_sinks: RunSinks | None = None,
         limits: LimitsConfig | None = None,
         decoder: Decoder | None = None,
+        request_limits: RequestLimits | None = None,
     ) -> None:
         self.limits = limits or LimitsConfig()
+        self.request_limits = request_limits or RequestLimits()
         self.decoder = decoder or Decoder(self.limits.max_series_per_metric)
+        self.budget = MemoryBudget(self.limits.memory_limit_bytes)
         self._queue = dict(queue_size=self.limits.queue_size, timeout_s=self.limits.sink_timeout_s)
         self.shared = FanOut(shared_sinks, **self._queue)
         self._run_sinks = run_sinks
@@ -100,49 +124,152 @@ class Pipeline:
         self._lock = threading.Lock()
         self._closed = False
         self._accepted = self._rejected = self._snapshots = 0
-        self._refused = self._runs_refused = 0
-        self._bytes_per_snapshot = 0.0
-        self._pending = 0
-        self._checked = 0.0
+        self._refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
+        self._runs_refused = 0
 
-    def consume(self, request, size_bytes: int) -> DecodeResult:
-        """Decode ``request`` (``size_bytes`` on the wire) and hand its snapshots to the sinks.
+    def consume(
+        self,
+        request,
+        size_bytes: int = 0,
+        expired: Callable[[], bool] | None = None,
+        hold: Hold | None = None,
+    ) -> DecodeResult:
+        """Decode ``request``, admit it, and queue its snapshots for every sink.
+
+        Args:
+            request: a parsed ``ExportMetricsServiceRequest``.
+            size_bytes: its wire size (unused; kept for callers of the old signature).
+            expired: ``() -> True`` once the sender's deadline has passed; checked before
+                decoding and again before anything is kept.
+            hold: the budget held while the request is parsed; the decoded snapshots'
+                charge takes it over when the request is admitted.
 
         Raises:
             Closed: the pipeline is shutting down.
-            Overloaded: queued data would pass the memory limit; retry later.
+            TooLarge: over ``max_points_per_request`` or ``max_decoded_bytes``.
+            Expired: the sender's deadline passed; nothing was kept.
+            Overloaded: a healthy sink's queue or the memory budget cannot take it now;
+                nothing was kept (retry later).
         """
+        del size_bytes
         if self._closed:
             raise Closed("the collector is shutting down")
-        if self.pending_bytes() + size_bytes > self.limits.memory_limit_bytes:
-            with self._lock:
-                self._refused += 1
-            raise Overloaded(
-                f"collector queues hold ~{self._pending} bytes; limit "
-                f"{self.limits.memory_limit_bytes}: retry later"
+        bounds = self.request_limits
+        points = request_points(request)
+        if points > bounds.max_points_per_request:
+            self.count_refusal("too_large")
+            raise TooLarge(
+                f"request has {points} data points; max_points_per_request is "
+                f"{bounds.max_points_per_request}: split it"
             )
-        result = self.decoder.decode(request)
-        if result.snapshots:
-            share = size_bytes / len(result.snapshots)
-            with self._lock:
-                self._bytes_per_snapshot += 0.1 * (share - self._bytes_per_snapshot)
-        for snapshot in result.snapshots:
-            self._route(snapshot)
+        self._open_runs(request)  # a run's sinks start outside the decoder's lock
+        if expired is not None and expired():
+            self.count_refusal("expired")
+            raise Expired("deadline passed before decoding")
+        with self.decoder.stage(request) as staged:
+            result = staged.result
+            nbytes = decoded_bytes(result.snapshots)
+            if nbytes > bounds.max_decoded_bytes:
+                self.count_refusal("too_large")
+                raise TooLarge(
+                    f"request decodes to ~{nbytes} bytes; max_decoded_bytes is "
+                    f"{bounds.max_decoded_bytes}: split it"
+                )
+            if expired is not None and expired():
+                self.count_refusal("expired")
+                raise Expired("deadline passed while decoding; nothing was kept")
+            reservations = self._reserve(result.snapshots)
+            if not self.budget.acquire(nbytes, replacing=hold):
+                for reservation in reservations.values():
+                    reservation.release()
+                self.count_refusal("memory")
+                raise Overloaded(
+                    f"memory budget: {self.budget.held} of {self.budget.limit} bytes held, "
+                    f"request needs ~{nbytes}: retry later",
+                    "memory",
+                )
+            staged.commit()
+            charge = Charge(nbytes, self.budget.release)
+            try:
+                for snapshot in result.snapshots:
+                    self._route(snapshot, charge, reservations)
+            finally:
+                for reservation in reservations.values():
+                    reservation.release()
+                charge.done()
         with self._lock:
             self._accepted += result.accepted
             self._rejected += result.rejected
             self._snapshots += len(result.snapshots)
         return result
 
-    def _route(self, snapshot: Snapshot) -> None:
+    def count_refusal(self, reason: str) -> None:
+        """Count one refused request; ``reason`` is one of :data:`REFUSALS`."""
+        with self._lock:
+            self._refused[reason] += 1
+
+    def _open_runs(self, request) -> None:
+        if self._run_sinks is None:
+            return
+        for resource_metrics in request.resource_metrics:
+            resource = dict(attributes(resource_metrics.resource.attributes))
+            if "rltel.experiment" in resource:
+                trial = str(resource.get("rltel.trial", "default"))
+                self._run(str(resource["rltel.experiment"]), trial)
+
+    def _targets(self, snapshot: Snapshot) -> tuple[int, _Run | None, int]:
+        """Snapshots this one puts in the shared queues, its run, and in the run's queues."""
+        shared = 1 if snapshot.points else 0
+        experiment = snapshot.resource_value("rltel.experiment")
+        if experiment is None or self._run_sinks is None:
+            return shared, None, 0
+        trial = str(snapshot.resource_value("rltel.trial", "default"))
+        run = self._runs.get((str(experiment), trial))
+        if run is None or snapshot.stream in STREAMS_MERGED:
+            return shared, run, 0
+        if str(snapshot.resource_value("rltel.rank", 0)) != "0":
+            return shared, run, 0
+        released = len(STREAMS_MERGED) if snapshot.step is not None else 0
+        return shared, run, (1 if snapshot.points else 0) + released
+
+    def _reserve(self, snapshots: Sequence[Snapshot]) -> dict[int, Reservation]:
+        """Queue slots for every snapshot in every healthy sink, or Overloaded."""
+        needed: dict[int, tuple[FanOut, int]] = {}
+        for snapshot in snapshots:
+            shared, run, own = self._targets(snapshot)
+            fanout, n = needed.get(id(self.shared), (self.shared, 0))
+            needed[id(self.shared)] = (fanout, n + shared)
+            if run is not None and own:
+                fanout, n = needed.get(id(run.fanout), (run.fanout, 0))
+                needed[id(run.fanout)] = (fanout, n + own)
+        reservations: dict[int, Reservation] = {}
+        for key, (fanout, n) in needed.items():
+            reservation = fanout.reserve(n) if n else Reservation({})
+            if reservation is None:
+                for held in reservations.values():
+                    held.release()
+                self.count_refusal("queue_full")
+                full = [q.name for q in fanout.queued if q.stats().queue_depth >= q.queue_size]
+                raise Overloaded(
+                    f"sink queue full ({', '.join(full) or 'reserved'}; queue_size "
+                    f"{self.limits.queue_size}): retry later",
+                    "queue_full",
+                )
+            reservations[key] = reservation
+        return reservations
+
+    def _route(
+        self, snapshot: Snapshot, charge: Charge, reservations: dict[int, Reservation]
+    ) -> None:
         if snapshot.points:
-            self.shared.export(snapshot)
+            self.shared.export(snapshot, charge, reservations.get(id(self.shared)))
         experiment = snapshot.resource_value("rltel.experiment")
         if experiment is None or self._run_sinks is None:
             return
         run = self._run(str(experiment), str(snapshot.resource_value("rltel.trial", "default")))
         if run is None:
             return
+        reservation = reservations.get(id(run.fanout))
         with run.lock:
             if snapshot.stream in STREAMS_MERGED:
                 run.merger.add(snapshot)
@@ -150,9 +277,9 @@ class Pipeline:
             if str(snapshot.resource_value("rltel.rank", 0)) != "0":
                 return
             if snapshot.points:
-                run.fanout.export(snapshot)
+                run.fanout.export(snapshot, charge, reservation)
             for merged in run.merger.on_train(snapshot):
-                run.fanout.export(merged)
+                run.fanout.export(merged, charge, reservation)
 
     def _run(self, experiment: str, trial: str) -> _Run | None:
         key = (experiment, trial)
@@ -178,16 +305,8 @@ class Pipeline:
             return run
 
     def pending_bytes(self) -> int:
-        """Estimated bytes of snapshots waiting in sink queues (refreshed every 10 ms)."""
-        now = time.monotonic()
-        if now - self._checked >= _CHECK_INTERVAL_S:
-            fanouts = [self.shared, *(run.fanout for run in list(self._runs.values()))]
-            depth = sum(
-                max((q.stats().queue_depth for q in fanout.queued), default=0) for fanout in fanouts
-            )
-            self._pending = int(depth * self._bytes_per_snapshot)
-            self._checked = now
-        return self._pending
+        """Bytes the memory budget holds now: requests in flight and snapshots in queues."""
+        return self.budget.held
 
     def stats(self) -> PipelineStats:
         """A copy of every counter and every sink's queue stats."""
@@ -200,12 +319,13 @@ class Pipeline:
                 self._accepted,
                 self._rejected,
                 self._snapshots,
-                self._refused,
+                self._refused["memory"],
                 len(self._runs),
                 self._runs_refused,
-                self._pending,
+                self.budget.held,
                 self.decoder.series,
                 sinks,
+                dict(self._refused),
             )
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:

@@ -22,6 +22,7 @@ FAMILIES: dict[str, str] = {
     f"{PREFIX}points_rejected": "counter",
     f"{PREFIX}snapshots": "counter",
     f"{PREFIX}refused_overloaded": "counter",
+    f"{PREFIX}requests_refused": "counter",
     f"{PREFIX}runs_refused": "counter",
     f"{PREFIX}runs": "gauge",
     f"{PREFIX}pending_bytes": "gauge",
@@ -78,9 +79,18 @@ class SelfMetrics:
         }
         for name, (value, help_text) in counters.items():
             yield CounterMetricFamily(PREFIX + name, help_text, value)
+        refused = CounterMetricFamily(
+            f"{PREFIX}requests_refused",
+            "requests refused with nothing kept, by reason (retryable: memory, queue_full, "
+            "heavy; not: too_large; expired)",
+            labels=["reason"],
+        )
+        for reason, count in sorted(stats.refused.items()):
+            refused.add_metric([reason], count)
+        yield refused
         gauges = {
             "runs": (stats.runs, "runs with their own step-based sinks"),
-            "pending_bytes": (stats.pending_bytes, "estimated bytes waiting in sink queues"),
+            "pending_bytes": (stats.pending_bytes, "bytes held: requests in flight, queued data"),
             "decoder_series": (stats.decoder_series, "series with temporality state"),
         }
         for name, (value, help_text) in gauges.items():

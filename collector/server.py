@@ -3,16 +3,22 @@
 Status codes returned by ``Export``:
 
 ==================  ===========================================================
-OK                  decoded; ``partial_success`` counts the points that were not
-INVALID_ARGUMENT    the body is not an ``ExportMetricsServiceRequest``
+OK                  admitted: every point is in every healthy sink's queue;
+                    ``partial_success`` counts the points that were not mapped
+INVALID_ARGUMENT    not an ``ExportMetricsServiceRequest``, or over
+                    ``max_points_per_request`` / ``max_decoded_bytes`` (split it)
 UNAUTHENTICATED     a token is configured and the call lacks it or has another
-RESOURCE_EXHAUSTED  over ``max_message_bytes`` or ``max_concurrent_requests`` (gRPC),
-                    or over the memory limit (with ``google.rpc.retryinfo-bin``)
+RESOURCE_EXHAUSTED  a sink queue or the memory budget cannot take it now, or too
+                    many heavy requests at once (retry after the delay sent in
+                    ``grpc-retry-pushback-ms`` and ``google.rpc.retryinfo-bin``);
+                    over ``max_message_bytes``/``max_concurrent_requests`` (gRPC)
+DEADLINE_EXCEEDED   the sender's deadline passed before the request was kept
 UNAVAILABLE         shutting down
 ==================  ===========================================================
 
-The body is parsed in the handler (not by gRPC's deserializer) so that a malformed one is
-answered INVALID_ARGUMENT and its size is known to the memory accounting.
+Every refusal keeps nothing of the request. The body is parsed in the handler (not by
+gRPC's deserializer), after the deadline check and the heavy-request gate, so that a
+malformed one is answered INVALID_ARGUMENT and its parse is charged to the memory budget.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import hmac
 import logging
 import threading
+import time
 from collections import Counter as Tally
 from concurrent import futures
 from pathlib import Path
@@ -34,15 +41,39 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
+from collector.admission import (
+    PARSE_EXPANSION,
+    HeavyGate,
+    Hold,
+    RequestLimits,
+    request_points,
+)
 from collector.config import CollectorConfig
-from collector.pipeline import Closed, Overloaded, Pipeline, run_sink_factory, shared_sinks
+from collector.pipeline import (
+    Closed,
+    Expired,
+    Overloaded,
+    Pipeline,
+    TooLarge,
+    run_sink_factory,
+    shared_sinks,
+)
 from collector.selfmetrics import FAMILIES, SelfMetrics
 from exporters.prometheus import PrometheusSink
 
 logger = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
-RETRY_AFTER = RetryInfo(retry_delay=Duration(seconds=1)).SerializeToString()
+PUSHBACK_KEY = "grpc-retry-pushback-ms"
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+
+
+def retry_metadata(delay_s: float) -> tuple[tuple[str, str | bytes], ...]:
+    """Trailing metadata asking the sender to retry after ``delay_s``."""
+    delay = Duration()
+    delay.FromNanoseconds(int(delay_s * 1e9))
+    info = RetryInfo(retry_delay=delay).SerializeToString()
+    return ((PUSHBACK_KEY, str(int(delay_s * 1000))), (RETRY_INFO_KEY, info))
 
 
 class _Abort(Exception):
@@ -62,6 +93,8 @@ class CollectorServer:
             shared, per-run W&B/SwanLab/TensorBoard/console).
         prometheus: the Prometheus sink that serves the self-metrics (with a given
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
+        request_limits: per-request bounds and the heavy-request gate (default: the
+            given pipeline's, or :class:`~collector.admission.RequestLimits` defaults).
 
     Raises:
         OSError: the gRPC address cannot be bound (on :meth:`start`).
@@ -72,13 +105,22 @@ class CollectorServer:
         config: CollectorConfig,
         pipeline: Pipeline | None = None,
         prometheus: PrometheusSink | None = None,
+        request_limits: RequestLimits | None = None,
     ) -> None:
         self.config = config
         if pipeline is None:
             shared = shared_sinks(config.sinks)
             prometheus = shared[0] if shared else None
-            pipeline = Pipeline(shared, run_sink_factory(config.sinks), config.limits)
+            pipeline = Pipeline(
+                shared,
+                run_sink_factory(config.sinks),
+                config.limits,
+                request_limits=request_limits,
+            )
         self.pipeline = pipeline
+        self.request_limits = request_limits or pipeline.request_limits
+        self.request_limits.validate()
+        self._heavy = HeavyGate(self.request_limits.max_heavy_requests)
         self.prometheus = prometheus
         self._token = config.auth.token()
         self._lock = threading.Lock()
@@ -175,27 +217,79 @@ class CollectorServer:
     def _handle(self, data: bytes, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:
         if self._token is not None and not self._authorized(context):
             raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        expired = self._expired(context)
+        if expired():
+            self.pipeline.count_refusal("expired")
+            raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")
+        bounds = self.request_limits
+        heavy = len(data) > bounds.heavy_request_bytes
+        if heavy and not self._heavy.try_enter():
+            self._retry_later(context, "heavy")
+            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests at once")
+        try:
+            hold = self.pipeline.budget.hold(len(data) * PARSE_EXPANSION)
+            if hold is None:
+                self._retry_later(context, "memory")
+                raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "memory budget full")
+            try:
+                return self._ingest(data, context, expired, heavy, hold)
+            finally:
+                hold.release()
+        finally:
+            if heavy:
+                self._heavy.leave()
+
+    def _ingest(
+        self, data: bytes, context, expired, heavy: bool, hold: Hold
+    ) -> ExportMetricsServiceResponse:
         try:
             request = ExportMetricsServiceRequest.FromString(data)
         except DecodeError as exc:
             raise _Abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportMetricsServiceRequest: {exc}"
             ) from None
+        entered = False
+        if not heavy and request_is_heavy(request, self.request_limits):
+            if not self._heavy.try_enter():
+                self._retry_later(context, "heavy")
+                raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests")
+            entered = True
         try:
-            result = self.pipeline.consume(request, len(data))
+            result = self.pipeline.consume(request, len(data), expired, hold)
         except Overloaded as exc:
-            context.set_trailing_metadata((("google.rpc.retryinfo-bin", RETRY_AFTER),))
+            self._retry_later(context)
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
+        except TooLarge as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+        except Expired as exc:
+            raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)) from None
         except Closed as exc:
             raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
         except Exception as exc:  # a bug must cost one request, never the server
             logger.exception("collector: request failed")
             raise _Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            if entered:
+                self._heavy.leave()
         response = ExportMetricsServiceResponse()
         if result.rejected:
             response.partial_success.rejected_data_points = result.rejected
             response.partial_success.error_message = result.message
         return response
+
+    def _expired(self, context: grpc.ServicerContext):
+        """``() -> True`` once too little of the sender's deadline is left to answer."""
+        remaining = context.time_remaining()
+        if remaining is None:
+            return lambda: False
+        margin = self.request_limits.deadline_margin_s
+        end = time.monotonic() + remaining - margin
+        return lambda: time.monotonic() >= end
+
+    def _retry_later(self, context: grpc.ServicerContext, reason: str | None = None) -> None:
+        if reason is not None:
+            self.pipeline.count_refusal(reason)
+        context.set_trailing_metadata(retry_metadata(self.request_limits.retry_after_s))
 
     def _authorized(self, context: grpc.ServicerContext) -> bool:
         header = ""
@@ -211,3 +305,8 @@ class CollectorServer:
         with self._lock:
             self._codes[code] += 1
             self._bytes += size
+
+
+def request_is_heavy(request, limits: RequestLimits) -> bool:
+    """More data points than ``heavy_request_points`` (counted without reading them)."""
+    return request_points(request) > limits.heavy_request_points

@@ -9,6 +9,12 @@ abandoned (marked degraded) while the worker keeps draining its queue. Only
 counted as failed and marks the sink degraded; the worker lives on. Only the interpreter's
 own shutdown ends a worker. :class:`FanOut` hands the same frozen Snapshot to every sink
 and never raises into its caller.
+
+Admission (the collector's "accepted means kept"): :meth:`FanOut.reserve` takes queue slots
+in every healthy sink before a request is answered, so the snapshots it then exports are
+queued, never dropped; a degraded sink reserves nothing and keeps its own drop-and-count
+policy. A :class:`Charge` travels with queued snapshots and releases its bytes when the
+last sink is done with them.
 """
 
 from __future__ import annotations
@@ -44,6 +50,33 @@ class SinkStats:
     queue_depth: int
     last_latency_s: float | None
     degraded: bool
+
+
+class Charge:
+    """Bytes held while any sink still holds one request's snapshots; released once.
+
+    Starts with one hold (the admitting caller's); every queued copy adds one.
+    """
+
+    __slots__ = ("_holds", "_lock", "_release", "nbytes")
+
+    def __init__(self, nbytes: int, release: Callable[[int], None]) -> None:
+        self.nbytes = nbytes
+        self._release = release
+        self._holds = 1
+        self._lock = threading.Lock()
+
+    def hold(self) -> None:
+        with self._lock:
+            self._holds += 1
+
+    def done(self) -> None:
+        """Drop one hold; the last one releases ``nbytes``."""
+        with self._lock:
+            self._holds -= 1
+            last = self._holds == 0
+        if last:
+            self._release(self.nbytes)
 
 
 class _Flush:
@@ -112,7 +145,9 @@ class QueuedSink:
     def _init_state(self) -> None:
         self._pid = os.getpid()
         self._cond = threading.Condition()
-        self._queue: deque[Snapshot | _Flush] = deque()
+        self._queue: deque[tuple[Snapshot, Charge | None] | _Flush] = deque()
+        self._depth = 0  # snapshots in the queue
+        self._reserved = 0  # slots promised to admitted requests, not yet filled
         self._closed = False
         self._drain_deadline: float | None = None
         self._wake = threading.Event()  # cuts a retry backoff short on shutdown
@@ -124,16 +159,58 @@ class QueuedSink:
 
     # -- caller side -------------------------------------------------------------------
 
-    def submit(self, snapshot: Snapshot) -> bool:
-        """Queue ``snapshot`` without blocking; False (and counted) when full or closed."""
+    def submit(
+        self, snapshot: Snapshot, charge: Charge | None = None, reserved: bool = False
+    ) -> bool:
+        """Queue ``snapshot`` without blocking; False (and counted) when full or closed.
+
+        Args:
+            snapshot: the snapshot to export.
+            charge: held while the snapshot is queued or exported.
+            reserved: fill a slot taken by :meth:`reserve` (never refused for space).
+        """
         with self._lock_after_fork():
-            if self._closed or len(self._queue) >= self.queue_size:
+            if reserved and self._reserved > 0:
+                self._reserved -= 1
+            elif self._depth + self._reserved >= self.queue_size:
                 self._dropped += 1
                 return False
-            self._queue.append(snapshot)
+            if self._closed:
+                self._dropped += 1
+                return False
+            if charge is not None:
+                charge.hold()
+            self._queue.append((snapshot, charge))
+            self._depth += 1
             self._ensure_worker()
             self._cond.notify()
             return True
+
+    def reserve(self, n: int) -> int | None:
+        """Take ``n`` queue slots for an admitted request; None when they are not free.
+
+        An empty queue always takes one request, however large. A degraded sink takes
+        everything and reserves nothing (0): what its queue cannot hold is dropped and
+        counted, so a failing sink never makes the collector refuse.
+        """
+        with self._lock_after_fork():
+            if self._closed:
+                return None
+            if self._is_degraded():
+                return 0
+            used = self._depth + self._reserved
+            if used and used + n > self.queue_size:
+                return None
+            self._reserved += n
+            return n
+
+    def release(self, n: int) -> None:
+        """Give back reserved slots that were not filled."""
+        with self._cond:
+            self._reserved = max(0, self._reserved - n)
+
+    def _is_degraded(self) -> bool:
+        return self._streak > 0 or (self._stalled is not None and self._stalled.is_alive())
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything queued before this call was exported, then flush the sink.
@@ -178,9 +255,14 @@ class QueuedSink:
             if self._shutdown_done:
                 return
             self._shutdown_done = True
-            self._dropped += sum(isinstance(item, Snapshot) for item in self._queue)
+            left = [item for item in self._queue if not isinstance(item, _Flush)]
+            self._dropped += len(left)
             self._queue.clear()
+            self._depth = 0
             stalled = self._stalled
+        for _, charge in left:
+            if charge is not None:
+                charge.done()
         if stalled is not None:
             # A slow export abandoned earlier may still finish within the deadline; the
             # sink must still be shut down then (a W&B/SwanLab run left open is incomplete).
@@ -202,10 +284,9 @@ class QueuedSink:
                 dropped=self._dropped,
                 retried=self._retried,
                 timed_out=self._timed_out,
-                queue_depth=sum(isinstance(item, Snapshot) for item in self._queue),
+                queue_depth=self._depth,
                 last_latency_s=self._last_latency,
-                degraded=self._streak > 0
-                or (self._stalled is not None and self._stalled.is_alive()),
+                degraded=self._is_degraded(),
             )
 
     def _lock_after_fork(self) -> threading.Condition:
@@ -240,10 +321,17 @@ class QueuedSink:
                 if self._drain_deadline is not None and time.monotonic() > self._drain_deadline:
                     return  # shutdown counts what is left as dropped
                 item = self._queue.popleft()
+                if not isinstance(item, _Flush):
+                    self._depth -= 1
             if isinstance(item, _Flush):
                 self._flush(item)
-            else:
-                self._export(item)
+                continue
+            snapshot, charge = item
+            try:
+                self._export(snapshot)
+            finally:
+                if charge is not None:
+                    charge.done()
 
     def _flush(self, marker: _Flush) -> None:
         try:
@@ -364,6 +452,28 @@ def _reraise_at_exit(exc: BaseException) -> None:
         raise exc
 
 
+class Reservation:
+    """Queue slots taken by :meth:`FanOut.reserve`; :meth:`release` returns the unused ones."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self, held: dict[QueuedSink, int]) -> None:
+        self._held = held
+
+    def take(self, queued: QueuedSink) -> bool:
+        left = self._held.get(queued, 0)
+        if left <= 0:
+            return False
+        self._held[queued] = left - 1
+        return True
+
+    def release(self) -> None:
+        for queued, left in self._held.items():
+            if left > 0:
+                queued.release(left)
+        self._held = {}
+
+
 class FanOut:
     """Hands every snapshot to every sink through its own :class:`QueuedSink`.
 
@@ -384,20 +494,42 @@ class FanOut:
             name = base if seen[base] == 1 else f"{base}#{seen[base]}"
             self.queued.append(QueuedSink(sink, queue_size, timeout_s, name=name))
 
-    def export(self, snapshot: Snapshot) -> bool:
+    def export(
+        self,
+        snapshot: Snapshot,
+        charge: Charge | None = None,
+        reservation: Reservation | None = None,
+    ) -> bool:
         """Queue ``snapshot`` for every sink without blocking; never raises.
+
+        Args:
+            snapshot: the snapshot, shared read-only by every sink.
+            charge: held by every queued copy (see :class:`Charge`).
+            reservation: slots taken by :meth:`reserve`; each sink uses one if it has one.
 
         Returns:
             True when every sink's queue accepted it (rejections are counted as dropped).
         """
         accepted = True
         for queued in self.queued:
+            reserved = reservation is not None and reservation.take(queued)
             try:
-                accepted = queued.submit(snapshot) and accepted
+                accepted = queued.submit(snapshot, charge, reserved) and accepted
             except Exception as exc:  # never reaches the training loop
                 accepted = False
                 logger.warning("sink %s: submit failed: %s", queued.name, exc)
         return accepted
+
+    def reserve(self, n: int) -> Reservation | None:
+        """Take ``n`` slots in every healthy sink's queue, or none at all (None)."""
+        held: dict[QueuedSink, int] = {}
+        for queued in self.queued:
+            got = queued.reserve(n)
+            if got is None:
+                Reservation(held).release()
+                return None
+            held[queued] = got
+        return Reservation(held)
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Flush every sink concurrently within one deadline; True when all succeeded."""

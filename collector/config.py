@@ -1,100 +1,100 @@
-"""Collector configuration: receiver, auth, limits and sinks, as frozen dataclasses.
+"""Collector configuration: receiver, auth, limits and sinks, in the one typed schema.
 
-One YAML file, validated at start: an unknown key, a bad port, a missing certificate or
-token file fails with a :class:`~telemetry.errors.ConfigError` naming the full key
-(``collector.receiver.port``). The ``sinks`` section takes the StatsLogger's sink sections
-unchanged (``wandb``, ``swanlab``, ``tensorboard``, ``prometheus``, ``console``, ``fileroot``);
-each run (experiment/trial) seen by the collector gets its own W&B/SwanLab/TensorBoard sink
-built from them, and one Prometheus endpoint serves every run.
+One YAML file, validated at start with the same rules as the StatsLogger's config
+(:mod:`telemetry.config`): strict types and ranges, unknown keys rejected, errors naming the
+full key (``collector.receiver.port``), the value and what was expected. The ``sinks``
+section reuses the StatsLogger's sink sections (``wandb``, ``swanlab``, ``tensorboard``,
+``prometheus``, ``console``, ``fileroot``) with the collector's own defaults (Prometheus on,
+console off); each run (experiment/trial) gets its own W&B/SwanLab/TensorBoard sink built
+from them, and one Prometheus endpoint serves every run. The bearer token is a secret:
+hidden in ``repr``, shown as ``<set>`` by :func:`to_yaml`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, SecretStr, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic.dataclasses import dataclass
+
 from telemetry.config import (
+    SCHEMA,
     ConsoleConfig,
     PrometheusConfig,
     StatsLoggerConfig,
     SwanlabConfig,
     TensorBoardConfig,
     WandBConfig,
-    from_mapping,
     public_dict,
 )
+from telemetry.config_read import FieldRule, read_section, validate
 from telemetry.errors import ConfigError
 
 ROOT = "collector"
+OptStr = StrictStr | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class TlsConfig:
     """Server TLS from PEM files; both empty means plaintext (loopback only by default)."""
 
-    cert_file: str | None = None
-    key_file: str | None = None
+    cert_file: OptStr = None
+    key_file: OptStr = None
 
     @property
     def enabled(self) -> bool:
         return bool(self.cert_file or self.key_file)
 
-    def validate(self, path: str) -> None:
+    def __post_init__(self) -> None:
         if not self.enabled:
             return
         for name in ("cert_file", "key_file"):
             value = getattr(self, name)
             if not value:
-                raise ConfigError(f"{path}.{name} is required when TLS is configured")
+                raise FieldRule(name, "is required when TLS is configured")
             if not Path(value).is_file():
-                raise ConfigError(f"{path}.{name}: no such file {value!r}")
+                raise FieldRule(name, f"names no file: {value!r}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class ReceiverConfig:
     """The OTLP/gRPC endpoint; binding beyond loopback is an explicit choice."""
 
-    host: str = "127.0.0.1"
-    port: int = 4317
-    max_message_bytes: int = 4 * 1024 * 1024
-    max_workers: int = 4
+    host: StrictStr = Field(default="127.0.0.1", min_length=1)
+    port: StrictInt = Field(default=4317, ge=0, le=65535)
+    max_message_bytes: StrictInt = Field(default=4 * 1024 * 1024, ge=1)
+    max_workers: StrictInt = Field(default=4, ge=1)
     tls: TlsConfig = field(default_factory=TlsConfig)
 
-    def validate(self, path: str) -> None:
-        _port(f"{path}.port", self.port)
-        if not isinstance(self.host, str) or not self.host:
-            raise ConfigError(f"{path}.host must be a non-empty host name, got {self.host!r}")
-        _positive_int(f"{path}.max_message_bytes", self.max_message_bytes)
-        _positive_int(f"{path}.max_workers", self.max_workers)
-        self.tls.validate(f"{path}.tls")
 
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class AuthConfig:
     """Optional bearer token, given inline or (preferably) in a file; neither means no auth."""
 
-    bearer_token: str | None = None
-    token_file: str | None = None
+    bearer_token: SecretStr | None = None
+    token_file: OptStr = None
 
-    def validate(self, path: str) -> None:
+    def __post_init__(self) -> None:
         if self.bearer_token and self.token_file:
-            raise ConfigError(f"{path}: set bearer_token or token_file, not both")
-        if self.token_file and not Path(self.token_file).is_file():
-            raise ConfigError(f"{path}.token_file: no such file {self.token_file!r}")
-        if self.token_file and not Path(self.token_file).read_text().strip():
-            raise ConfigError(f"{path}.token_file: {self.token_file!r} is empty")
+            raise FieldRule("token_file", "and bearer_token are both set: set one, not both")
+        if self.token_file:
+            path = Path(self.token_file)
+            if not path.is_file():
+                raise FieldRule("token_file", f"names no file: {self.token_file!r}")
+            if not path.read_text().strip():
+                raise FieldRule("token_file", f"names an empty file: {self.token_file!r}")
 
     def token(self) -> str | None:
         """The expected token, read from ``token_file`` when that is set."""
         if self.token_file:
             return Path(self.token_file).read_text().strip()
-        return self.bearer_token or None
+        return self.bearer_token.get_secret_value() if self.bearer_token else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class LimitsConfig:
     """Bounds that keep the collector's memory finite under any load.
 
@@ -103,53 +103,39 @@ class LimitsConfig:
     status and retry or spool.
     """
 
-    max_series_per_metric: int = 2000
-    max_runs: int = 32
-    memory_limit_bytes: int = 256 * 1024 * 1024
-    queue_size: int = 1024
-    max_concurrent_requests: int = 32
-    sink_timeout_s: float = 10.0
-    drain_timeout_s: float = 30.0
-
-    def validate(self, path: str) -> None:
-        for name in (
-            "max_series_per_metric",
-            "max_runs",
-            "memory_limit_bytes",
-            "queue_size",
-            "max_concurrent_requests",
-        ):
-            _positive_int(f"{path}.{name}", getattr(self, name))
-        for name in ("sink_timeout_s", "drain_timeout_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ConfigError(f"{path}.{name} must be a number > 0, got {value!r}")
+    max_series_per_metric: StrictInt = Field(default=2000, ge=1)
+    max_runs: StrictInt = Field(default=32, ge=1)
+    memory_limit_bytes: StrictInt = Field(default=256 * 1024 * 1024, ge=1)
+    queue_size: StrictInt = Field(default=1024, ge=1)
+    max_concurrent_requests: StrictInt = Field(default=32, ge=1)
+    sink_timeout_s: StrictFloat = Field(default=10.0, gt=0)
+    drain_timeout_s: StrictFloat = Field(default=30.0, gt=0)
 
 
-def _prometheus_on() -> PrometheusConfig:
-    return PrometheusConfig(enabled=True)
+@dataclass(frozen=True, config=SCHEMA)
+class CollectorPrometheusConfig(PrometheusConfig):
+    """The StatsLogger's ``prometheus`` section; in the collector it is on by default."""
+
+    enabled: StrictBool = True
 
 
-def _console_off() -> ConsoleConfig:
-    return ConsoleConfig(enabled=False)
+@dataclass(frozen=True, config=SCHEMA)
+class CollectorConsoleConfig(ConsoleConfig):
+    """The StatsLogger's ``console`` section; in the collector it is off by default."""
+
+    enabled: StrictBool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class SinksConfig:
-    """The StatsLogger's sink sections; Prometheus is on unless ``enabled: false``."""
+    """The StatsLogger's sink sections, with the collector's defaults."""
 
-    fileroot: str = "runs"
+    fileroot: StrictStr = Field(default="runs", min_length=1)
     wandb: WandBConfig = field(default_factory=WandBConfig)
     swanlab: SwanlabConfig = field(default_factory=SwanlabConfig)
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
-    prometheus: PrometheusConfig = field(default_factory=_prometheus_on)
-    console: ConsoleConfig = field(default_factory=_console_off)
-
-    def validate(self, path: str) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if dataclasses.is_dataclass(value):
-                value.validate(f"{path}.{f.name}")
+    prometheus: CollectorPrometheusConfig = field(default_factory=CollectorPrometheusConfig)
+    console: CollectorConsoleConfig = field(default_factory=CollectorConsoleConfig)
 
     def logger_config(self, experiment: str, trial: str) -> StatsLoggerConfig:
         """The StatsLogger config of one run: these sinks with its experiment and trial."""
@@ -165,7 +151,7 @@ class SinksConfig:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class CollectorConfig:
     """The whole collector: ``receiver``, ``auth``, ``limits``, ``sinks``."""
 
@@ -174,14 +160,8 @@ class CollectorConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sinks: SinksConfig = field(default_factory=SinksConfig)
 
-    def validate(self, path: str = ROOT) -> None:
-        """Check every section.
-
-        Raises:
-            ConfigError: the first invalid value, naming its full key.
-        """
-        for f in dataclasses.fields(self):
-            getattr(self, f.name).validate(f"{path}.{f.name}")
+    def validate(self) -> None:
+        """Nothing left to check: a CollectorConfig is validated when it is built."""
 
 
 def default_config() -> CollectorConfig:
@@ -190,33 +170,15 @@ def default_config() -> CollectorConfig:
 
 
 def from_dict(data: Mapping[str, Any] | None) -> CollectorConfig:
-    """A validated config from a mapping (a parsed YAML document).
+    """A validated config from a mapping (a parsed YAML document), ``${...}`` resolved.
 
     The mapping may be the config itself or a document with a ``collector`` key.
 
     Raises:
-        ConfigError: unknown key, wrong section type or invalid value, naming the key.
+        ConfigError: unknown key, wrong type or invalid value, naming the full key.
     """
-    if isinstance(data, Mapping) and set(data) == {ROOT}:
-        data = data[ROOT]
-    data = _prometheus_default_on(data)
-    config = from_mapping(CollectorConfig, data, ROOT)
-    config.validate()
-    return config
-
-
-def _prometheus_default_on(data: Any) -> Any:
-    """In the collector, ``sinks.prometheus`` without ``enabled`` means enabled and
-    ``sinks.console`` without ``enabled`` means disabled."""
-    sinks = data.get("sinks") if isinstance(data, Mapping) else None
-    if not isinstance(sinks, Mapping):
-        return data
-    sinks = dict(sinks)
-    for name, enabled in (("prometheus", True), ("console", False)):
-        section = sinks.get(name)
-        if isinstance(section, Mapping) and "enabled" not in section:
-            sinks[name] = {"enabled": enabled, **section}
-    return {**data, "sinks": sinks}
+    section, _ = read_section(data, ROOT)
+    return validate(CollectorConfig, section, ROOT)
 
 
 def load(path: str | Path) -> CollectorConfig:
@@ -225,32 +187,27 @@ def load(path: str | Path) -> CollectorConfig:
     Raises:
         ConfigError: the file is missing or not YAML, or holds an invalid config.
     """
-    import yaml
-
-    try:
-        document = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read collector config {str(path)!r}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"collector config {str(path)!r} is not valid YAML: {exc}") from None
-    try:
-        return from_dict(document)
-    except TypeError as exc:  # a scalar where a section was expected, etc.
-        raise ConfigError(f"collector config {str(path)!r}: {exc}") from None
+    section, _ = read_section(Path(path), ROOT)
+    return validate(CollectorConfig, section, ROOT)
 
 
 def to_yaml(config: CollectorConfig) -> str:
-    """The effective configuration as YAML, secrets removed."""
+    """The effective configuration as YAML; a set secret shows as ``<set>``."""
     import yaml
 
-    return yaml.safe_dump({ROOT: public_dict(config)}, sort_keys=False)
+    return yaml.safe_dump({ROOT: public_dict(config, secrets="mark")}, sort_keys=False)
 
 
-def _port(path: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise ConfigError(f"{path} must be a port number 0..65535, got {value!r}")
-
-
-def _positive_int(path: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{path} must be an integer >= 1, got {value!r}")
+__all__ = [
+    "AuthConfig",
+    "CollectorConfig",
+    "ConfigError",
+    "LimitsConfig",
+    "ReceiverConfig",
+    "SinksConfig",
+    "TlsConfig",
+    "default_config",
+    "from_dict",
+    "load",
+    "to_yaml",
+]

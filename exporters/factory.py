@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Mapping
+from typing import Any
 
 from exporters.base import Sink
 from telemetry.config import StatsLoggerConfig
@@ -32,23 +34,27 @@ def enabled_sinks(config: StatsLoggerConfig) -> list[str]:
 
 
 def build_sinks(
-    config: StatsLoggerConfig, *, run_name_suffix: str = "train", swanlab_process: bool = False
+    config: StatsLoggerConfig,
+    *,
+    run_name_suffix: str | None = None,
+    swanlab_process: bool = False,
+    experiment: Mapping[str, Any] | None = None,
 ) -> list[Sink]:
     """Construct every sink that ``config`` enables.
 
     Args:
         config: the validated stats_logger configuration.
-        run_name_suffix: the W&B run id suffix (``<experiment>_<trial>_<suffix>``); it
-            replaces ``wandb.id_suffix``.
+        run_name_suffix: the W&B run id suffix (``<experiment>_<trial>_<suffix>``) that
+            replaces ``wandb.id_suffix`` (a rollout or eval stream's own run); None keeps it.
         swanlab_process: run SwanLab in a child process of its own (a process that serves
             several runs, like the collector: SwanLab allows one run per process).
+        experiment: the experiment config W&B and SwanLab log with the run, secrets
+            removed (AReaL logs the whole experiment config); default: ``config``'s.
 
     Raises:
         ModuleNotFoundError: an enabled sink's library is not installed (the message names
             the ``pip install rltel[...]`` extra).
-        ConfigError: a section is invalid.
     """
-    config.validate()
     sinks: list[Sink] = []
     for name in enabled_sinks(config):
         if name == "console":
@@ -56,12 +62,14 @@ def build_sinks(
         elif name == "prometheus":
             sinks.append(_load("exporters.prometheus", "PrometheusSink")(config.prometheus))
         elif name == "wandb":
-            wandb = dataclasses.replace(config.wandb, id_suffix=run_name_suffix)
-            run_config = dataclasses.replace(config, wandb=wandb)
-            sinks.append(_load("exporters.wandb", "WandbSink")(run_config))
+            run_config = config
+            if run_name_suffix is not None:
+                wandb = dataclasses.replace(config.wandb, id_suffix=run_name_suffix)
+                run_config = dataclasses.replace(config, wandb=wandb)
+            sinks.append(_load("exporters.wandb", "WandbSink")(run_config, experiment))
         elif name == "swanlab":
             name = "SwanlabProcessSink" if swanlab_process else "SwanlabSink"
-            sinks.append(_load("exporters.swanlab", name)(config))
+            sinks.append(_load("exporters.swanlab", name)(config, experiment))
         else:
             sinks.append(_load("exporters.tensorboard", "TensorBoardSink")(config))
     return sinks

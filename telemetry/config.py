@@ -1,129 +1,165 @@
-"""StatsLogger and sink configuration: AReaL's ``stats_logger`` YAML fields plus ``otlp``.
+"""The typed config schema: AReaL's ``stats_logger`` section, each sink's section, ``otlp``.
 
-Every section is a frozen dataclass. :func:`load_config` builds one from a mapping or a
-YAML file and fails on unknown keys, naming the full path (``stats_logger.wandb.mdoe``).
-Secrets (``api_key``, ``wandb_api_key``, ``headers``) are excluded from :func:`public_dict`,
-the form that may be logged or uploaded as run configuration.
+Every section is a frozen pydantic dataclass with strict types, ranges and cross-field
+rules written here once; the collector reuses the sink sections with its own defaults
+(:mod:`collector.config`). :func:`load_config` accepts every AReaL form (mapping, YAML path,
+``DictConfig``, AReaL dataclass instance, whole experiment config; ``${...}`` resolved by
+OmegaConf) and raises :class:`ConfigError` naming the full key, the value and what was
+expected. AReaL keys rltel does not implement (``trackio``, ...) are dropped with one
+warning. Secrets are ``SecretStr``: hidden in ``repr``; :func:`public_dict` removes them
+(or shows ``<set>``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal
 
+from pydantic import ConfigDict, Field, SecretStr, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic.dataclasses import dataclass
+
+from telemetry.config_read import SECRET_KEYS, FieldRule, read_section, to_plain, validate
 from telemetry.errors import ConfigError
 
-SECRET_FIELDS = frozenset({"api_key", "wandb_api_key", "headers", "token", "bearer_token"})
+__all__ = [
+    "AREAL_IGNORED",
+    "SCHEMA",
+    "ConfigError",
+    "ConsoleConfig",
+    "OtlpConfig",
+    "OtlpTlsConfig",
+    "PrometheusConfig",
+    "StatsLoggerConfig",
+    "SwanlabConfig",
+    "TensorBoardConfig",
+    "WandBConfig",
+    "load_config",
+    "load_experiment",
+    "public_dict",
+]
+
+SCHEMA = ConfigDict(extra="forbid")
+"""Every section: unknown keys fail (strictness comes from the Strict* field types)."""
+
+AREAL_IGNORED: dict[str, frozenset[str]] = {
+    "": frozenset({"trackio"}),
+    "wandb": frozenset({"system_metrics"}),
+}
+"""AReaL ``stats_logger`` keys rltel does not implement: accepted with one warning."""
+
+OptStr = StrictStr | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class WandBConfig:
-    """AReaL's ``stats_logger.wandb``; ``mode`` is online, offline or disabled."""
+    """AReaL's ``stats_logger.wandb``; every W&B mode AReaL passes to ``wandb.init``."""
 
-    mode: str = "disabled"
-    wandb_base_url: str = ""
-    wandb_api_key: str = ""
-    entity: str | None = None
-    project: str | None = None
-    name: str | None = None
-    job_type: str | None = None
-    group: str | None = None
-    notes: str | None = None
-    tags: tuple[str, ...] | None = None
-    config: dict | None = None
-    id_suffix: str | None = "train"
-
-    def validate(self, path: str) -> None:
-        _one_of(path + ".mode", self.mode, ("online", "offline", "disabled"))
+    mode: Literal["online", "offline", "disabled", "shared"] = "disabled"
+    wandb_base_url: StrictStr = ""
+    wandb_api_key: SecretStr | None = SecretStr("")
+    entity: OptStr = None
+    project: OptStr = None
+    name: OptStr = None
+    job_type: OptStr = None
+    group: OptStr = None
+    notes: OptStr = None
+    tags: tuple[StrictStr, ...] | None = None
+    config: dict[StrictStr, Any] | None = None
+    id_suffix: OptStr = "train"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class SwanlabConfig:
     """AReaL's ``stats_logger.swanlab``; ``mode`` is cloud/online, local, offline or disabled."""
 
-    project: str | None = None
-    name: str | None = None
-    config: dict | None = None
-    logdir: str | None = None
-    mode: str = "disabled"
-    api_key: str | None = None
-
-    def validate(self, path: str) -> None:
-        _one_of(path + ".mode", self.mode, ("cloud", "online", "local", "offline", "disabled"))
+    project: OptStr = None
+    name: OptStr = None
+    config: dict[StrictStr, Any] | None = None
+    logdir: OptStr = None
+    mode: Literal["cloud", "online", "local", "offline", "disabled"] = "disabled"
+    api_key: SecretStr | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class TensorBoardConfig:
     """AReaL's ``stats_logger.tensorboard``; ``path: null`` disables it."""
 
-    path: str | None = None
-
-    def validate(self, path: str) -> None:
-        del path
+    path: OptStr = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class PrometheusConfig:
     """The Prometheus exposition sink; disabled unless ``enabled``."""
 
-    enabled: bool = False
-    host: str = "127.0.0.1"
-    port: int = 9464
-    series_limit: int = 2000
-    expire_seconds: float = 600.0
-
-    def validate(self, path: str) -> None:
-        _port(path + ".port", self.port)
-        if self.series_limit < 1:
-            raise ConfigError(f"{path}.series_limit must be >= 1, got {self.series_limit}")
+    enabled: StrictBool = False
+    host: StrictStr = Field(default="127.0.0.1", min_length=1)
+    port: StrictInt = Field(default=9464, ge=0, le=65535)
+    series_limit: StrictInt = Field(default=2000, ge=1)
+    expire_seconds: StrictFloat = Field(default=600.0, gt=0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class ConsoleConfig:
     """The per-step console table (rank 0 only); on by default, as AReaL prints its stats."""
 
-    enabled: bool = True
-    width: int | None = None
-
-    def validate(self, path: str) -> None:
-        del path
+    enabled: StrictBool = True
+    width: StrictInt | None = Field(default=None, ge=24)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
+class OtlpTlsConfig:
+    """Client TLS for the OTLP channel: a CA to trust, and a client cert/key pair."""
+
+    ca_file: OptStr = None
+    cert_file: OptStr = None
+    key_file: OptStr = None
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise FieldRule(missing, "is required: cert_file and key_file go together")
+
+    def as_dict(self) -> dict[str, str]:
+        """The set paths, as the transport takes them."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v}
+
+
+@dataclass(frozen=True, config=SCHEMA)
 class OtlpConfig:
     """Where and how to send OTLP/gRPC; no ``endpoint`` means the embedded default."""
 
-    endpoint: str | None = None
-    insecure: bool = True
-    tls: dict | None = None
-    headers: dict | None = None
-    timeout: float = 10.0
-    queue_size: int = 1024
-    spool_dir: str | None = None
-    spool_limit_bytes: int = 256 * 1024 * 1024
-    max_points_per_request: int = 5000
+    endpoint: OptStr = None
+    insecure: StrictBool = True
+    tls: OtlpTlsConfig | None = None
+    headers: dict[StrictStr, SecretStr] | None = None
+    timeout: StrictFloat = Field(default=10.0, gt=0)
+    queue_size: StrictInt = Field(default=1024, ge=1)
+    spool_dir: OptStr = None
+    spool_limit_bytes: StrictInt = Field(default=256 * 1024 * 1024, ge=0)
+    max_points_per_request: StrictInt = Field(default=5000, ge=4)
 
-    def validate(self, path: str) -> None:
-        if self.timeout <= 0:
-            raise ConfigError(f"{path}.timeout must be > 0, got {self.timeout}")
-        if self.queue_size < 1:
-            raise ConfigError(f"{path}.queue_size must be >= 1, got {self.queue_size}")
-        if self.max_points_per_request < 1:
-            raise ConfigError(f"{path}.max_points_per_request must be >= 1")
+    def __post_init__(self) -> None:
+        if not self.endpoint:
+            for name in ("tls", "headers"):
+                if getattr(self, name):
+                    raise FieldRule(name, "is set but otlp.endpoint is not (nothing to send to)")
+
+    def plain_headers(self) -> dict[str, str] | None:
+        """The headers with their secret values, for the transport only."""
+        if not self.headers:
+            return None
+        return {key: value.get_secret_value() for key, value in self.headers.items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class StatsLoggerConfig:
-    """AReaL's ``stats_logger`` section, accepted as it is, plus rltel's sinks and ``otlp``."""
+    """AReaL's ``stats_logger`` section plus rltel's ``prometheus``, ``console``, ``otlp``."""
 
-    experiment_name: str = "default"
-    trial_name: str = "default"
-    fileroot: str = "runs"
+    experiment_name: StrictStr = Field(default="default", min_length=1)
+    trial_name: StrictStr = Field(default="default", min_length=1)
+    fileroot: StrictStr = Field(default="runs", min_length=1)
     wandb: WandBConfig = field(default_factory=WandBConfig)
     swanlab: SwanlabConfig = field(default_factory=SwanlabConfig)
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
@@ -131,11 +167,10 @@ class StatsLoggerConfig:
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
     otlp: OtlpConfig = field(default_factory=OtlpConfig)
 
-    def validate(self, path: str = "stats_logger") -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if dataclasses.is_dataclass(value):
-                value.validate(f"{path}.{f.name}")
+    def __post_init__(self) -> None:
+        for name in ("experiment_name", "trial_name"):
+            if "/" in getattr(self, name):
+                raise FieldRule(name, "must not contain '/' (it names a directory)")
 
     @property
     def run_dir(self) -> Path:
@@ -143,77 +178,68 @@ class StatsLoggerConfig:
         return Path(self.fileroot) / self.experiment_name / self.trial_name
 
 
-def _one_of(path: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{path} must be one of {', '.join(allowed)}; got {value!r}")
-
-
-def _port(path: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise ConfigError(f"{path} must be a port number 0..65535, got {value!r}")
-
-
-T = TypeVar("T")
-
-
-def from_mapping(cls: type[T], data: Mapping[str, Any] | None, path: str) -> T:
-    """Build dataclass ``cls`` from ``data``, recursing into nested sections.
+def load_config(source: Any) -> StatsLoggerConfig:
+    """A validated :class:`StatsLoggerConfig` from any AReaL form (see :func:`load_experiment`).
 
     Raises:
-        ConfigError: an unknown key or a section that is not a mapping, naming its path.
+        ConfigError: naming every invalid key, its value and what was expected.
     """
-    if data is None:
-        return cls()
-    if dataclasses.is_dataclass(data) and isinstance(data, cls):
-        return data
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path} must be a mapping, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"unknown key {path}.{unknown[0]} (known: {', '.join(sorted(names))})")
-    kwargs = {}
-    for name, value in data.items():
-        hint = hints[name]
-        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-            kwargs[name] = from_mapping(hint, value, f"{path}.{name}")
-        elif _is_tuple_hint(hint) and isinstance(value, list):
-            kwargs[name] = tuple(value)
-        else:
-            kwargs[name] = value
-    return cls(**kwargs)
+    return load_experiment(source)[0]
 
 
-def _is_tuple_hint(hint: Any) -> bool:
-    args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    return any(typing.get_origin(arg) is tuple for arg in args)
+def load_experiment(source: Any) -> tuple[StatsLoggerConfig, dict[str, Any]]:
+    """The validated section and the experiment config to log with the run (secrets removed).
 
+    ``source``: a :class:`StatsLoggerConfig`, ``None``, a mapping, a YAML path, an OmegaConf
+    ``DictConfig`` or an AReaL dataclass instance, holding the ``stats_logger`` section or
+    the whole experiment config (found by its ``stats_logger`` key). The second value is the
+    whole experiment config (or the section) as plain data, every secret removed and the
+    ``stats_logger`` section replaced by its validated form.
 
-def load_config(source: Mapping[str, Any] | str | Path | None) -> StatsLoggerConfig:
-    """A validated :class:`StatsLoggerConfig` from a mapping, a YAML path, or ``None``.
-
-    A YAML file may hold the section itself or a document with a ``stats_logger`` key.
+    Raises:
+        ConfigError: an invalid key or value, an unresolvable ``${...}``, an unreadable file.
     """
     if isinstance(source, StatsLoggerConfig):
-        source.validate()
-        return source
-    if isinstance(source, (str, Path)):
-        import yaml
-
-        document = yaml.safe_load(Path(source).read_text()) or {}
-        source = document.get("stats_logger", document)
-    config = from_mapping(StatsLoggerConfig, source, "stats_logger")
-    config.validate()
-    return config
+        return source, public_dict(source)
+    section, whole = read_section(source, "stats_logger")
+    config = validate(StatsLoggerConfig, section, "stats_logger", AREAL_IGNORED)
+    if whole is None:
+        return config, public_dict(config)
+    experiment = _without_secrets(whole)
+    experiment["stats_logger"] = public_dict(config)
+    return config, experiment
 
 
-def public_dict(config: Any) -> dict[str, Any]:
-    """The configuration as plain data with every secret field removed."""
+def public_dict(config: Any, secrets: Literal["omit", "mark"] = "omit") -> dict[str, Any]:
+    """The config as plain data; secrets omitted, or shown as ``<set>`` (``mark``) when set."""
     out: dict[str, Any] = {}
     for f in dataclasses.fields(config):
-        if f.name in SECRET_FIELDS:
-            continue
         value = getattr(config, f.name)
-        out[f.name] = public_dict(value) if dataclasses.is_dataclass(value) else value
+        if _is_secret(value) or (value is None and f.name in SECRET_KEYS):
+            if secrets == "mark":
+                out[f.name] = None if value is None else _mark(value)
+            continue
+        if dataclasses.is_dataclass(value):
+            value = public_dict(value, secrets)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
     return out
+
+
+def _is_secret(value: Any) -> bool:
+    if isinstance(value, SecretStr):
+        return True
+    return isinstance(value, dict) and any(isinstance(v, SecretStr) for v in value.values())
+
+
+def _mark(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return "<set>" if value.get_secret_value() else ""
+    return {key: "<set>" for key in value}
+
+
+def _without_secrets(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_secrets(v) for k, v in value.items() if k not in SECRET_KEYS}
+    if isinstance(value, list):
+        return [_without_secrets(v) for v in value]
+    return to_plain(value)

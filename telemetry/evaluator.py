@@ -16,33 +16,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from telemetry.config import from_mapping
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from pydantic.dataclasses import dataclass
+
+from telemetry.config import SCHEMA
+from telemetry.config_read import read_section, validate
 from telemetry.errors import ConfigError
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class EvaluatorConfig:
-    """When to evaluate: every ``freq_epochs`` epochs, ``freq_steps`` steps or ``freq_secs``."""
+    """When to evaluate: every ``freq_epochs`` epochs, ``freq_steps`` steps or ``freq_secs``.
 
-    freq_epochs: int | None = None
-    freq_steps: int | None = None
-    freq_secs: float | None = None
-    eval_before_train: bool = False
+    AReaL's ``evaluator`` section also has ``experiment_name``, ``trial_name`` and
+    ``fileroot`` (rltel does not use them): accepted with one warning.
+    """
 
-    def validate(self, path: str = "evaluator") -> None:
-        for name in ("freq_epochs", "freq_steps", "freq_secs"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            integral = name != "freq_secs"
-            if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)):
-                kind = "an int" if integral else "a number"
-                raise ConfigError(f"{path}.{name} must be {kind} or null, got {value!r}")
-            if not value > 0:
-                raise ConfigError(f"{path}.{name} must be > 0, got {value!r}")
+    freq_epochs: StrictInt | None = Field(default=None, gt=0)
+    freq_steps: StrictInt | None = Field(default=None, gt=0)
+    freq_secs: StrictFloat | None = Field(default=None, gt=0)
+    eval_before_train: StrictBool = False
+
+
+AREAL_IGNORED = {"": frozenset({"experiment_name", "trial_name", "fileroot"})}
 
 
 class FrequencyControl:
@@ -85,7 +83,8 @@ class Evaluator:
     """Runs an evaluation function when its schedule says so.
 
     Args:
-        config: an :class:`EvaluatorConfig` or AReaL's ``evaluator`` mapping.
+        config: an :class:`EvaluatorConfig` or AReaL's ``evaluator`` section in any form
+            (mapping, YAML path, ``DictConfig``, dataclass, whole experiment config).
         steps_per_epoch: training steps in one epoch (an epoch ends after its last step).
         clock: seconds, monotonic (tests inject one).
 
@@ -99,8 +98,8 @@ class Evaluator:
         steps_per_epoch: int,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.config = from_mapping(EvaluatorConfig, config, "evaluator")
-        self.config.validate()
+        section, _ = read_section(config, "evaluator")
+        self.config = validate(EvaluatorConfig, section, "evaluator", AREAL_IGNORED)
         if isinstance(steps_per_epoch, bool) or not isinstance(steps_per_epoch, int):
             raise ConfigError(f"evaluator: steps_per_epoch must be an int, got {steps_per_epoch!r}")
         if steps_per_epoch < 1:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from telemetry.config import StatsLoggerConfig, load_config, public_dict
+from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
 from telemetry.encode import Batch
 from telemetry.errors import ConfigError, InvalidValueError
 from telemetry.progress import progress_line
@@ -73,7 +73,7 @@ class StatsLogger:
     ) -> None:
         if role not in ROLES:
             raise ConfigError(f"StatsLogger role must be one of {', '.join(ROLES)}; got {role!r}")
-        self.config = load_config(config)
+        self.config, self.experiment_config = load_experiment(config)
         self.role = role
         self.ft_spec = ft_spec
         self._last_commit_step = -1
@@ -96,7 +96,11 @@ class StatsLogger:
         if sinks is None and not otlp.endpoint:
             from exporters.factory import build_sinks
 
-            sinks = build_sinks(self.config, run_name_suffix=_STREAMS[role])
+            sinks = build_sinks(
+                self.config,
+                run_name_suffix=None if role == "trainer" else _STREAMS[role],
+                experiment=self.experiment_config,
+            )
         if sinks:
             from exporters.fanout import FanOut
 
@@ -148,8 +152,8 @@ class StatsLogger:
         return OtlpTransport(
             otlp.endpoint,
             insecure=otlp.insecure,
-            tls=otlp.tls,
-            headers=otlp.headers,
+            tls=otlp.tls.as_dict() if otlp.tls else None,
+            headers=otlp.plain_headers(),
             timeout_s=otlp.timeout,
             queue_size=otlp.queue_size,
             max_points_per_request=otlp.max_points_per_request,

@@ -65,7 +65,6 @@ class PrometheusSink(Sink):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config or PrometheusConfig()
-        self.config.validate("prometheus")
         self._lock = threading.Lock()
         self._store = SeriesStore(self.config.series_limit, self.config.expire_seconds, clock)
         self._store.reserve(SELF_METRICS)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import threading
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
+from typing import Any
 
 from exporters.base import ExportResult, Sink
 from telemetry.config import StatsLoggerConfig
@@ -25,6 +27,7 @@ class SwanlabProcessSink(Sink):
 
     Args:
         config: the stats_logger configuration of this run.
+        experiment: the experiment config logged with the run (default: ``config``'s).
         start_timeout_s: how long to wait for the child's ``swanlab.init``.
 
     Raises:
@@ -34,7 +37,12 @@ class SwanlabProcessSink(Sink):
 
     name = "swanlab"
 
-    def __init__(self, config: StatsLoggerConfig, start_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        config: StatsLoggerConfig,
+        experiment: Mapping[str, Any] | None = None,
+        start_timeout_s: float = 120.0,
+    ) -> None:
         self._lock = threading.Lock()
         self._closed = False
         self._seq = 0
@@ -42,7 +50,10 @@ class SwanlabProcessSink(Sink):
         self._conn, child_conn = ctx.Pipe()
         run = f"{config.experiment_name}_{config.trial_name}"
         self._process = ctx.Process(
-            target=_serve, args=(child_conn, config), name=f"rltel-swanlab-{run}", daemon=True
+            target=_serve,
+            args=(child_conn, config, experiment),
+            name=f"rltel-swanlab-{run}",
+            daemon=True,
         )
         self._process.start()
         child_conn.close()
@@ -105,12 +116,14 @@ class SwanlabProcessSink(Sink):
         self._conn.close()
 
 
-def _serve(conn: Connection, config: StatsLoggerConfig) -> None:
+def _serve(
+    conn: Connection, config: StatsLoggerConfig, experiment: Mapping[str, Any] | None
+) -> None:
     """Child process: own one SwanlabSink and answer requests until shutdown or EOF."""
     from exporters.swanlab.sink import SwanlabSink
 
     try:
-        sink = SwanlabSink(config)
+        sink = SwanlabSink(config, experiment)
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return

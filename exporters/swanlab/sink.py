@@ -16,6 +16,7 @@ import importlib
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from exporters.base import ExportResult, RunSink
@@ -47,7 +48,9 @@ class SwanlabSink(RunSink):
 
     name = "swanlab"
 
-    def __init__(self, config: StatsLoggerConfig) -> None:
+    def __init__(
+        self, config: StatsLoggerConfig, experiment: Mapping[str, Any] | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._swanlab: Any = None
         self._run: Any = None
@@ -68,9 +71,9 @@ class SwanlabSink(RunSink):
                 "process (use SwanlabProcessSink for several runs)"
             )
         if mode == "cloud":
-            _cloud_login(swanlab, section.api_key)
+            _cloud_login(swanlab, section.api_key.get_secret_value() if section.api_key else None)
         self.logdir = writable_dir(section.logdir or os.path.join(config.run_dir, "swanlog"))
-        run_config = public_dict(config)
+        run_config = dict(experiment) if experiment is not None else public_dict(config)
         if section.config:
             run_config.update(section.config)
         try:

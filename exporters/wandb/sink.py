@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Mapping
 from typing import Any
 
 from exporters.base import ExportResult, RunSink
@@ -38,13 +40,27 @@ def step_metric(stream: str) -> str:
     return TRAIN_STEP_METRIC if stream == "train" else f"{stream}/step"
 
 
+def run_id(config: StatsLoggerConfig) -> str:
+    """AReaL's W&B run id ``<experiment>_<trial>_<id_suffix>``; ``timestamp`` is expanded."""
+    suffix = config.wandb.id_suffix
+    if suffix == "timestamp":
+        suffix = time.strftime("%Y_%m_%d_%H_%M_%S")
+    return f"{config.experiment_name}_{config.trial_name}" + (f"_{suffix}" if suffix else "")
+
+
 class WandbSink(RunSink):
-    """Logs Snapshots to one W&B run ``<experiment>_<trial>_<id_suffix>``.
+    """Logs Snapshots to one W&B run ``<experiment>_<trial>_<id_suffix>``, as AReaL names it.
+
+    As in AReaL: project = ``wandb.project`` or the experiment name, run name =
+    ``wandb.name`` or the trial name, group = ``wandb.group`` or ``<experiment>_<trial>``,
+    and the run config is the whole experiment config (secrets removed).
 
     Args:
         config: the stats_logger configuration; ``config.wandb`` selects mode, project,
             entity, name, group, tags, notes and job type. Files go under
             ``<fileroot>/<experiment>/<trial>``.
+        experiment: the experiment config to log with the run; default: ``config``'s
+            public form.
 
     Raises:
         ModuleNotFoundError: ``wandb`` is not installed (mode other than disabled).
@@ -54,7 +70,9 @@ class WandbSink(RunSink):
 
     name = "wandb"
 
-    def __init__(self, config: StatsLoggerConfig) -> None:
+    def __init__(
+        self, config: StatsLoggerConfig, experiment: Mapping[str, Any] | None = None
+    ) -> None:
         self._config = config
         self._lock = threading.Lock()
         self._run: Any = None
@@ -66,8 +84,7 @@ class WandbSink(RunSink):
         self._misbound: set[str] = set()
         self._closed = False
         section = config.wandb
-        suffix = f"_{section.id_suffix}" if section.id_suffix else ""
-        self.run_id = f"{config.experiment_name}_{config.trial_name}{suffix}"
+        self.run_id = run_id(config)
         if section.mode == "disabled":
             return
         try:
@@ -81,20 +98,20 @@ class WandbSink(RunSink):
         if section.wandb_base_url:
             settings["base_url"] = section.wandb_base_url
         if section.wandb_api_key:
-            settings["api_key"] = section.wandb_api_key
+            settings["api_key"] = section.wandb_api_key.get_secret_value()
         try:
             self._run = wandb.init(
                 mode=section.mode,
-                project=section.project,
+                project=section.project or config.experiment_name,
                 entity=section.entity,
-                name=section.name or self.run_id,
-                group=section.group,
+                name=section.name or config.trial_name,
+                group=section.group or f"{config.experiment_name}_{config.trial_name}",
                 job_type=section.job_type,
                 notes=section.notes,
                 tags=list(section.tags) if section.tags else None,
                 id=self.run_id,
                 dir=str(run_dir),
-                config=public_dict(config),
+                config=dict(experiment) if experiment is not None else public_dict(config),
                 resume="allow",
                 reinit="create_new",
                 settings=wandb.Settings(**settings),

@@ -108,11 +108,15 @@ def test_missing_and_broken_files(tmp_path):
 def test_print_form_hides_secrets_and_round_trips():
     config = from_dict({"auth": {"bearer_token": "hunter2"}, "receiver": {"port": 4000}})
     text = to_yaml(config)
-    assert "hunter2" not in text
-    again = from_dict(yaml.safe_load(text))
+    assert "hunter2" not in text and "hunter2" not in repr(config)
+    document = yaml.safe_load(text)
+    assert document["collector"]["auth"] == {"bearer_token": "<set>", "token_file": None}
+    del document["collector"]["auth"]
+    again = from_dict(document)
     assert again.receiver == config.receiver
     assert again.sinks == config.sinks
     assert again.auth.token() is None
+    assert yaml.safe_load(to_yaml(default_config()))["collector"]["auth"]["bearer_token"] is None
 
 
 def test_example_config_is_valid():

@@ -188,8 +188,12 @@ def test_bad_arguments_raise():
 
 
 def test_factory_builds_only_enabled_sinks(tmp_path):
-    assert build_sinks(load_config({})) == []
-    config = load_config({"fileroot": str(tmp_path), "prometheus": {"enabled": True, "port": 0}})
+    assert enabled_sinks(load_config({})) == ["console"]  # AReaL prints its stats by default
+    off = {"console": {"enabled": False}}
+    assert build_sinks(load_config(off)) == []
+    config = load_config(
+        {"fileroot": str(tmp_path), "prometheus": {"enabled": True, "port": 0}, **off}
+    )
     assert enabled_sinks(config) == ["prometheus"]
     sinks = build_sinks(config)
     try:

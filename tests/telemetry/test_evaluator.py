@@ -71,9 +71,10 @@ def test_frequency_control_without_periods_never_fires():
     ("config", "message"),
     [
         ({"freq_step": 1}, "unknown key evaluator.freq_step"),
-        ({"freq_steps": 0}, r"evaluator\.freq_steps must be > 0"),
-        ({"freq_epochs": 1.5}, r"evaluator\.freq_epochs must be an int"),
-        ({"freq_secs": "1h"}, r"evaluator\.freq_secs must be a number"),
+        ({"freq_steps": 0}, r"evaluator\.freq_steps must be greater than 0, got 0$"),
+        ({"freq_epochs": 1.5}, r"evaluator\.freq_epochs must be a valid integer, got 1\.5$"),
+        ({"freq_secs": "1h"}, r"evaluator\.freq_secs must be a valid number, got '1h'$"),
+        ({"freq_steps": True}, r"evaluator\.freq_steps must be a valid integer, got True$"),
     ],
 )
 def test_bad_config_names_the_key(config, message):

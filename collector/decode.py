@@ -37,7 +37,15 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from collector.otlp import Rejected, attributes, explicit, exponential, number
+from collector.otlp import (
+    LabelLimits,
+    OverLimit,
+    Rejected,
+    attributes,
+    explicit,
+    exponential,
+    number,
+)
 from collector.temporality import HistogramState, SumState, histogram_window
 from telemetry.snapshot import (
     Counter,
@@ -78,6 +86,7 @@ class DecodeResult:
     accepted: int
     rejected: int
     reasons: tuple[str, ...] = ()
+    over_limit: tuple[tuple[str, int], ...] = ()  # (LabelLimits field, points rejected)
 
     @property
     def message(self) -> str:
@@ -103,6 +112,7 @@ class Decoder:
             per metric name; points of further series are rejected.
         max_series_total: stateful series kept over all metrics.
         started_ns: the collector's start (epoch ns); see :mod:`collector.temporality`.
+        label_limits: bounds on metric names and attributes; points over them are rejected.
 
     Thread-safe: concurrent ``decode`` calls share the state under one lock.
     :meth:`stage` decodes without changing the state until the caller commits, so a
@@ -114,7 +124,11 @@ class Decoder:
         max_series_per_metric: int = 2000,
         max_series_total: int = 100_000,
         started_ns: int | None = None,
+        label_limits: LabelLimits | None = None,
     ) -> None:
+        self.label_limits = label_limits or LabelLimits()
+        self.label_limits.validate()
+        self._over: dict[str, int] = {}
         self.max_series_per_metric = max_series_per_metric
         self.max_series_total = max_series_total
         self.started_ns = time.time_ns() if started_ns is None else started_ns
@@ -151,7 +165,7 @@ class Decoder:
         other requests wait meanwhile, so admit (or refuse) quickly.
         """
         with self._lock:
-            self._overlay, self._added, self._new = {}, {}, 0
+            self._overlay, self._added, self._new, self._over = {}, {}, 0, {}
             try:
                 snapshots: list[Snapshot] = []
                 counts = [0, 0]
@@ -159,7 +173,11 @@ class Decoder:
                 for resource_metrics in request.resource_metrics:
                     snapshots.append(self._resource(resource_metrics, counts, reasons))
                 result = DecodeResult(
-                    tuple(snapshots), counts[0], counts[1], tuple(reasons)[:MAX_REASONS]
+                    tuple(snapshots),
+                    counts[0],
+                    counts[1],
+                    tuple(reasons)[:MAX_REASONS],
+                    tuple(self._over.items()),
                 )
                 yield Staged(result, self._commit)
             finally:
@@ -175,8 +193,25 @@ class Decoder:
         staged = self._overlay.get(key)
         return staged if staged is not None else self._state.get(key)
 
+    def _over_limit(self, exc: OverLimit, n: int, counts: list[int], reasons, what: str) -> None:
+        counts[1] += n
+        self._over[exc.limit] = self._over.get(exc.limit, 0) + n
+        if len(reasons) < MAX_REASONS:
+            reasons[f"{what}: {exc}"] = None
+
     def _resource(self, rm, counts: list[int], reasons: dict[str, None]) -> Snapshot:
-        resource = attributes(rm.resource.attributes)
+        limits = self.label_limits
+        try:
+            resource = attributes(rm.resource.attributes, limits)
+        except OverLimit as exc:
+            n = sum(
+                len(getattr(m, m.WhichOneof("data")).data_points)
+                for sm in rm.scope_metrics
+                for m in sm.metrics
+                if m.WhichOneof("data") is not None
+            )
+            self._over_limit(exc, n, counts, reasons, "resource")
+            return Snapshot(points=())
         points: list[Point] = []
         step: dict[str, int] = {}
         latest = accepted = 0
@@ -190,6 +225,14 @@ class Decoder:
                     reasons["a metric without a name or data"] = None
                     continue
                 data = getattr(metric, kind)
+                if len(name) > limits.max_metric_name_length:
+                    exc = OverLimit(
+                        "max_metric_name_length",
+                        f"metric name of {len(name)} characters; max_metric_name_length is "
+                        f"{limits.max_metric_name_length}",
+                    )
+                    self._over_limit(exc, len(data.data_points), counts, reasons, repr(name[:64]))
+                    continue
                 if kind == "histogram" and data.aggregation_temporality == DELTA:
                     handle = self._delta_histogram
                 else:
@@ -205,6 +248,9 @@ class Decoder:
                         continue  # an explicit "no value": accepted, nothing to show
                     try:
                         handle(metric, name, data, point, points, step, resource)
+                    except OverLimit as exc:
+                        accepted -= 1
+                        self._over_limit(exc, 1, counts, reasons, repr(name))
                     except Rejected as exc:
                         accepted -= 1
                         counts[1] += 1
@@ -234,13 +280,13 @@ class Decoder:
             step[STEP_GAUGES[name]] = int(value)
             return
         kvs = point.attributes
-        attrs = attributes(kvs) if kvs else ()
+        attrs = attributes(kvs, self.label_limits) if kvs else ()
         out.append(trusted_gauge(name, value, None, metric.unit, attrs))
 
     def _sum(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
         value = number(point)
         kvs = point.attributes
-        attrs = attributes(kvs) if kvs else ()
+        attrs = attributes(kvs, self.label_limits) if kvs else ()
         monotonic = data.is_monotonic
         if data.aggregation_temporality == DELTA:
             key = ("sum", resource, name, attrs)
@@ -267,7 +313,7 @@ class Decoder:
             self._explicit_histogram(metric, name, data, point, out, step, resource)
             return
         kvs = point.attributes
-        attrs = attributes(kvs) if kvs else ()
+        attrs = attributes(kvs, self.label_limits) if kvs else ()
         description = metric.description
         reduce = _REDUCE_OF.get(description) or _reduce(description)
         count, total = point.count, point.sum
@@ -302,7 +348,8 @@ class Decoder:
         self._histogram(metric, name, data, point, out, resource, exponential(point))
 
     def _histogram(self, metric, name, data, point, out, resource, current) -> None:
-        attrs = attributes(point.attributes) if point.attributes else ()
+        kvs = point.attributes
+        attrs = attributes(kvs, self.label_limits) if kvs else ()
         reduce = _reduce(metric.description)
         if data.aggregation_temporality != DELTA:
             key = ("histogram", resource, name, attrs)
@@ -336,7 +383,7 @@ class Decoder:
         )
 
     def _summary(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
-        attrs = attributes(point.attributes)
+        attrs = attributes(point.attributes, self.label_limits)
         for quantile in point.quantile_values:
             labels = (*attrs, ("quantile", repr(float(quantile.quantile))))
             out.append(Gauge(name, quantile.value, None, metric.unit, labels))

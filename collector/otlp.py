@@ -9,20 +9,92 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from collector.temporality import HistogramState
+from telemetry.errors import ConfigError
 
 
 class Rejected(Exception):
     """One data point that cannot be mapped; the message says why."""
 
 
-def attributes(kvs: Sequence) -> tuple:
-    """OTLP ``KeyValue`` list -> Snapshot attributes (plain str/bool/int/float values)."""
-    return tuple([(kv.key, _any(kv.value)) for kv in kvs[:]])  # [:]: see Decoder._resource
+class OverLimit(Rejected):
+    """A name or attribute over one of :class:`LabelLimits`; ``limit`` names it."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
-def _any(value):
+@dataclass(frozen=True)
+class LabelLimits:
+    """Bounds on names and labels, after Prometheus's ``label_limit``,
+    ``label_name_length_limit`` and ``label_value_length_limit``.
+
+    A value's length is that of its text form (arrays and maps as ``[a,b]``/``{k=v}``,
+    bytes as hex); points over a limit are rejected, naming it, and counted.
+    """
+
+    max_attributes_per_point: int = 128
+    max_attribute_key_length: int = 256
+    max_attribute_value_length: int = 4096
+    max_metric_name_length: int = 1024
+
+    def validate(self, path: str = "collector.limits") -> None:
+        """Raises ConfigError naming the first value out of range."""
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{path}.{name} must be an integer >= 1, got {value!r}")
+
+
+UNLIMITED = LabelLimits(2**62, 2**62, 2**62, 2**62)
+
+
+def attributes(kvs: Sequence, limits: LabelLimits = UNLIMITED) -> tuple:
+    """OTLP ``KeyValue`` list -> Snapshot attributes (plain str/bool/int/float values).
+
+    Raises:
+        OverLimit: too many attributes, or a key or value too long.
+    """
+    items = kvs[:]  # [:]: see Decoder._resource
+    if len(items) > limits.max_attributes_per_point:
+        raise OverLimit(
+            "max_attributes_per_point",
+            f"{len(items)} attributes; max_attributes_per_point is "
+            f"{limits.max_attributes_per_point}",
+        )
+    max_key, max_value = limits.max_attribute_key_length, limits.max_attribute_value_length
+    out = []
+    for kv in items:
+        key = kv.key
+        if len(key) > max_key:
+            raise OverLimit(
+                "max_attribute_key_length",
+                f"attribute key of {len(key)} characters; max_attribute_key_length is {max_key}",
+            )
+        value = _any(kv.value, max_value)
+        if isinstance(value, str) and len(value) > max_value:
+            raise OverLimit(
+                "max_attribute_value_length",
+                f"attribute {key[:64]!r}: value of {len(value)} characters; "
+                f"max_attribute_value_length is {max_value}",
+            )
+        out.append((key, value))
+    return tuple(out)
+
+
+def _too_long(n: int, limit: int) -> None:
+    if n > limit:
+        raise OverLimit(
+            "max_attribute_value_length",
+            f"attribute value of {n}+ characters; max_attribute_value_length is {limit}",
+        )
+
+
+def _any(value, limit: int = 2**62):
+    """The value as a Python scalar; arrays and maps as text, checked against ``limit``
+    before they are built (each element takes at least one character)."""
     which = value.WhichOneof("value")
     if which == "string_value":
         return value.string_value
@@ -33,10 +105,15 @@ def _any(value):
     if which == "bool_value":
         return value.bool_value
     if which == "array_value":
-        return "[" + ",".join(str(_any(v)) for v in value.array_value.values) + "]"
+        values = value.array_value.values
+        _too_long(len(values), limit)
+        return "[" + ",".join(str(_any(v, limit)) for v in values[:]) + "]"
     if which == "kvlist_value":
-        return "{" + ",".join(f"{k}={v}" for k, v in attributes(value.kvlist_value.values)) + "}"
+        values = value.kvlist_value.values
+        _too_long(len(values), limit)
+        return "{" + ",".join(f"{kv.key}={_any(kv.value, limit)}" for kv in values[:]) + "}"
     if which == "bytes_value":
+        _too_long(2 * len(value.bytes_value), limit)
         return value.bytes_value.hex()
     return ""
 

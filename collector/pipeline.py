@@ -33,7 +33,7 @@ from collector.admission import Hold, MemoryBudget, RequestLimits, decoded_bytes
 from collector.config import LimitsConfig, SinksConfig
 from collector.decode import Decoder, DecodeResult
 from collector.merge import RolloutMerger
-from collector.otlp import attributes
+from collector.otlp import LabelLimits, attributes
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
 from exporters.prometheus import PrometheusSink
@@ -83,6 +83,7 @@ class PipelineStats:
     decoder_series: int
     sinks: dict[tuple[str, str], SinkStats]  # (run or "shared", sink name) -> stats
     refused: dict[str, int]  # requests refused by reason (REFUSALS)
+    over_limit: dict[str, int]  # points rejected by LabelLimits field
 
 
 @dataclass(slots=True)
@@ -102,6 +103,7 @@ class Pipeline:
         limits: queue sizes, memory limit, run limit, sink timeout.
         decoder: the request decoder (default: one with ``limits``' series bounds).
         request_limits: per-request bounds (points, decoded bytes).
+        label_limits: name and label bounds of the default decoder.
     """
 
     def __init__(
@@ -111,10 +113,13 @@ class Pipeline:
         limits: LimitsConfig | None = None,
         decoder: Decoder | None = None,
         request_limits: RequestLimits | None = None,
+        label_limits: LabelLimits | None = None,
     ) -> None:
         self.limits = limits or LimitsConfig()
         self.request_limits = request_limits or RequestLimits()
-        self.decoder = decoder or Decoder(self.limits.max_series_per_metric)
+        self.decoder = decoder or Decoder(
+            self.limits.max_series_per_metric, label_limits=label_limits
+        )
         self.budget = MemoryBudget(self.limits.memory_limit_bytes)
         self._queue = dict(queue_size=self.limits.queue_size, timeout_s=self.limits.sink_timeout_s)
         self.shared = FanOut(shared_sinks, **self._queue)
@@ -126,6 +131,7 @@ class Pipeline:
         self._accepted = self._rejected = self._snapshots = 0
         self._refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
         self._runs_refused = 0
+        self._over_limit: dict[str, int] = {}
 
     def consume(
         self,
@@ -198,6 +204,8 @@ class Pipeline:
                     reservation.release()
                 charge.done()
         with self._lock:
+            for limit, n in result.over_limit:
+                self._over_limit[limit] = self._over_limit.get(limit, 0) + n
             self._accepted += result.accepted
             self._rejected += result.rejected
             self._snapshots += len(result.snapshots)
@@ -326,6 +334,7 @@ class Pipeline:
                 self.decoder.series,
                 sinks,
                 dict(self._refused),
+                dict(self._over_limit),
             )
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:

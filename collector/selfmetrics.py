@@ -23,6 +23,7 @@ FAMILIES: dict[str, str] = {
     f"{PREFIX}snapshots": "counter",
     f"{PREFIX}refused_overloaded": "counter",
     f"{PREFIX}requests_refused": "counter",
+    f"{PREFIX}points_over_limit": "counter",
     f"{PREFIX}runs_refused": "counter",
     f"{PREFIX}runs": "gauge",
     f"{PREFIX}pending_bytes": "gauge",
@@ -88,6 +89,14 @@ class SelfMetrics:
         for reason, count in sorted(stats.refused.items()):
             refused.add_metric([reason], count)
         yield refused
+        over = CounterMetricFamily(
+            f"{PREFIX}points_over_limit",
+            "data points rejected by a name/label limit, by limit",
+            labels=["limit"],
+        )
+        for limit, count in sorted(stats.over_limit.items()):
+            over.add_metric([limit], count)
+        yield over
         gauges = {
             "runs": (stats.runs, "runs with their own step-based sinks"),
             "pending_bytes": (stats.pending_bytes, "bytes held: requests in flight, queued data"),

@@ -49,6 +49,7 @@ from collector.admission import (
     request_points,
 )
 from collector.config import CollectorConfig
+from collector.otlp import LabelLimits
 from collector.pipeline import (
     Closed,
     Expired,
@@ -95,6 +96,8 @@ class CollectorServer:
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
         request_limits: per-request bounds and the heavy-request gate (default: the
             given pipeline's, or :class:`~collector.admission.RequestLimits` defaults).
+        label_limits: name and label bounds (:class:`~collector.otlp.LabelLimits`) of
+            the pipeline built here.
 
     Raises:
         OSError: the gRPC address cannot be bound (on :meth:`start`).
@@ -106,6 +109,7 @@ class CollectorServer:
         pipeline: Pipeline | None = None,
         prometheus: PrometheusSink | None = None,
         request_limits: RequestLimits | None = None,
+        label_limits: LabelLimits | None = None,
     ) -> None:
         self.config = config
         if pipeline is None:
@@ -116,6 +120,7 @@ class CollectorServer:
                 run_sink_factory(config.sinks),
                 config.limits,
                 request_limits=request_limits,
+                label_limits=label_limits,
             )
         self.pipeline = pipeline
         self.request_limits = request_limits or pipeline.request_limits

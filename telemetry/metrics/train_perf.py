@@ -34,6 +34,7 @@ import torch
 
 from telemetry.errors import ConfigError, InvalidValueError, MaskTypeError
 from telemetry.metrics.flops import FlopsEstimator, estimate_batch_flops
+from telemetry.metrics.peak_flops import device_peak_flops
 from telemetry.reduce import ReduceOp, State, StateLayout
 from telemetry.snapshot import Counter, Gauge, Point
 from telemetry.source import RegisteredSource
@@ -52,8 +53,10 @@ class TrainPerf(RegisteredSource):
     Args:
         flops_estimator: ``estimate(sequence_length) -> training FLOPs`` (see
             :func:`telemetry.metrics.flops.get_flops_estimator`), or None: no FLOPs keys.
-        peak_flops_per_device: peak FLOP/s of one device (e.g. 989e12 for dense BF16 on
-            an H100 SXM); enables ``mfu`` and ``cumulative_mfu``.
+        peak_flops_per_device: peak FLOP/s of one device (e.g. 989.5e12 for dense BF16 on
+            an H100 SXM); enables ``mfu`` and ``cumulative_mfu``. Default: the device's
+            dense BF16 peak from :mod:`telemetry.metrics.peak_flops`; an unknown device
+            gives no MFU (one INFO line).
         num_devices: devices doing the training work, for MFU; default: the number of
             ranks in the reduction (right for pure data parallelism; multiply by the
             TP*PP*CP size otherwise).
@@ -87,6 +90,8 @@ class TrainPerf(RegisteredSource):
             )
         if device is None:
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        if peak_flops_per_device is None and flops_estimator is not None:
+            peak_flops_per_device = device_peak_flops(device)
         self._estimator = flops_estimator
         self._peak = peak_flops_per_device
         self._num_devices = num_devices

@@ -29,6 +29,11 @@ from telemetry.demo_cli import PROMETHEUS_HOST, DemoOptions
 VOCAB, HIDDEN, EXPERTS, TOP_K, LAYERS = 32, 32, 8, 2, 2
 PROMPT_LEN, GEN_LEN, BATCH = 4, 12, 8
 MODEL_TYPE = "rltel_demo_moe"
+# MFU needs a peak FLOP/s per device; each demo rank is one CPU core (one torch thread),
+# and CPUs are not in telemetry.metrics.peak_flops. This is a stated, not measured, fp32
+# peak of one x86 server core: 2 FMA pipes x 8 fp32 lanes (AVX2) x 2 FLOPs per FMA
+# x ~3 GHz = 96 GFLOP/s, rounded to 1e11. On a GPU, TrainPerf picks the device's figure.
+DEMO_PEAK_FLOPS_PER_CORE = 1e11
 
 
 class TopKRouter(nn.Module):
@@ -153,7 +158,7 @@ def _train(rank: int, world: int, options: DemoOptions) -> None:
         "top_k": TOP_K,
         "vocab": VOCAB,
     }
-    perf = TrainPerf(get_flops_estimator(config))
+    perf = TrainPerf(get_flops_estimator(config), peak_flops_per_device=DEMO_PEAK_FLOPS_PER_CORE)
     balance = MoEBalance()
     for layer_id, layer in enumerate(model.layers):
         hook_router(layer.router, balance, layer_id, num_experts=EXPERTS)

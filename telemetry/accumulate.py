@@ -14,18 +14,20 @@ from collections.abc import Sequence
 import torch
 
 from telemetry import kernels
-from telemetry.reduce import ReduceOp, StateLayout
+from telemetry.reduce import PerRank, ReduceOp, StateLayout
 from telemetry.scratch import Scratch
 
 _INF = float("inf")
 STAT_OPS = (ReduceOp.SUM, ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MIN)
-SCALAR_LAYOUT = StateLayout("scalar", STAT_OPS)
-DENOMINATOR_LAYOUT = StateLayout("denominator", (ReduceOp.SUM,))
+MEAN = (PerRank("", 0, 1, present=1),)  # a rank's value in the per-rank spread: sum / count
+SCALAR_LAYOUT = StateLayout("scalar", STAT_OPS, MEAN)
+DENOMINATOR_LAYOUT = StateLayout("denominator", (ReduceOp.SUM,), (PerRank("", 0),))
 
 
 def stat_layout(reduce: str, n_buckets: int) -> StateLayout:
     """Layout of a masked stat with ``n_buckets`` bucket counts (0 for none)."""
-    return StateLayout(f"stat:{reduce}:b{n_buckets}", STAT_OPS + (ReduceOp.SUM,) * n_buckets)
+    ops = STAT_OPS + (ReduceOp.SUM,) * n_buckets
+    return StateLayout(f"stat:{reduce}:b{n_buckets}", ops, MEAN)
 
 
 def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:

@@ -23,9 +23,10 @@ order and obtains bit-identical results.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -45,12 +46,27 @@ class ReduceOp(str, Enum):
 _IDENTITY = {ReduceOp.SUM: 0.0, ReduceOp.MIN: float("inf"), ReduceOp.MAX: float("-inf")}
 
 
+class PerRank(NamedTuple):
+    """A quantity of one rank's state, for the per-rank spread (the straggler view).
+
+    Its value is element ``numerator`` (divided by element ``denominator`` if given); a
+    rank takes part only where element ``present`` (if given) is positive.
+    """
+
+    suffix: str
+    numerator: int
+    denominator: int | None = None
+    present: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class StateLayout:
-    """What a state is (``kind``, compared across ranks) and each element's reduce op."""
+    """What a state is (``kind``, compared across ranks) and each element's reduce op;
+    ``per_rank``: the quantities compared across ranks where the spread is asked for."""
 
     kind: str
     ops: tuple[ReduceOp, ...]
+    per_rank: tuple[PerRank, ...] = ()
 
     def identity(self) -> torch.Tensor:
         """The state of a rank that recorded nothing for this key."""
@@ -61,6 +77,16 @@ class StateLayout:
 
 
 State = tuple[StateLayout, torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class RankSpread:
+    """One per-rank quantity across the ranks that have it: its extremes and who is slowest."""
+
+    low: float
+    high: float
+    slowest_rank: int
+
 
 _collectives_issued = 0
 
@@ -167,9 +193,30 @@ def reduce_states_with_layouts(
 ) -> dict[str, tuple[StateLayout, np.ndarray]]:
     """Reduce every state across ``group``; return ``key -> (layout, float64 array)``.
 
+    See :func:`reduce_with_spread`.
+    """
+    return reduce_with_spread(states, group)[0]
+
+
+Reduced = dict[str, tuple[StateLayout, np.ndarray]]
+Spreads = dict[str, dict[str, RankSpread]]
+
+
+def reduce_with_spread(
+    states: Mapping[str, State],
+    group: dist.ProcessGroup | None = None,
+    spread: Callable[[str], bool] = lambda key: False,
+) -> tuple[Reduced, Spreads]:
+    """Reduce every state across ``group``, with the per-rank spread of chosen keys.
+
     Keys recorded on only some ranks are reduced over the ranks that have them (the
     others contribute the identity). With ``group=None`` and an initialised default
-    process group, the default group is used, as in ``torch.distributed``.
+    process group, the default group is used, as in ``torch.distributed``. For each key
+    where ``spread(key)`` holds, the quantities its layout names in ``per_rank`` are also
+    compared across ranks, from the same gathered payload (no extra collective).
+
+    Returns:
+        ``key -> (layout, float64 array)`` and ``key -> {suffix: RankSpread}``.
 
     Raises:
         KeyMismatchError: a key has different layouts on different ranks (on every rank).
@@ -182,8 +229,9 @@ def reduce_states_with_layouts(
     keys = sorted(states)
     world = _world(group)
     if world == 1:
-        payload = _flat_payload(keys, states, torch.device("cpu"))
-        return _split(keys, {k: states[k][0] for k in keys}, payload.numpy())
+        payload = _flat_payload(keys, states, torch.device("cpu")).numpy()
+        layouts = {k: states[k][0] for k in keys}
+        return _split(keys, layouts, payload), _spreads(keys, layouts, payload[None], spread)
 
     device = _collective_device(group)
     specs = {key: states[key][0].describe() for key in keys}
@@ -209,11 +257,51 @@ def reduce_states_with_layouts(
         }
         local = _flat_payload(union_keys, filled, device)
     if local.numel() == 0:
-        return {}
+        return {}, {}
     matrix = _gather(local, world, group)
     ops = [op for key in union_keys for op in layouts[key].ops]
     reduced = _reduce_matrix(matrix, ops).cpu().numpy()
-    return _split(union_keys, layouts, reduced)
+    spreads = _spreads(union_keys, layouts, matrix, spread)
+    return _split(union_keys, layouts, reduced), spreads
+
+
+def _spreads(
+    keys: list[str],
+    layouts: Mapping[str, StateLayout],
+    matrix: torch.Tensor | np.ndarray,
+    spread: Callable[[str], bool],
+) -> Spreads:
+    """The per-rank spread of the chosen keys from the ``[world, n]`` gathered payload."""
+    columns: dict[str, int] = {}
+    offset = 0
+    for key in keys:
+        if layouts[key].per_rank and spread(key):
+            columns[key] = offset
+        offset += len(layouts[key].ops)
+    if not columns:
+        return {}
+    wanted = sorted({columns[k] + i for k in columns for i in range(len(layouts[k].ops))})
+    if isinstance(matrix, torch.Tensor):
+        matrix = matrix[:, wanted].cpu().numpy()
+    else:
+        matrix = matrix[:, wanted]
+    where = {column: i for i, column in enumerate(wanted)}
+    out: Spreads = {}
+    for key, start in columns.items():
+        for quantity in layouts[key].per_rank:
+            values = matrix[:, where[start + quantity.numerator]]
+            if quantity.denominator is not None:
+                counts = matrix[:, where[start + quantity.denominator]]
+                values = values / np.where(counts > 0, counts, np.nan)
+            if quantity.present is not None:
+                values = np.where(matrix[:, where[start + quantity.present]] > 0, values, np.nan)
+            if np.isnan(values).all():
+                continue
+            slowest = int(np.nanargmax(values))
+            out.setdefault(key, {})[quantity.suffix] = RankSpread(
+                float(np.nanmin(values)), float(values[slowest]), slowest
+            )
+    return out
 
 
 def _layout_from_description(desc: str) -> StateLayout:

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Sequence
 
 import torch.distributed as dist
 
-from telemetry import typed_keys
+from telemetry import rank_spread, typed_keys
 from telemetry.areal_tracker import DistributedStatsTracker
 from telemetry.errors import KeyMismatchError
-from telemetry.reduce import State, reduce_states_with_layouts
+from telemetry.reduce import State, reduce_with_spread
 from telemetry.snapshot import Point, Stats
 from telemetry.source import StateSource
 from telemetry.tracker import DistributedStatsTracker as _BaseTracker
@@ -56,6 +56,7 @@ __all__ = [
     "set_bucket_bounds",
     "stat",
     "stat_compact",
+    "track_ranks",
     "unregister_source",
 ]
 
@@ -133,7 +134,9 @@ def export_sources(
                 source.reset()
         merged.update((f"{tag}|{name}", state) for name, state in states.items())
     try:
-        reduced = reduce_states_with_layouts(merged, reduce_group)
+        reduced, spreads = reduce_with_spread(
+            merged, reduce_group, lambda tagged: rank_spread.tracked(tagged.partition("|")[2])
+        )
     except KeyMismatchError as exc:  # name user keys, not internal source tags
         raise KeyMismatchError(_TAG.sub("'", str(exc))) from None
     by_tag: dict[str, dict] = {tag: {} for tag in tags}
@@ -153,6 +156,8 @@ def export_sources(
             points.extend(source.build_points_with_layouts(entries))
         elif entries:
             points.extend(source.build_points({k: v for k, (_, v) in entries.items()}))
+    for tagged, by_quantity in sorted(spreads.items()):
+        points.extend(rank_spread.spread_points(tagged.partition("|")[2], by_quantity))
     typed_keys.remember(points)
     return Stats(points)
 
@@ -196,3 +201,4 @@ scope_func_wrapper = DEFAULT_TRACKER.scope_func_wrapper
 disable_scope = DEFAULT_TRACKER.disable_scope
 record_timing = DEFAULT_TRACKER.record_timing
 set_bucket_bounds = DEFAULT_TRACKER.set_bucket_bounds
+track_ranks = rank_spread.track_ranks

@@ -35,7 +35,7 @@ import torch
 from telemetry.errors import ConfigError, InvalidValueError, MaskTypeError
 from telemetry.metrics.flops import FlopsEstimator, estimate_batch_flops
 from telemetry.metrics.peak_flops import device_peak_flops
-from telemetry.reduce import ReduceOp, State, StateLayout
+from telemetry.reduce import PerRank, ReduceOp, State, StateLayout
 from telemetry.snapshot import Counter, Gauge, Point
 from telemetry.source import RegisteredSource
 
@@ -44,7 +44,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 STATE_KEY = "train_perf"
 _S, _M = ReduceOp.SUM, ReduceOp.MAX
 # batches, tokens, flops, seconds | total tokens, total flops, total seconds | ranks
-_LAYOUT = StateLayout("train_perf", (_S, _S, _S, _M, _S, _S, _M, _S))
+# Per rank, for the straggler view: its tokens and seconds, where it ran a batch.
+_PER_RANK = (PerRank("tokens", 1, present=0), PerRank("seconds", 3, present=0))
+_LAYOUT = StateLayout("train_perf", (_S, _S, _S, _M, _S, _S, _M, _S), _PER_RANK)
 
 
 class TrainPerf(RegisteredSource):

@@ -33,6 +33,13 @@ STEP_KEYS = {
     "rltel/step",
 }
 EVAL_KEYS = {"eval-rollout/reward", "timeperf/eval"}
+# rltel's documented additions: the straggler view of every timing (telemetry.rank_spread).
+SPREAD = ("rank_min", "rank_max", "slowest_rank")
+
+
+def with_spread(keys: set[str]) -> set[str]:
+    timings = {k for k in keys if k.startswith("timeperf/")}
+    return keys | {f"{k}/{suffix}" for k in timings for suffix in SPREAD}
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +99,7 @@ def test_wandb_history_has_areal_keys_at_areal_steps(run):
     assert sorted(rows) == [0, 1, 2, 3]
     for step, item in rows.items():
         keys = {k for k in item if not k.startswith("_") and k != "global_step"}
-        expected = STEP_KEYS | (EVAL_KEYS if step in (1, 3) else set())
+        expected = with_spread(STEP_KEYS | (EVAL_KEYS if step in (1, 3) else set()))
         assert keys == expected, step
         assert item["rltel/step"] == step
         assert item["ppo_actor/update/loss/avg"] == pytest.approx(0.5 + step)

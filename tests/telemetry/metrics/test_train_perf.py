@@ -94,6 +94,14 @@ def test_two_ranks_tokens_sum_seconds_max_window_and_cumulative():
     assert w2["train_perf/cumulative_estimated_flops_per_second"] == pytest.approx(
         flops_total / total_seconds
     )
+    # The straggler view: rank 1 is slower in window 1; rank 1's idle window 2 is left out.
+    assert w1["train_perf/seconds/slowest_rank"] == 1
+    assert w1["train_perf/seconds/rank_max"] == r1_w1
+    assert w1["train_perf/seconds/rank_min"] == r0_w1
+    assert (w1["train_perf/tokens/rank_min"], w1["train_perf/tokens/rank_max"]) == (12, 12)
+    assert w2["train_perf/seconds/slowest_rank"] == 0
+    assert w2["train_perf/seconds/rank_min"] == w2["train_perf/seconds/rank_max"] == r0_w2
+    assert w2["train_perf/tokens/rank_min"] == 7
     assert not any(k.startswith("train_perf/") for k in results[0]["w2_again"])
     assert not any(k.startswith("train_perf/") for k in results[1]["w3"])
 

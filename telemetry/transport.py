@@ -7,6 +7,8 @@ jittered exponential backoff, permanent ones are dropped and counted. When failu
 ``spool_after_s`` or the queue fills past half, the held request and everything queued
 go to the on-disk :class:`~telemetry.spool.Spool` and are replayed from there, in order,
 when the collector is back. ``close`` drains with a deadline and spools what is left.
+An authentication failure (UNAUTHENTICATED, PERMISSION_DENIED) keeps the data the same
+way, with one error logged per minute: once the token is right, the spool replays.
 A process forked from one with a running transport (data-loader workers) gets a disabled
 copy: it neither sends the parent's queue again nor blocks on the parent's locks.
 """
@@ -51,6 +53,8 @@ RETRYABLE_CODES = frozenset(
         grpc.StatusCode.DATA_LOSS,
     }
 )
+AUTH_CODES = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+AUTH_LOG_INTERVAL_S = 60.0
 _THREAD_NAME = "rltel-otlp-transport"
 silence_exporter_log_on(_THREAD_NAME)
 _OK, _RETRY, _PERMANENT = "ok", "retry", "permanent"
@@ -151,6 +155,7 @@ class OtlpTransport:
         self._forked = False
         self._result: bool | None = None
         self._failing_since: float | None = None
+        self._auth_logged_at: float | None = None
         self._counts = {name: 0 for name in _COUNTERS if name != "points_spooled"}
         self._latency = _LatencyWindow()  # export latencies since the last health_points()
         self._last_latency: float | None = None
@@ -348,8 +353,19 @@ class OtlpTransport:
                 self._last_latency = latency
             if self._failing_since is not None:
                 logger.warning("otlp: collector reachable again, delivering backlog")
+            self._auth_logged_at = None
             return _OK
         code = self._recorder.code
+        if code in AUTH_CODES:
+            now = time.monotonic()
+            if self._auth_logged_at is None or now - self._auth_logged_at >= AUTH_LOG_INTERVAL_S:
+                self._auth_logged_at = now
+                logger.error(
+                    "otlp: the collector refused our credentials (%s); keeping the data "
+                    "(queue, then spool) until the token is right",
+                    code.name,
+                )
+            return _RETRY
         if code in RETRYABLE_CODES:
             if self._failing_since is None:
                 logger.warning("otlp: export failed (%s); retrying, then spooling", code)

@@ -209,3 +209,60 @@ def test_forked_child_neither_deadlocks_nor_sends(receiver):
     got = steps(receiver)
     assert 999 not in got and len(got) == len(set(got))
     assert got[0] == 0 and got[-1] == 1 and got[1:-1] == sorted(got[1:-1])
+
+
+def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_path, caplog):
+    from collector.config import from_dict
+    from collector.pipeline import Pipeline
+    from collector.server import CollectorServer
+    from exporters.base import InMemorySink
+    from tests.distributed import free_port
+
+    port, token = free_port(), tmp_path / "token"
+    sink = InMemorySink()
+
+    def collector(expected: str) -> CollectorServer:
+        token.write_text(expected + "\n")
+        config = from_dict({"receiver": {"port": port}, "auth": {"token_file": str(token)}})
+        server = CollectorServer(config, Pipeline([sink], None, config.limits))
+        server.start()
+        return server
+
+    caplog.set_level(logging.WARNING, logger="telemetry.transport")
+    server = collector("rotated-token")  # the sender still has the old one
+    spool = Spool(tmp_path / "spool", limit_bytes=10**7)
+    transport = OtlpTransport(
+        f"127.0.0.1:{port}",
+        headers={"authorization": "Bearer old-token"},
+        spool=spool,
+        queue_size=8,
+        **FAST,
+    )
+    try:
+        for step in range(30):
+            assert transport.submit(batch(step))
+            time.sleep(0.005)
+        deadline = time.monotonic() + 5
+        while transport.health()["spool_points"] < 60 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        health = transport.health()
+        assert health["spool_points"] >= 60 and health["points_dropped"] == 0
+        assert health["points_failed"] == 0 and health["retries"] >= 3
+        errors = [r for r in caplog.records if "refused our credentials" in r.getMessage()]
+        assert len(errors) == 1 and errors[0].levelno == logging.ERROR  # one per minute
+        assert "UNAUTHENTICATED" in errors[0].getMessage() and "old-token" not in caplog.text
+        assert sink.snapshots == []
+        server.stop(5)
+        server = collector("old-token")  # the operator puts the right token back
+        deadline = time.monotonic() + 10
+        while transport.health()["points_exported"] < 90 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert transport.close(5.0)
+        assert server.pipeline.force_flush(5)
+    finally:
+        transport.close(1.0)
+        server.stop(5)
+    assert [s.step.global_step for s in sink.snapshots] == list(range(30))  # all, in order
+    health = transport.health()
+    assert health["points_exported"] == 90 and health["points_dropped"] == 0
+    assert len(spool) == 0

@@ -118,9 +118,29 @@ def throughput() -> dict:
         ),
         timeseries(
             "timeperf",
-            Query(_sel("", f'__name__=~"{c.TIMEPERF_PATTERN}"'), "{{__name__}}"),
+            Query(
+                _sel("", f'__name__=~"{c.TIMEPERF_PATTERN}", __name__!~"{c.SPREAD_PATTERN}"'),
+                "{{__name__}}",
+            ),
             unit="s",
             description="Every timeperf/<name> scope (record_timing), one line per scope.",
+        ),
+        row("Stragglers"),
+        timeseries(
+            "Slowest rank",
+            Query(_sel("", f'__name__=~"{c.SLOWEST_RANK_PATTERN}"'), "{{__name__}}"),
+            unit="none",
+            description="The rank with the longest time of each timing and of train_batch "
+            "(train_perf/seconds), and the rank with the most tokens: <key>/slowest_rank. "
+            "A rank that stays on top is a straggler.",
+        ),
+        timeseries(
+            "Training time per rank: fastest and slowest",
+            Query(_sel(c.SECONDS_RANK_MIN.name), f"fastest {legend}"),
+            Query(_sel(c.SECONDS_RANK_MAX.name), f"slowest {legend}"),
+            unit="s",
+            description="train_perf/seconds/rank_min and rank_max: the spread of train_batch "
+            "time over ranks in the window; a wide gap means the others wait for one rank.",
         ),
     ]
     return dashboard(

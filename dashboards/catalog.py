@@ -102,6 +102,14 @@ TOTAL_FLOPS = Metric("train_perf/total_estimated_flops", "counter", "{flop}")
 TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge", "s")
 TIMEPERF_PATTERN = "timeperf_.+"
 
+# The straggler view (telemetry.rank_spread): <key>/rank_min, rank_max, slowest_rank.
+SECONDS_RANK_MIN = Metric("train_perf/seconds/rank_min", "gauge", "s")
+SECONDS_RANK_MAX = Metric("train_perf/seconds/rank_max", "gauge", "s")
+SECONDS_SLOWEST_RANK = Metric("train_perf/seconds/slowest_rank", "gauge")
+TIMEPERF_SLOWEST_EXAMPLE = Metric("timeperf/train_step/slowest_rank", "gauge")
+SLOWEST_RANK_PATTERN = ".+_slowest_rank"
+SPREAD_PATTERN = ".+_rank_(min|max)(_seconds)?|" + SLOWEST_RANK_PATTERN
+
 # moe_balance/: per layer (and expert) gauges; AReaL keys moe_balance/layer_<id>/...
 MAX_OVER_IDEAL = Metric("moe_balance/max_over_ideal", "gauge", "1", attributes=_LAYER)
 LOAD_PERCENT = Metric("moe_balance/load_percent", "gauge", "%", attributes=(*_LAYER, ("expert", 0)))
@@ -172,6 +180,10 @@ ALL: tuple[Metric, ...] = (
     CUMULATIVE_MFU,
     TOTAL_FLOPS,
     TIMEPERF_EXAMPLE,
+    SECONDS_RANK_MIN,
+    SECONDS_RANK_MAX,
+    SECONDS_SLOWEST_RANK,
+    TIMEPERF_SLOWEST_EXAMPLE,
     MAX_OVER_IDEAL,
     LOAD_PERCENT,
     EXPERT_TOKENS,

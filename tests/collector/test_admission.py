@@ -314,3 +314,52 @@ def test_reservation_boundary_a_queue_takes_exactly_queue_size_requests(queue_si
     assert queued == [grpc.StatusCode.OK] * queue_size  # at the limit: taken
     assert over == grpc.StatusCode.RESOURCE_EXHAUSTED  # one above: refused, nothing kept
     assert sorted(ids(sink)) == sorted(["held", *(f"q{n}" for n in range(queue_size))])
+
+
+def valueless(n: int) -> bytes:
+    """A request of ``n`` empty gauge points: ~2 wire bytes each, costly once parsed."""
+    request = ExportMetricsServiceRequest()
+    metric = request.resource_metrics.add().scope_metrics.add().metrics.add(name="cheap")
+    for _ in range(n):
+        metric.gauge.data_points.add()
+    return request.SerializeToString()
+
+
+def test_a_normal_sender_keeps_a_low_latency_while_others_flood_cheap_huge_requests():
+    sink = InMemorySink()
+    server = serve([sink], {})
+    flood = valueless(1_000_000)  # 2 MB
+    stop = threading.Event()
+
+    def abuser(i: int):
+        codes = []
+        with grpc.insecure_channel(server.endpoint) as channel:
+            while not stop.is_set():
+                codes.append(call(channel, flood, timeout=10)[0])
+        return codes
+
+    abusers = threading.Thread(target=lambda: results.extend(run_clients(4, abuser)))
+    results: list = []
+    abusers.start()
+    latencies, codes = [], []
+    try:
+        time.sleep(0.3)  # the flood is running
+        with grpc.insecure_channel(server.endpoint) as channel:
+            for n in range(30):
+                start = time.perf_counter()
+                codes.append(call(channel, body(f"n{n}", filler=99), timeout=5)[0])
+                latencies.append(time.perf_counter() - start)
+                time.sleep(0.03)
+    finally:
+        stop.set()
+        abusers.join(30)
+        server.stop(10)
+    assert codes == [grpc.StatusCode.OK] * 30
+    latencies.sort()
+    assert latencies[int(0.9 * len(latencies))] < 0.25, latencies  # p90 on a shared 2-core box
+    flooded = [code for codes_of in results for code in codes_of]
+    assert flooded and set(flooded) <= {
+        grpc.StatusCode.INVALID_ARGUMENT,  # over max_points_per_request: split it
+        grpc.StatusCode.RESOURCE_EXHAUSTED,  # heavy gate: retry later
+    }
+    assert sorted(ids(sink)) == sorted(f"n{n}" for n in range(30))

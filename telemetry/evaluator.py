@@ -10,13 +10,20 @@
 
 ``run_eval`` records its metrics as usual (``stats_tracker.get("eval-rollout")``); each
 evaluation's wall time goes to ``timeperf/eval`` so it shows beside the other timings.
+
+The two extension points of AReaL's evaluation guide: the schedule is any
+:class:`FreqCtl` (``Evaluator(..., freq_ctl=...)``), e.g. the built-in
+:class:`AdaptiveFrequencyControl`, which evaluates more often while the watched metric
+(``run_eval``'s return value) stops improving; and ``evaluate(..., version=v)`` keeps
+results by checkpoint version, so one checkpoint is evaluated once (hits and misses
+counted in ``cache_hits``/``cache_misses``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 from pydantic.dataclasses import dataclass
@@ -41,6 +48,15 @@ class EvaluatorConfig:
 
 
 AREAL_IGNORED = {"": frozenset({"experiment_name", "trial_name", "fileroot"})}
+
+
+@runtime_checkable
+class FreqCtl(Protocol):
+    """When to evaluate: ``check`` is called after every training step."""
+
+    def check(self, epochs: int = 0, steps: int = 0) -> bool:
+        """Count ``epochs`` and ``steps`` just finished; True when an evaluation is due."""
+        ...
 
 
 class FrequencyControl:
@@ -79,6 +95,59 @@ class FrequencyControl:
         return due
 
 
+class AdaptiveFrequencyControl:
+    """Every ``freq_steps`` steps while the watched metric improves; more often when not.
+
+    After each evaluation, :meth:`observe` gets the watched value. An improvement over
+    the best so far of at most ``threshold`` (a plateau or a drop) halves the period,
+    down to ``min_freq_steps``; an improvement by more than ``threshold`` restores
+    ``freq_steps``.
+
+    Raises:
+        ConfigError: a period below 1, ``min_freq_steps`` above ``freq_steps``, or a
+            negative threshold.
+    """
+
+    def __init__(
+        self,
+        freq_steps: int,
+        min_freq_steps: int = 1,
+        threshold: float = 0.0,
+        higher_is_better: bool = True,
+    ) -> None:
+        if not 1 <= min_freq_steps <= freq_steps:
+            raise ConfigError(
+                f"adaptive evaluation: need 1 <= min_freq_steps <= freq_steps, got "
+                f"{min_freq_steps} and {freq_steps}"
+            )
+        if threshold < 0:
+            raise ConfigError(f"adaptive evaluation: threshold must be >= 0, got {threshold}")
+        self.freq_steps, self.min_freq_steps = freq_steps, min_freq_steps
+        self.threshold, self.higher_is_better = threshold, higher_is_better
+        self.period = freq_steps
+        self.best: float | None = None
+        self._steps = 0
+
+    def check(self, epochs: int = 0, steps: int = 0) -> bool:
+        """Count ``steps``; True when the current period has elapsed."""
+        del epochs
+        self._steps += steps
+        if self._steps < self.period:
+            return False
+        self._steps = 0
+        return True
+
+    def observe(self, value: float) -> None:
+        """The watched metric of the evaluation that just ran (NaN counts as no progress)."""
+        signed = value if self.higher_is_better else -value
+        if self.best is not None and not signed - self.best > self.threshold:
+            self.period = max(self.min_freq_steps, self.period // 2)
+        elif self.best is not None:
+            self.period = self.freq_steps
+        if self.best is None or signed > self.best:
+            self.best = signed
+
+
 class Evaluator:
     """Runs an evaluation function when its schedule says so.
 
@@ -87,6 +156,7 @@ class Evaluator:
             (mapping, YAML path, ``DictConfig``, dataclass, whole experiment config).
         steps_per_epoch: training steps in one epoch (an epoch ends after its last step).
         clock: seconds, monotonic (tests inject one).
+        freq_ctl: a schedule of your own instead of the configured frequencies.
 
     Raises:
         ConfigError: an unknown key or an invalid frequency, naming it.
@@ -97,6 +167,7 @@ class Evaluator:
         config: EvaluatorConfig | Mapping[str, Any] | None,
         steps_per_epoch: int,
         clock: Callable[[], float] = time.monotonic,
+        freq_ctl: FreqCtl | None = None,
     ) -> None:
         section, _ = read_section(config, "evaluator")
         self.config = validate(EvaluatorConfig, section, "evaluator", AREAL_IGNORED)
@@ -106,7 +177,11 @@ class Evaluator:
             raise ConfigError(f"evaluator: steps_per_epoch must be >= 1, got {steps_per_epoch}")
         self.steps_per_epoch = steps_per_epoch
         self.runs = 0
-        self._control = FrequencyControl(
+        self.cache_hits = self.cache_misses = 0
+        self._results: dict[Any, Any] = {}
+        if freq_ctl is not None and not isinstance(freq_ctl, FreqCtl):
+            raise ConfigError(f"evaluator: freq_ctl needs a check() method, got {freq_ctl!r}")
+        self._control = freq_ctl or FrequencyControl(
             self.config.freq_epochs, self.config.freq_steps, self.config.freq_secs, clock
         )
 
@@ -118,23 +193,47 @@ class Evaluator:
         return True
 
     def evaluate(
-        self, evaluate_fn: Callable[[], Any], epoch: int, epoch_step: int, global_step: int
+        self,
+        evaluate_fn: Callable[[], Any],
+        epoch: int,
+        epoch_step: int,
+        global_step: int,
+        version: Any = None,
     ) -> bool:
         """Call after each training step; runs ``evaluate_fn`` when due. True if it ran.
 
         ``epoch`` and ``global_step`` are accepted for AReaL's signature; the schedule
-        counts steps and finished epochs itself.
+        counts steps and finished epochs itself. With a checkpoint ``version``, a due
+        evaluation of a version already evaluated is skipped (a cache hit; False).
         """
         del epoch, global_step
         finished_epoch = int(epoch_step == self.steps_per_epoch - 1)
         if not self._control.check(epochs=finished_epoch, steps=1):
             return False
-        self._run(evaluate_fn)
+        if version is not None and version in self._results:
+            self.cache_hits += 1
+            self._observe(self._results[version])
+            return False
+        result = self._run(evaluate_fn)
+        if version is not None:
+            self.cache_misses += 1
+            self._results[version] = result
         return True
 
-    def _run(self, evaluate_fn: Callable[[], Any]) -> None:
+    def _run(self, evaluate_fn: Callable[[], Any]) -> Any:
         from telemetry import stats_tracker
 
         with stats_tracker.record_timing("eval"):
-            evaluate_fn()
+            result = evaluate_fn()
         self.runs += 1
+        self._observe(result)
+        return result
+
+    def _observe(self, result: Any) -> None:
+        observe = getattr(self._control, "observe", None)
+        if (
+            observe is not None
+            and isinstance(result, (int, float))
+            and not isinstance(result, bool)
+        ):
+            observe(float(result))

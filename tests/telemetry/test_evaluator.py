@@ -82,3 +82,59 @@ def test_bad_config_names_the_key(config, message):
         Evaluator(config, steps_per_epoch=4)
     with pytest.raises(ConfigError, match="steps_per_epoch"):
         Evaluator({}, steps_per_epoch=0)
+
+
+def test_adaptive_control_evaluates_more_often_on_a_plateau_and_backs_off_on_progress():
+    from telemetry.evaluator import AdaptiveFrequencyControl
+
+    control = AdaptiveFrequencyControl(freq_steps=8, min_freq_steps=2, threshold=0.01)
+    rewards = iter([0.10, 0.20, 0.205, 0.21, 0.30, 0.30])  # returned by each evaluation
+    evaluator = Evaluator({}, steps_per_epoch=1000, freq_ctl=control)
+    fired, periods = [], []
+    for step in range(40):
+        if evaluator.evaluate(lambda: next(rewards), 0, step, step):
+            fired.append(step)
+            periods.append(control.period)
+    # 0.10 first; +0.10 improves (8); +0.005 and +0.005 are at most 0.01: 4, then 2;
+    # +0.09 (over the best, 0.21) restores 8; equal to the best is a plateau: 4.
+    assert periods == [8, 8, 4, 2, 8, 4]
+    assert fired == [7, 15, 23, 27, 29, 37]
+
+
+def test_adaptive_control_threshold_is_strict_and_nan_counts_as_no_progress():
+    from telemetry.evaluator import AdaptiveFrequencyControl
+
+    control = AdaptiveFrequencyControl(freq_steps=8, min_freq_steps=1, threshold=0.5)
+    control.observe(1.0)
+    control.observe(1.5)  # exactly the threshold: not more than it
+    assert control.period == 4
+    control.observe(2.0 + 1e-9)  # just above
+    assert control.period == 8
+    control.observe(float("nan"))
+    assert control.period == 4 and control.best == 2.0 + 1e-9
+    lower = AdaptiveFrequencyControl(freq_steps=4, threshold=0.0, higher_is_better=False)
+    lower.observe(1.0)
+    lower.observe(0.5)  # a loss going down improves
+    assert lower.period == 4
+    with pytest.raises(ConfigError, match="min_freq_steps <= freq_steps"):
+        AdaptiveFrequencyControl(freq_steps=2, min_freq_steps=3)
+
+
+def test_results_are_cached_by_checkpoint_version():
+    calls = []
+    evaluator = Evaluator({"freq_steps": 1}, steps_per_epoch=100)
+
+    def run_eval():
+        calls.append(len(calls))
+        return 0.5
+
+    versions = [0, 0, 1, 1, 1, 2]  # the checkpoint each step would evaluate
+    ran = [evaluator.evaluate(run_eval, 0, i, i, version=v) for i, v in enumerate(versions)]
+    assert ran == [True, False, True, False, False, True]
+    assert len(calls) == 3 and (evaluator.cache_misses, evaluator.cache_hits) == (3, 3)
+    assert evaluator.evaluate(run_eval, 0, 6, 6) and len(calls) == 4  # no version: no cache
+
+
+def test_a_schedule_without_check_is_refused():
+    with pytest.raises(ConfigError, match="freq_ctl needs a check"):
+        Evaluator({}, steps_per_epoch=10, freq_ctl=object())

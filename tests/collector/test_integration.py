@@ -237,12 +237,17 @@ def test_trainer_ranks_and_rollout_workers_merge_count_weighted_at_the_right_ste
     ]
     for proc in workers:
         proc.start()
-    ranks = threading.Thread(
-        target=run_ranks,
-        args=(trainer_rank, 2, collector.endpoint, trainer_q, done),
-        kwargs={"timeout": 120},
-        daemon=True,
-    )
+    outcome: dict[str, object] = {}
+
+    def trainer_ranks() -> None:  # the ranks' results or error, asserted on the main thread
+        try:
+            outcome["results"] = run_ranks(
+                trainer_rank, 2, collector.endpoint, trainer_q, done, timeout=120
+            )
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    ranks = threading.Thread(target=trainer_ranks, daemon=True)
     ranks.start()
     try:
         for round_ in range(1, ROUNDS + 1):
@@ -258,6 +263,9 @@ def test_trainer_ranks_and_rollout_workers_merge_count_weighted_at_the_right_ste
         for proc in workers:
             proc.join(60)
         ranks.join(60)
+        assert not ranks.is_alive(), "trainer ranks did not finish"
+        assert "error" not in outcome, outcome.get("error")
+        assert len(outcome["results"]) == 2
         assert all(p.exitcode == 0 for p in workers)
     finally:
         code = collector.terminate()

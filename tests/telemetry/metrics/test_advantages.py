@@ -90,6 +90,11 @@ def test_errors(tracker):
 def test_recording_never_reads_values_on_the_host(tracker):
     meta = torch.empty(3, 16, device="meta")
     record(tracker, meta, torch.empty(3, 16, dtype=torch.bool, device="meta"))
+    # The same code path on real tensors records the reference values.
+    adv, mask = random_batch(31, shape=(3, 16))
+    real = DistributedStatsTracker()
+    record(real, adv, mask)
+    assert_matches(dict(real.export()), reference(adv.flatten().tolist(), mask.flatten().tolist()))
 
 
 def _two_ranks(rank: int, world: int) -> dict:

@@ -130,6 +130,13 @@ def test_errors_name_the_key(tracker):
 def test_recording_never_reads_values_on_the_host(tracker):
     versions = torch.empty(4, 32, dtype=torch.long, device="meta")
     record(tracker, versions, 3, torch.empty(4, 32, dtype=torch.bool, device="meta"))
+    # The same code path on real tensors records the reference values.
+    versions, mask = random_batch(32, shape=(4, 32))
+    real = DistributedStatsTracker()
+    record(real, versions, 3, mask)
+    assert_matches(
+        dict(real.export()), reference(versions.flatten().tolist(), 3, mask.flatten().tolist())
+    )
 
 
 SHAPES = [(2, 31), (4, 5)]

@@ -1,6 +1,32 @@
 import os
 import sys
 
+import pytest
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Skips allowed on a machine without an accelerator; with RLTEL_NO_SKIPS=1 (make test, CI)
+# any other skip fails the run, so a test that should run on the CPU cannot vanish.
+ALLOWED_SKIP_REASONS = ("needs a CUDA device", "needs a GPU")
+_unexpected_skips: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if not any(allowed in reason for allowed in ALLOWED_SKIP_REASONS):
+            _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("RLTEL_NO_SKIPS") == "1" and _unexpected_skips and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config) -> None:
+    if os.environ.get("RLTEL_NO_SKIPS") == "1" and _unexpected_skips:
+        terminalreporter.section("skips that are not allowed (RLTEL_NO_SKIPS=1)")
+        for line in _unexpected_skips:
+            terminalreporter.line(line)

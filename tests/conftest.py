@@ -13,7 +13,11 @@ ALLOWED_SKIP_REASONS = ("needs a CUDA device", "needs a GPU")
 _unexpected_skips: list[str] = []
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    pytest_runtest_logreport(report)  # a module-level importorskip skips at collection
+
+
+def pytest_runtest_logreport(report) -> None:
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         if not any(allowed in reason for allowed in ALLOWED_SKIP_REASONS):

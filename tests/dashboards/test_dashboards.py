@@ -15,7 +15,7 @@ from dashboards import build
 from dashboards import catalog as c
 from dashboards.panels import DATASOURCE, DATASOURCE_INPUT, GRID_WIDTH, expressions
 from exporters.prometheus import SELF_METRICS, PrometheusSink
-from exporters.prometheus.naming import metric_name, sample_names
+from exporters.prometheus.naming import sample_names
 from telemetry.config import PrometheusConfig
 from telemetry.snapshot import Counter, Gauge, Histogram
 from tests.dashboards.producers import produced_points, snapshot
@@ -246,7 +246,10 @@ def test_names_follow_the_sink_naming():
     assert c.STALENESS_THETA_AVG.stat("avg") == (
         "ppo_actor_update_version_stats_sample_staleness_theta_avg_avg"
     )
-    assert c.MAX_OVER_IDEAL.name == metric_name("moe_balance/max_over_ideal", "gauge", "1")
+    assert c.MAX_OVER_IDEAL.name == "moe_balance_max_over_ideal_ratio"  # unit 1 -> _ratio
+    assert c.LOAD_PERCENT.name == "moe_balance_load_percent"  # unit % -> _percent, not doubled
+    assert c.SECONDS_RANK_MAX.name == "train_perf_seconds_rank_max_seconds"
+    assert c.SECONDS_SLOWEST_RANK.name == "train_perf_seconds_slowest_rank"
     assert re.fullmatch(c.TIMEPERF_PATTERN, c.TIMEPERF_EXAMPLE.name)
 
 

@@ -1,4 +1,4 @@
-"""The ``rltel`` command: ``rltel demo`` and ``rltel collector``."""
+"""The ``rltel`` command: ``rltel demo``, ``rltel collector`` and ``rltel report``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from telemetry.cli_args import OneLineParser
 COMMANDS = {
     "demo": "run a 2-rank RL training job through the whole pipeline",
     "collector": "run the OTLP/gRPC collector, fanning out to the sinks",
+    "report": "draw figures and an HTML page from runs' TensorBoard event files",
 }
 PYNVML_DEPRECATION = "The pynvml package is deprecated"
 
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         from telemetry.demo_cli import main as demo_main
 
         return demo_main(argv[1:])
+    if command == "report":
+        from telemetry.report.cli import main as report_main
+
+        return report_main(argv[1:])
     from collector.__main__ import main as collector_main
 
     return collector_main(argv[1:])

@@ -76,7 +76,7 @@ def test_module_entry_point_reports_the_same_way(tmp_path: Path):
 def test_rltel_help_lists_each_command_on_one_line():
     result = rltel("--help")
     assert result.returncode == 0, result.stderr
-    for command in ("demo", "collector"):
+    for command in ("demo", "collector", "report"):
         (line,) = [x for x in result.stdout.splitlines() if x.split()[:1] == [command]]
         assert len(line.split()) > 3, line  # the command's summary is on its own line
 

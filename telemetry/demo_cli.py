@@ -3,29 +3,87 @@
 from __future__ import annotations
 
 import argparse
+import socket
+import sys
 from dataclasses import dataclass
 
-from telemetry.cli_args import OneLineParser, port_in_use, positive_int, seconds, tcp_port
+from telemetry.cli_args import MAX_PORT, OneLineParser, port_in_use, positive_int, seconds, tcp_port
 
 PROMETHEUS_HOST = "127.0.0.1"
+DEFAULT_ROLLOUT_WORKERS = 2
+CONNECT_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """What ``rltel demo`` runs."""
+    """What ``rltel demo`` runs.
+
+    ``collector``: start a collector subprocess and send to it over OTLP; ``otlp_endpoint``:
+    send to an already running collector. Either way ``rollout_workers`` separate worker
+    processes generate the rollouts. Neither: the embedded default (in-process sinks).
+    """
 
     ranks: int = 2
     steps: int = 12
     fileroot: str = "runs"
     prometheus_port: int = 9464
     serve_seconds: float = 0.0
+    collector: bool = False
+    otlp_endpoint: str | None = None
+    rollout_workers: int = DEFAULT_ROLLOUT_WORKERS
+    verbose: bool = False
+
+    @property
+    def otlp(self) -> bool:
+        """Whether metrics go over OTLP (a started or a given collector)."""
+        return self.collector or self.otlp_endpoint is not None
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def otlp_endpoint(text: str) -> str:
+    """A collector address ``HOST:PORT`` (no scheme, port 1-65535); IPv6 as ``[::1]:PORT``."""
+    if "://" in text:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT without a scheme, got {text!r}")
+    host, sep, port = text.rpartition(":")
+    if not sep or not host.strip("[]") or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT, e.g. 127.0.0.1:4317, got {text!r}")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise argparse.ArgumentTypeError(
+            f"must be HOST:PORT with an IPv6 host in brackets ([::1]:4317), got {text!r}"
+        )
+    if not port.isdigit() or not 1 <= int(port) <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"port must be 1-{MAX_PORT}, got {text!r}")
+    return text
+
+
+def reachable(endpoint: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """None when a TCP connection to ``endpoint`` opens, else why not."""
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
 
 
 def parser() -> argparse.ArgumentParser:
     """The ``rltel demo`` argument parser: every option has help text and shows its default."""
     result = OneLineParser(
         prog="rltel demo",
-        description="A real multi-rank RL run through the whole pipeline (in-process sinks).",
+        description=(
+            "A real multi-rank RL run through the whole pipeline: in-process sinks by default, "
+            "or over OTLP to a collector (--collector starts one, --otlp-endpoint uses yours)."
+        ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     result.add_argument(
@@ -43,7 +101,8 @@ def parser() -> argparse.ArgumentParser:
         "--prometheus-port",
         type=tcp_port,
         default=DemoOptions.prometheus_port,
-        help=f"port of the Prometheus endpoint on {PROMETHEUS_HOST} (0: any free port)",
+        help=f"port of the Prometheus endpoint on {PROMETHEUS_HOST} (0: any free port); "
+        "with --collector, the collector's",
     )
     result.add_argument(
         "--serve-seconds",
@@ -51,27 +110,79 @@ def parser() -> argparse.ArgumentParser:
         default=DemoOptions.serve_seconds,
         help="keep the Prometheus endpoint up this long after the run",
     )
+    where = result.add_mutually_exclusive_group()
+    where.add_argument(
+        "--collector",
+        action="store_true",
+        help="start an `rltel collector` subprocess on free loopback ports and send to it "
+        "over OTLP (ranks and rollout workers); it fans out to the sinks",
+    )
+    where.add_argument(
+        "--otlp-endpoint",
+        type=otlp_endpoint,
+        metavar="HOST:PORT",
+        help="send over OTLP to the collector already running there (no in-process sinks)",
+    )
+    result.add_argument(
+        "--rollout-workers",
+        type=non_negative_int,
+        metavar="N",
+        help="rollout worker processes that generate with the current policy and export "
+        f"their own streams (with --collector or --otlp-endpoint; default "
+        f"{DEFAULT_ROLLOUT_WORKERS}; 0: the ranks generate)",
+    )
+    result.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print the full metrics table every step instead of the progress bar",
+    )
     return result
 
 
 def parse(argv: list[str] | None = None) -> DemoOptions:
-    """Options from ``argv``; a bad value or a busy port exits 2 with one line on stderr."""
+    """Options from ``argv``; a bad value, a busy port or an unreachable collector exits 2."""
     demo_parser = parser()
     args = demo_parser.parse_args(argv)
-    if port_in_use(PROMETHEUS_HOST, args.prometheus_port):
+    otlp = args.collector or args.otlp_endpoint is not None
+    if args.rollout_workers is not None and not otlp:
+        demo_parser.error(
+            "argument --rollout-workers: needs --collector or --otlp-endpoint"
+            " (the embedded default has no rollout workers)"
+        )
+    if args.otlp_endpoint is None and port_in_use(PROMETHEUS_HOST, args.prometheus_port):
         demo_parser.error(
             f"argument --prometheus-port: port {args.prometheus_port} on {PROMETHEUS_HOST}"
             " is in use (choose another, or 0 for any free port)"
         )
+    if args.otlp_endpoint is not None:
+        why = reachable(args.otlp_endpoint)
+        if why is not None:
+            demo_parser.error(
+                f"argument --otlp-endpoint: no collector accepts connections at "
+                f"{args.otlp_endpoint} ({why}); start one (rltel collector) or use --collector"
+            )
+    workers = DEFAULT_ROLLOUT_WORKERS if args.rollout_workers is None else args.rollout_workers
     return DemoOptions(
-        args.ranks, args.steps, args.fileroot, args.prometheus_port, args.serve_seconds
+        ranks=args.ranks,
+        steps=args.steps,
+        fileroot=args.fileroot,
+        prometheus_port=args.prometheus_port,
+        serve_seconds=args.serve_seconds,
+        collector=args.collector,
+        otlp_endpoint=args.otlp_endpoint,
+        rollout_workers=workers if otlp else 0,
+        verbose=args.verbose,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``rltel demo``: check the arguments, then import torch and spawn the ranks."""
+    """``rltel demo``: check the arguments, then import torch and run."""
     options = parse(argv)
     from telemetry.demo import run_demo
+    from telemetry.demo_collector import CollectorFailed
 
-    run_demo(options)
-    return 0
+    try:
+        return run_demo(options)
+    except CollectorFailed as exc:
+        print(f"rltel demo: error: {exc}", file=sys.stderr)
+        return 1

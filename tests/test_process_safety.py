@@ -195,11 +195,11 @@ def test_sigterm_mid_loop(case: str, repeat: int, tmp_path: Path):
 
 @pytest.mark.parametrize("repeat", range(REPEATS))
 def test_demo_two_steps(repeat: int, tmp_path: Path):
-    args = ["-m", "telemetry.cli", "demo", "--steps", "2", "--prometheus-port", "0"]
+    args = ["-m", "telemetry.cli", "demo", "--steps", "2", "--prometheus-port", "0", "--verbose"]
     result = run_python([*args, "--fileroot", str(tmp_path / "runs")], tmp_path)
     assert_clean(result, 0)
     assert "FutureWarning" not in result.stderr  # third-party warnings stay out of the output
-    assert "── step 1 " in result.stdout
+    assert "── step 1 " in result.stdout  # --verbose: the full table
     for key in ("ppo_actor/update/loss/avg", "train_perf/tokens", "moe_balance/layer_0/"):
         assert key in result.stdout, key
     assert "moe_balance_max_over_ideal_ratio{" in result.stdout  # scraped from the endpoint

@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.rltel-installed
 
-.PHONY: venv system-deps demo test lint format bench clean
+.PHONY: venv system-deps demo test lint format mutation bench clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,12 @@ lint: venv
 format: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# Mutation testing of the core modules (cosmic-ray, in a clone of HEAD): tens of minutes,
+# not part of make test; see docs/development.md for the last scores.
+mutation: venv
+	$(PY) -c "import cosmic_ray" 2>/dev/null || $(PY) -m pip install --quiet "cosmic-ray==8.7.0"
+	bash scripts/mutation
 
 bench: venv
 	$(PY) bench/record_bench.py

@@ -24,10 +24,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import signal
 import socket
+import sys
 import tempfile
-import time
-import urllib.request
+import threading
 from pathlib import Path
 
 import torch
@@ -49,18 +50,13 @@ from telemetry.demo_model import (
     rollout_logp,
     token_logp,
 )
-from telemetry.demo_progress import StepProgress, print_hints
+from telemetry.demo_progress import StepProgress, list_files, print_hints, show_endpoint
 from telemetry.demo_rollout import RolloutLink, load_rollouts, request_rollouts
 
 __all__ = ["DEMO_PEAK_FLOPS_PER_CORE", "DemoOptions", "run_demo", "train_rank"]
 
 EXPERIMENT, TRIAL = "rltel-demo", "trial0"
-SCRAPED = (
-    "train_perf_tokens_per_second{",
-    "moe_balance_max_over_ideal_ratio{",
-    "ppo_actor_train_infer_kl_k3_avg{",
-    "rollout_reward{",
-)
+STOP_TIMEOUT_S = 10.0
 UP_NOTE = "(up while the demo runs; --serve-seconds keeps it up)"
 
 
@@ -217,42 +213,15 @@ def _extra_sinks(options: DemoOptions) -> list | None:
     return [ConsoleSink()]
 
 
-def _scraped(url: str) -> list[str]:
-    """The headline series of one scrape of ``url``."""
-    body = urllib.request.urlopen(url, timeout=10).read().decode()
-    return [line for line in body.splitlines() if line.startswith(SCRAPED)]
-
-
-def _show_endpoint(url: str, serve_seconds: float) -> None:
-    try:
-        lines = _scraped(url)
-    except OSError as exc:
-        print(f"\nPrometheus endpoint {url}: scrape failed ({exc})")
-        return
-    print(f"\nPrometheus endpoint {url} serves, among others:")
-    for line in lines:
-        print("  " + line)
-    if serve_seconds > 0:
-        print(f"serving {url} for {serve_seconds:.0f} s (Ctrl-C stops)", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            time.sleep(serve_seconds)
-
-
 def _finish_embedded(logger, options: DemoOptions) -> None:
     """Rank 0, embedded: scrape its own endpoint, close the sinks, list files, hints."""
     logger.fanout.force_flush(30.0)
     url = next(q.sink.url for q in logger.fanout.queued if q.sink.name == "prometheus")
-    _show_endpoint(url, options.serve_seconds)
+    show_endpoint(url, options.serve_seconds)
     logger.close()
     run_dir = logger.config.run_dir
-    _list_files(run_dir)
+    list_files(run_dir)
     print_hints(run_dir, f"{url} {UP_NOTE}", run_dir / "tb")
-
-
-def _list_files(run_dir: Path) -> None:
-    print(f"\nrun files under {run_dir}:")
-    for path in sorted(run_dir.iterdir()):
-        print(f"  {path}")
 
 
 def _free_port() -> int:
@@ -267,21 +236,50 @@ def run_demo(options: DemoOptions) -> int:
     Embedded, rank 0 reports. Over OTLP this process starts the collector (``--collector``)
     and the rollout workers, spawns the ranks, then stops the workers, scrapes and drains
     the collector (SIGTERM, waited for), and reports. Every process it started has ended
-    when it returns.
+    when it returns or raises (Ctrl-C and SIGTERM included).
     """
+    port = _free_port()
+    with _sigterm_raises():
+        if not options.otlp:
+            _spawn_ranks(options.ranks, (options.ranks, options, port))
+            return 0
+        with tempfile.TemporaryDirectory(prefix="rltel-demo-") as scratch:
+            return _run_otlp(options, port, Path(scratch))
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """SIGTERM raises SystemExit(143) here, so the cleanup of every started process runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _spawn_ranks(nprocs: int, args: tuple) -> None:
+    """Spawn the ranks and wait for them; on any way out, none is left running."""
     import torch.multiprocessing as mp
 
-    port = _free_port()
-    if not options.otlp:
-        mp.spawn(train_rank, args=(options.ranks, options, port), nprocs=options.ranks)
-        return 0
-    with tempfile.TemporaryDirectory(prefix="rltel-demo-") as scratch:
-        return _run_otlp(options, port, Path(scratch))
+    context = mp.spawn(train_rank, args=args, nprocs=nprocs, join=False)
+    try:
+        while not context.join():
+            pass
+    finally:
+        for proc in context.processes:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in context.processes:
+            proc.join(STOP_TIMEOUT_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
 
 
 def _run_otlp(options: DemoOptions, port: int, scratch: Path) -> int:
-    import torch.multiprocessing as mp
-
     from telemetry.demo_collector import DemoCollector
     from telemetry.demo_rollout import start_workers, stop_workers
 
@@ -304,15 +302,13 @@ def _run_otlp(options: DemoOptions, port: int, scratch: Path) -> int:
             endpoint = options.otlp_endpoint
         if options.rollout_workers:
             link, workers = start_workers(options, endpoint, scratch)
-        mp.spawn(
-            train_rank, args=(options.ranks, options, port, endpoint, link), nprocs=options.ranks
-        )
+        _spawn_ranks(options.ranks, (options.ranks, options, port, endpoint, link))
         trained = True
     finally:
         codes = stop_workers(link, workers) if link is not None else []
         if collector is not None:
             if trained and collector.proc.poll() is None:
-                _show_endpoint(collector.metrics_url, options.serve_seconds)
+                show_endpoint(collector.metrics_url, options.serve_seconds)
             code = collector.stop()
             print(f"collector: drained and exited with status {code}", flush=True)
             status = int(code != 0)
@@ -320,7 +316,7 @@ def _run_otlp(options: DemoOptions, port: int, scratch: Path) -> int:
         print(f"rollout workers: exit statuses {codes}", flush=True)
         status = status or int(any(code != 0 for code in codes))
     if collector is not None:
-        _list_files(run_dir)
+        list_files(run_dir)
         print_hints(run_dir, f"{collector.metrics_url} {UP_NOTE}")
     else:
         print_hints(None, None, note=f"FILEROOT: sinks.fileroot of the collector at {endpoint}")

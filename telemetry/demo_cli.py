@@ -186,3 +186,6 @@ def main(argv: list[str] | None = None) -> int:
     except CollectorFailed as exc:
         print(f"rltel demo: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("rltel demo: interrupted; every process it started has ended", file=sys.stderr)
+        return 130

@@ -70,6 +70,7 @@ class DemoCollector:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,  # Ctrl-C stops the demo, which then drains the collector
         )
         self.endpoint, self.metrics_url = "", ""
         self._announced = threading.Event()

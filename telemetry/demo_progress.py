@@ -7,9 +7,11 @@ is printed instead. ``--verbose`` replaces both with the full console table.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,6 +25,13 @@ HEADLINES = (
 )
 FALLBACK_COLUMNS, FALLBACK_ROWS = 120, 24
 MOE_PREFIX, MOE_SUFFIX = "moe_balance/layer_", "/max_over_ideal"
+
+SCRAPED = (
+    "train_perf_tokens_per_second{",
+    "moe_balance_max_over_ideal_ratio{",
+    "ppo_actor_train_infer_kl_k3_avg{",
+    "rollout_reward{",
+)
 
 
 def headline(stats: Mapping[str, Any]) -> str:
@@ -117,3 +126,32 @@ def print_hints(
         lines.append(f"  Prometheus: {prometheus_url}")
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def scraped(url: str) -> list[str]:
+    """The headline series of one scrape of ``url``."""
+    body = urllib.request.urlopen(url, timeout=10).read().decode()
+    return [line for line in body.splitlines() if line.startswith(SCRAPED)]
+
+
+def show_endpoint(url: str, serve_seconds: float) -> None:
+    """Print the headline series the endpoint serves; keep it up ``serve_seconds``."""
+    try:
+        lines = scraped(url)
+    except OSError as exc:
+        print(f"\nPrometheus endpoint {url}: scrape failed ({exc})")
+        return
+    print(f"\nPrometheus endpoint {url} serves, among others:")
+    for line in lines:
+        print("  " + line)
+    if serve_seconds > 0:
+        print(f"serving {url} for {serve_seconds:.0f} s (Ctrl-C stops)", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            time.sleep(serve_seconds)
+
+
+def list_files(run_dir: Path) -> None:
+    """Print what the run left in its directory."""
+    print(f"\nrun files under {run_dir}:")
+    for path in sorted(run_dir.iterdir()):
+        print(f"  {path}")

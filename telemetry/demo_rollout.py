@@ -14,11 +14,14 @@ step, so the collector merges the workers count-weighted into that step.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import signal
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import torch
@@ -26,7 +29,7 @@ import torch
 from telemetry.demo_cli import DemoOptions
 from telemetry.demo_model import BATCH, TinyMoELM, even_reward, generate, rollout_logp
 
-EXPORT_WAIT_S = 60.0
+EXPORT_WAIT_S = 30.0
 REPLY_TIMEOUT_S = 600.0
 
 
@@ -87,6 +90,7 @@ def rollout_worker(worker: int, options: DemoOptions, endpoint: str, link: Rollo
     """A rollout worker process (module-level so that spawn can pickle it)."""
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the demo's main process stops us
     try:
         _serve(worker, options, endpoint, link)
     except BaseException:
@@ -109,7 +113,7 @@ def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) 
     model, generator = TinyMoELM(), torch.Generator().manual_seed(500 + worker)
     exported = 0
     try:
-        while (command := link.commands[worker].get()) is not None:
+        while (command := _next_command(link.commands[worker])) is not None:
             step, version = command
             with stats_tracker.record_timing("generate"):
                 model.load_state_dict(torch.load(link.policy_path, weights_only=True))
@@ -134,6 +138,17 @@ def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) 
             link.replies.put(("ok", worker, step))
     finally:
         logger.close()
+
+
+def _next_command(queue) -> tuple[int, int] | None:
+    """The next (step, version), or None: asked to stop, or the demo's main process is gone."""
+    parent = multiprocessing.parent_process()
+    while True:
+        try:
+            return queue.get(timeout=1.0)
+        except Empty:
+            if parent is not None and not parent.is_alive():
+                return None
 
 
 def _wait_exported(logger, before: int) -> int:
@@ -173,8 +188,8 @@ def start_workers(options: DemoOptions, endpoint: str, scratch: Path) -> tuple[R
     return link, procs
 
 
-def stop_workers(link: RolloutLink, procs: list, timeout_s: float = 60.0) -> list[int | None]:
-    """Tell every worker to finish (its logger flushes), wait, kill stragglers by PID.
+def stop_workers(link: RolloutLink, procs: list, timeout_s: float = 45.0) -> list[int | None]:
+    """Tell every worker to finish (its logger flushes), wait, then end stragglers by PID.
 
     Returns the exit codes (negative: killed by that signal).
     """
@@ -185,6 +200,9 @@ def stop_workers(link: RolloutLink, procs: list, timeout_s: float = 60.0) -> lis
         proc.join(max(0.1, deadline - time.monotonic()))
     for proc in procs:
         if proc.is_alive():
+            proc.terminate()
+            proc.join(5)
+        if proc.is_alive():
             proc.kill()
-            proc.join(10)
+            proc.join()
     return [proc.exitcode for proc in procs]

@@ -46,7 +46,7 @@ class RequestLimits:
 
     max_points_per_request: int = 50_000
     max_decoded_bytes: int = 32 * 1024 * 1024
-    heavy_request_bytes: int = 1024 * 1024
+    heavy_request_bytes: int = 256 * 1024  # 1 MiB let 400 KB floods delay small exports 1-2 s
     heavy_request_points: int = 10_000
     max_heavy_requests: int = 1
     retry_after_s: float = 0.5

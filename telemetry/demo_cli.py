@@ -76,6 +76,14 @@ def reachable(endpoint: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None
         return exc.strerror or type(exc).__name__
 
 
+class _Given(argparse.Action):
+    """Stores the value and notes that the option was given (``<dest>_given``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``rltel demo`` argument parser: every option has help text and shows its default."""
     result = OneLineParser(
@@ -101,8 +109,8 @@ def parser() -> argparse.ArgumentParser:
         "--prometheus-port",
         type=tcp_port,
         default=DemoOptions.prometheus_port,
-        help=f"port of the Prometheus endpoint on {PROMETHEUS_HOST} (0: any free port); "
-        "with --collector, the collector's",
+        help=f"port of the Prometheus endpoint on {PROMETHEUS_HOST}, the demo's own or its "
+        "collector's (0: any free port)",
     )
     result.add_argument(
         "--serve-seconds",
@@ -126,10 +134,11 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument(
         "--rollout-workers",
         type=non_negative_int,
+        default=DEFAULT_ROLLOUT_WORKERS,
+        action=_Given,
         metavar="N",
-        help="rollout worker processes that generate with the current policy and export "
-        f"their own streams (with --collector or --otlp-endpoint; default "
-        f"{DEFAULT_ROLLOUT_WORKERS}; 0: the ranks generate)",
+        help="rollout worker processes that sample with the current policy and export their "
+        "own streams over OTLP (needs a collector; 0: the ranks sample)",
     )
     result.add_argument(
         "--verbose",
@@ -144,7 +153,7 @@ def parse(argv: list[str] | None = None) -> DemoOptions:
     demo_parser = parser()
     args = demo_parser.parse_args(argv)
     otlp = args.collector or args.otlp_endpoint is not None
-    if args.rollout_workers is not None and not otlp:
+    if getattr(args, "rollout_workers_given", False) and not otlp:
         demo_parser.error(
             "argument --rollout-workers: needs --collector or --otlp-endpoint"
             " (the embedded default has no rollout workers)"
@@ -161,7 +170,6 @@ def parse(argv: list[str] | None = None) -> DemoOptions:
                 f"argument --otlp-endpoint: no collector accepts connections at "
                 f"{args.otlp_endpoint} ({why}); start one (rltel collector) or use --collector"
             )
-    workers = DEFAULT_ROLLOUT_WORKERS if args.rollout_workers is None else args.rollout_workers
     return DemoOptions(
         ranks=args.ranks,
         steps=args.steps,
@@ -170,7 +178,7 @@ def parse(argv: list[str] | None = None) -> DemoOptions:
         serve_seconds=args.serve_seconds,
         collector=args.collector,
         otlp_endpoint=args.otlp_endpoint,
-        rollout_workers=workers if otlp else 0,
+        rollout_workers=args.rollout_workers if otlp else 0,
         verbose=args.verbose,
     )
 

@@ -99,6 +99,10 @@ def test_demo_help_shows_every_option_with_help_and_default():
         ("--fileroot FILEROOT", "runs"),
         ("--prometheus-port PROMETHEUS_PORT", "9464"),
         ("--serve-seconds SERVE_SECONDS", "0.0"),
+        ("--collector", "False"),
+        ("--otlp-endpoint HOST:PORT", "None"),
+        ("--rollout-workers N", "2"),
+        ("--verbose", "False"),
     ):
         after = text.split("options:", 1)[1].split(option, 1)[1]
         help_text = after.split(" --", 1)[0]  # up to the next option

@@ -372,7 +372,7 @@ def run_sink_factory(sinks: SinksConfig) -> RunSinks:
     Local directories get ``<experiment>/<trial>`` appended (TensorBoard ``path``, SwanLab
     ``logdir``), so runs never share files; W&B files go under ``fileroot`` as in the logger.
     """
-    from exporters.factory import build_sinks
+    from exporters.registry import BuildContext, build_sinks
 
     def build(experiment: str, trial: str) -> list[Sink]:
         config = sinks.logger_config(experiment, trial)
@@ -387,7 +387,7 @@ def run_sink_factory(sinks: SinksConfig) -> RunSinks:
         config = dataclasses.replace(
             config, tensorboard=tensorboard, swanlab=swanlab, prometheus=prometheus
         )
-        return build_sinks(config, swanlab_process=True)
+        return build_sinks(config, BuildContext(swanlab_process=True))
 
     return build
 

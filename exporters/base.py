@@ -44,16 +44,44 @@ class Sink(ABC):
 class RunSink(Sink):
     """A sink that owns one run or event file, finished exactly once by ``shutdown``.
 
-    Subclasses set ``self._lock`` and ``self._closed = False`` in ``__init__`` and implement
-    :meth:`_finish`; exports check ``self._closed`` under the same lock.
+    Subclasses set ``self._lock`` and ``self._closed = False`` in ``__init__``, say whether
+    they write at all (:meth:`_active`, False when disabled by their config) and implement
+    :meth:`_write` and :meth:`_finish`. ``export`` owns the guard: a disabled sink succeeds
+    without writing, a closed one answers PERMANENT_FAILURE, and a failed write is logged
+    and answered FAILURE.
     """
 
     _lock: threading.Lock
     _closed: bool
 
     @abstractmethod
+    def _active(self) -> bool:
+        """True when this sink writes (its run or file is open or was opened)."""
+
+    @abstractmethod
+    def _write(self, snapshot: Snapshot) -> None:
+        """Write one snapshot (called under the lock, only while open)."""
+
+    @abstractmethod
     def _finish(self) -> None:
         """Finish the run or close the file (called once, under the lock)."""
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        """Write one snapshot; FAILURE (logged) when the write fails."""
+        del timeout_s
+        with self._lock:
+            if self._closed:
+                return ExportResult.PERMANENT_FAILURE
+            if not self._active():
+                return ExportResult.SUCCESS
+            try:
+                self._write(snapshot)
+            except Exception:
+                logging.getLogger(type(self).__module__).exception(
+                    "%s: writing the %s snapshot failed", self.name, snapshot.stream
+                )
+                return ExportResult.FAILURE
+        return ExportResult.SUCCESS
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Finish the run so its files are complete; safe to call twice."""
@@ -82,6 +110,8 @@ class InMemorySink(Sink):
 
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
         with self._lock:
+            if self.shut_down:
+                return ExportResult.PERMANENT_FAILURE
             self._snapshots.append(snapshot)
         return ExportResult.SUCCESS
 

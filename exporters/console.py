@@ -15,10 +15,11 @@ from typing import TextIO
 
 from exporters.base import ExportResult, Sink
 from exporters.moe_tables import flat_without_experts
+from exporters.registry import SinkFactory
 from telemetry.config import ConsoleConfig
 from telemetry.snapshot import Snapshot
 
-__all__ = ["ConsoleSink", "format_table"]
+__all__ = ["FACTORY", "ConsoleSink", "format_table"]
 
 _GAP = "  │ "
 _MIN_KEY = 12
@@ -39,8 +40,12 @@ class ConsoleSink(Sink):
         self.width = (config or ConsoleConfig()).width
         self._stream = stream
         self._lock = threading.Lock()
+        self._closed = False
 
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        """Print one snapshot; PERMANENT_FAILURE once shut down or on a broken stream."""
+        if self._closed:
+            return ExportResult.PERMANENT_FAILURE
         width = self.width or shutil.get_terminal_size((120, 24)).columns
         stream = self._stream or sys.stdout
         try:
@@ -50,6 +55,11 @@ class ConsoleSink(Sink):
         except (OSError, ValueError):  # closed or broken stream: nothing to retry
             return ExportResult.PERMANENT_FAILURE
         return ExportResult.SUCCESS
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop printing (standard output is not ours to close); safe to call twice."""
+        del timeout_s
+        self._closed = True
 
 
 def format_table(snapshot: Snapshot, width: int) -> str:
@@ -97,3 +107,10 @@ def _format_value(value: float) -> str:
     if math.isfinite(value) and value == int(value) and abs(value) < 1e12:
         return str(int(value))
     return f"{value:.4g}"
+
+
+FACTORY = SinkFactory(
+    "console",
+    enabled=lambda config: config.console.enabled,
+    create=lambda config, context: ConsoleSink(config.console),
+)

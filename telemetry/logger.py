@@ -94,13 +94,13 @@ class StatsLogger:
         if otlp.endpoint:
             self.transport = self._make_transport(transport_options or {})
         if sinks is None and not otlp.endpoint:
-            from exporters.factory import build_sinks
+            from exporters.registry import BuildContext, build_sinks
 
-            sinks = build_sinks(
-                self.config,
+            context = BuildContext(
                 run_name_suffix=None if role == "trainer" else _STREAMS[role],
                 experiment=self.experiment_config,
             )
+            sinks = build_sinks(self.config, context)
         if sinks:
             from exporters.fanout import FanOut
 

@@ -7,8 +7,16 @@ from exporters.prometheus.sink import (
     FanOutCollector,
     PrometheusSink,
 )
+from exporters.registry import SinkFactory
+
+FACTORY = SinkFactory(
+    "prometheus",
+    enabled=lambda config: config.prometheus.enabled,
+    create=lambda config, context: PrometheusSink(config.prometheus),
+)
 
 __all__ = [
+    "FACTORY",
     "FANOUT_METRICS",
     "SELF_METRICS",
     "FanOutCollector",

@@ -100,7 +100,9 @@ class PrometheusSink(Sink):
         self.registry.register(collector)
 
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
-        """Fold ``snapshot`` into the exposed series; never raises."""
+        """Fold ``snapshot`` into the exposed series; never raises (closed: PERMANENT)."""
+        if self._closed:
+            return ExportResult.PERMANENT_FAILURE
         try:
             with self._lock:
                 self._store.apply(snapshot)

@@ -1,6 +1,18 @@
 """The SwanLab sinks; ``swanlab`` itself is imported only when a sink is built."""
 
+from exporters.registry import BuildContext, SinkFactory
 from exporters.swanlab.process import SwanlabProcessSink
 from exporters.swanlab.sink import SwanlabSink
+from telemetry.config import StatsLoggerConfig
 
-__all__ = ["SwanlabProcessSink", "SwanlabSink"]
+
+def _create(config: StatsLoggerConfig, context: BuildContext) -> SwanlabSink | SwanlabProcessSink:
+    sink = SwanlabProcessSink if context.swanlab_process else SwanlabSink
+    return sink(config, context.experiment)
+
+
+FACTORY = SinkFactory(
+    "swanlab", enabled=lambda config: config.swanlab.mode != "disabled", create=_create
+)
+
+__all__ = ["FACTORY", "SwanlabProcessSink", "SwanlabSink"]

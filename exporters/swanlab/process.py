@@ -67,7 +67,9 @@ class SwanlabProcessSink(Sink):
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
         """Send one snapshot to the child; FAILURE when it is gone or answers too late."""
         with self._lock:
-            if self._closed or not self._process.is_alive():
+            if self._closed:
+                return ExportResult.PERMANENT_FAILURE
+            if not self._process.is_alive():
                 return ExportResult.FAILURE
             self._seq += 1
             try:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from exporters.base import ExportResult, RunSink
+from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig, public_dict
@@ -93,22 +93,14 @@ class SwanlabSink(RunSink):
         """The run's local directory (``backup.swanlab``, ``files/``), or None."""
         return None if self._run is None else self._run.public.run_dir
 
-    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
-        """Log one snapshot; FAILURE (logged) when SwanLab raises, never an exception."""
-        del timeout_s
-        with self._lock:
-            if self._run is None and not self._closed:
-                return ExportResult.SUCCESS
-            if self._closed:
-                return ExportResult.FAILURE
-            data = snapshot.flat()
-            if not data:
-                return ExportResult.SUCCESS
-            try:
-                infos = self._run.log(data, step=self._steps.step_of(snapshot))
-            except Exception:
-                logger.exception("swanlab: logging %s snapshot failed", snapshot.stream)
-                return ExportResult.FAILURE
+    def _active(self) -> bool:
+        return self._run is not None
+
+    def _write(self, snapshot: Snapshot) -> None:
+        data = snapshot.flat()
+        if not data:
+            return
+        infos = self._run.log(data, step=self._steps.step_of(snapshot))
         repeated = sum(1 for info in (infos or {}).values() if getattr(info, "is_error", False))
         if repeated:
             self.duplicates += repeated
@@ -118,7 +110,6 @@ class SwanlabSink(RunSink):
                 snapshot.stream,
                 None if snapshot.step is None else snapshot.step.global_step,
             )
-        return ExportResult.SUCCESS
 
     def _finish(self) -> None:
         """Finish the run so its files are complete (and the process may open another)."""

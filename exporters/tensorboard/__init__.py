@@ -1,5 +1,12 @@
 """The TensorBoard sink; ``tensorboard`` itself is imported only when a sink is built."""
 
+from exporters.registry import SinkFactory
 from exporters.tensorboard.sink import TensorBoardSink
 
-__all__ = ["TensorBoardSink"]
+FACTORY = SinkFactory(
+    "tensorboard",
+    enabled=lambda config: config.tensorboard.path is not None,
+    create=lambda config, context: TensorBoardSink(config),
+)
+
+__all__ = ["FACTORY", "TensorBoardSink"]

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from exporters.base import ExportResult, RunSink
+from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import flat_without_experts, is_expert_point
 from exporters.steps import StreamSteps
@@ -65,20 +65,8 @@ class TensorBoardSink(RunSink):
         self.logdir = writable_dir(config.tensorboard.path)
         self._writer = EventFileWriter(self.logdir, max_queue_size=1000, flush_secs=flush_secs)
 
-    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
-        """Queue one snapshot's events; FAILURE (logged) when the writer fails or is closed."""
-        del timeout_s
-        with self._lock:
-            if self._writer is None:
-                return ExportResult.SUCCESS
-            if self._closed:
-                return ExportResult.FAILURE
-            try:
-                self._write(snapshot)
-            except Exception:
-                logger.exception("tensorboard: writing %s snapshot failed", snapshot.stream)
-                return ExportResult.FAILURE
-        return ExportResult.SUCCESS
+    def _active(self) -> bool:
+        return self._writer is not None
 
     def _write(self, snapshot: Snapshot) -> None:
         values = [

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from exporters.base import ExportResult, RunSink
+from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
 from exporters.steps import StreamSteps
@@ -127,20 +127,10 @@ class WandbSink(RunSink):
         """The run's local directory (where ``run-<id>.wandb`` lives), or None when disabled."""
         return None if self._run is None else os.path.dirname(self._run.dir)
 
-    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
-        """Log one snapshot; FAILURE (logged) when W&B raises, never an exception."""
-        del timeout_s
-        with self._lock:
-            if self._run is None or self._closed:
-                return ExportResult.SUCCESS if self._run is None else ExportResult.FAILURE
-            try:
-                self._log(snapshot)
-            except Exception:
-                logger.exception("wandb: logging %s snapshot failed", snapshot.stream)
-                return ExportResult.FAILURE
-        return ExportResult.SUCCESS
+    def _active(self) -> bool:
+        return self._run is not None
 
-    def _log(self, snapshot: Snapshot) -> None:
+    def _write(self, snapshot: Snapshot) -> None:
         stream = snapshot.stream
         axis = step_metric(stream)
         data: dict[str, Any] = dict(flat_without_experts(snapshot))

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from exporters.base import ExportResult, InMemorySink, Sink
-from exporters.factory import build_sinks, enabled_sinks
 from exporters.fanout import FanOut, QueuedSink
+from exporters.registry import build_sinks, enabled_sinks
 from telemetry.config import load_config
 from telemetry.snapshot import Gauge, Snapshot, Step
 

@@ -144,7 +144,8 @@ def test_one_run_per_process_is_enforced(tmp_path):
 
 
 def sink_closed_export_fails(sink: SwanlabSink) -> bool:
-    return sink.export(Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1))) is ExportResult.FAILURE
+    snapshot = Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1))
+    return sink.export(snapshot) is ExportResult.PERMANENT_FAILURE  # closed: never retried
 
 
 def test_unwritable_logdir_fails_at_construction(tmp_path):

@@ -158,7 +158,7 @@ def test_unwritable_path_fails_at_construction_and_closed_sink_fails_export(tmp_
     sink = make_sink(tmp_path / "tb")
     sink.shutdown()
     snap = Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1))
-    assert sink.export(snap) is ExportResult.FAILURE
+    assert sink.export(snap) is ExportResult.PERMANENT_FAILURE
 
 
 def test_disabled_without_path_is_a_no_op():

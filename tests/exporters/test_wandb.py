@@ -243,10 +243,10 @@ def test_unwritable_fileroot_fails_at_construction(tmp_path):
         WandbSink(config)
 
 
-def test_export_after_shutdown_is_a_failure_not_an_exception(tmp_path):
+def test_export_after_shutdown_is_a_permanent_failure_not_an_exception(tmp_path):
     sink = WandbSink(make_config(tmp_path))
     sink.shutdown()
-    assert sink.export(Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1))) is ExportResult.FAILURE
+    assert sink.export(Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1))) is ExportResult.PERMANENT_FAILURE
 
 
 def test_expert_table_longer_than_wandb_limit_is_split_by_layer(tmp_path, monkeypatch):

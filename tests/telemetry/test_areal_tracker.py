@@ -94,6 +94,7 @@ def test_record_timing_is_timeperf_key_in_any_scope_and_any_tracker():
     with stats_tracker.get("rollout").record_timing("generate"):
         pass
     out = stats_tracker.export_all()
+    spread = ("rank_min", "rank_max", "slowest_rank")  # rltel's straggler view of timings
     assert set(out) == {
         "timeperf/train_step",
         "timeperf/train_step__count",
@@ -101,6 +102,7 @@ def test_record_timing_is_timeperf_key_in_any_scope_and_any_tracker():
         "timeperf/generate__count",
         "ppo_actor/update/grad_norm",
         "ppo_actor/update/grad_norm__count",
+        *(f"timeperf/{name}/{s}" for name in ("train_step", "generate") for s in spread),
     }
     timing = next(p for p in out.points if p.key == "timeperf/train_step")
     assert timing.unit == "s"

@@ -219,12 +219,13 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
     from tests.distributed import free_port
 
     port, token = free_port(), tmp_path / "token"
-    sink = InMemorySink()
+    sinks: list[InMemorySink] = []  # one per collector: stopping one shuts its sink down
 
     def collector(expected: str) -> CollectorServer:
         token.write_text(expected + "\n")
         config = from_dict({"receiver": {"port": port}, "auth": {"token_file": str(token)}})
-        server = CollectorServer(config, Pipeline([sink], None, config.limits))
+        sinks.append(InMemorySink())
+        server = CollectorServer(config, Pipeline([sinks[-1]], None, config.limits))
         server.start()
         return server
 
@@ -251,7 +252,7 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
         errors = [r for r in caplog.records if "refused our credentials" in r.getMessage()]
         assert len(errors) == 1 and errors[0].levelno == logging.ERROR  # one per minute
         assert "UNAUTHENTICATED" in errors[0].getMessage() and "old-token" not in caplog.text
-        assert sink.snapshots == []
+        assert sinks[0].snapshots == []
         server.stop(5)
         server = collector("old-token")  # the operator puts the right token back
         deadline = time.monotonic() + 10
@@ -262,7 +263,7 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
     finally:
         transport.close(1.0)
         server.stop(5)
-    assert [s.step.global_step for s in sink.snapshots] == list(range(30))  # all, in order
+    assert [s.step.global_step for s in sinks[1].snapshots] == list(range(30))  # all, in order
     health = transport.health()
     assert health["points_exported"] == 90 and health["points_dropped"] == 0
     assert len(spool) == 0

@@ -30,13 +30,13 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.config import LimitsConfig, from_dict
-from collector.decode import Decoder
 from collector.pipeline import Pipeline, run_sink_factory
 from collector.server import SERVICE, CollectorServer
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
-from telemetry.encode import encode
-from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.otlp.decode import Decoder
+from telemetry.otlp.encode import encode
 
 RESOURCE = (("rltel.experiment", "bench"), ("rltel.trial", "t"), ("rltel.role", "trainer"))
 

@@ -49,8 +49,8 @@ from collector.server import PUSHBACK_KEY, SERVICE, CollectorServer
 from exporters.base import ExportResult, Sink
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
-from telemetry.encode import encode
-from telemetry.snapshot import Gauge, Snapshot
+from telemetry.model.snapshot import Gauge, Snapshot
+from telemetry.otlp.encode import encode
 
 METHOD = f"/{SERVICE}/Export"
 TAG, SENT = "bench/request_seq", "bench/points_sent"

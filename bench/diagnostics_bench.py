@@ -31,7 +31,7 @@ from telemetry.metrics import train_infer
 from telemetry.metrics.advantages import record_advantage_fractions
 from telemetry.metrics.staleness import record_version_stats
 from telemetry.metrics.train_infer import record_train_infer
-from telemetry.tracker import DistributedStatsTracker
+from telemetry.record.tracker import DistributedStatsTracker
 
 MiB = 1 << 20
 

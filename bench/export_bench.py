@@ -1,7 +1,7 @@
 """OTLP export path: encode + gRPC export throughput, and StatsLogger.commit latency.
 
 Throughput: one snapshot of 5,000 gauges, and one of 5,000 histograms with 16 buckets,
-encoded (``telemetry.encode``) and sent with ``OTLPMetricExporter`` to a real OTLP/gRPC
+encoded (``telemetry.otlp.encode``) and sent with ``OTLPMetricExporter`` to a real OTLP/gRPC
 receiver on 127.0.0.1 (requests of at most 5,000 points). Baseline: the protobuf
 serialisation alone of the same ``MetricsData`` (``encode_metrics`` + ``SerializeToString``),
 the cost any OTLP exporter pays for these points.
@@ -27,9 +27,9 @@ import numpy as np
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
-from telemetry.encode import encode
 from telemetry.logger import StatsLogger
-from telemetry.snapshot import Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Histogram, Snapshot, Step
+from telemetry.otlp.encode import encode
 from tests.telemetry.otlp_receiver import Receiver
 
 POINTS, BUCKETS, ROUNDS, COMMITS = 5000, 16, 5, 500

@@ -29,7 +29,7 @@ from prometheus_client import Histogram as PHistogram
 
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
-from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 
 HISTOGRAMS, GAUGES, COUNTERS, LAYERS, EXPERTS, BUCKETS = 200, 400, 50, 48, 64, 16
 ITERATIONS, WARMUP = 20, 3

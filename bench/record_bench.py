@@ -86,7 +86,7 @@ def timed(fn, *args) -> tuple[float, float]:
 
 def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
     from telemetry import stats_tracker
-    from telemetry.reduce import collectives_issued
+    from telemetry.record.reduce import collectives_issued
 
     torch.set_num_threads(1)
     batches = make_step()

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from exporters.tensorboard import TensorBoardSink
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
-from telemetry.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Snapshot, Step
 
 LAYERS, EXPERTS = 48, 64
 RLTEL = Path(sys.executable).with_name("rltel")

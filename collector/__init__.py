@@ -5,10 +5,10 @@ imports torch.
 """
 
 from collector.config import CollectorConfig, default_config, load
-from collector.decode import Decoder, DecodeResult
 from collector.merge import RolloutMerger
 from collector.pipeline import Pipeline
 from collector.server import CollectorServer
+from telemetry.otlp.decode import Decoder, DecodeResult
 
 __all__ = [
     "CollectorConfig",

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 
 from collector.config import default_config, load, to_yaml
-from telemetry.errors import ConfigError
+from telemetry.model.errors import ConfigError
 
 
 def main(argv: Sequence[str] | None = None) -> int:

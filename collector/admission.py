@@ -16,8 +16,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from telemetry.errors import ConfigError
-from telemetry.snapshot import Histogram, Snapshot
+from telemetry.model.errors import ConfigError
+from telemetry.model.snapshot import Histogram, Snapshot
 
 PARSE_EXPANSION = 16
 POINT_BYTES = 232  # a point object, its value and metric name, its slot in the snapshot

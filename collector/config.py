@@ -31,7 +31,7 @@ from telemetry.config import (
     public_dict,
 )
 from telemetry.config_read import FieldRule, read_section, validate
-from telemetry.errors import ConfigError
+from telemetry.model.errors import ConfigError
 
 ROOT = "collector"
 OptStr = StrictStr | None

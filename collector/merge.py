@@ -1,7 +1,7 @@
 """Merge the rollout/eval windows of many workers and attach them to the next training step.
 
 AReaL's RolloutController rule, applied to the windows the collector decoded (each worker's
-cumulative series already turned into deltas by :mod:`collector.temporality`): for every
+cumulative series already turned into deltas by :mod:`telemetry.otlp.temporality`): for every
 key, ``sum(value * count) / sum(count)`` over all workers and windows since the last
 training step. Per point type:
 
@@ -26,9 +26,18 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from telemetry.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model import names
+from telemetry.model.snapshot import (
+    Attributes,
+    Counter,
+    Gauge,
+    Histogram,
+    Snapshot,
+    StatReduce,
+    Step,
+)
 
-RUN_ATTRIBUTES = ("rltel.experiment", "rltel.trial")
+RUN_ATTRIBUTES = (names.EXPERIMENT, names.TRIAL)
 PER_PROCESS_PREFIX = "rltel/"  # a sender's own health (rltel/otlp/...): never merged
 
 
@@ -117,7 +126,7 @@ class RolloutMerger:
             points = [self._point(stream, key, window) for key, window in windows.items()]
             points = [p for p in points if p is not None]
             if points:
-                resource = (*self._resource, ("rltel.role", stream), ("rltel.stream", stream))
+                resource = (*self._resource, (names.ROLE, stream), (names.STREAM, stream))
                 out.append(Snapshot(tuple(points), step, resource, self._latest_ns, stream))
         self._windows = {}
         return out

@@ -31,13 +31,14 @@ from pathlib import Path
 
 from collector.admission import Hold, MemoryBudget, RequestLimits, decoded_bytes, request_points
 from collector.config import LimitsConfig, SinksConfig
-from collector.decode import Decoder, DecodeResult
 from collector.merge import RolloutMerger
-from collector.otlp import LabelLimits, attributes
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
 from exporters.prometheus import PrometheusSink
-from telemetry.snapshot import Snapshot
+from telemetry.model import names
+from telemetry.model.snapshot import Snapshot
+from telemetry.otlp.decode import Decoder, DecodeResult
+from telemetry.otlp.values import LabelLimits, attributes
 
 logger = logging.getLogger(__name__)
 
@@ -221,21 +222,21 @@ class Pipeline:
             return
         for resource_metrics in request.resource_metrics:
             resource = dict(attributes(resource_metrics.resource.attributes))
-            if "rltel.experiment" in resource:
-                trial = str(resource.get("rltel.trial", "default"))
-                self._run(str(resource["rltel.experiment"]), trial)
+            if names.EXPERIMENT in resource:
+                trial = str(resource.get(names.TRIAL, "default"))
+                self._run(str(resource[names.EXPERIMENT]), trial)
 
     def _targets(self, snapshot: Snapshot) -> tuple[int, _Run | None, int]:
         """Snapshots this one puts in the shared queues, its run, and in the run's queues."""
         shared = 1 if snapshot.points else 0
-        experiment = snapshot.resource_value("rltel.experiment")
+        experiment = snapshot.resource_value(names.EXPERIMENT)
         if experiment is None or self._run_sinks is None:
             return shared, None, 0
-        trial = str(snapshot.resource_value("rltel.trial", "default"))
+        trial = str(snapshot.resource_value(names.TRIAL, "default"))
         run = self._runs.get((str(experiment), trial))
         if run is None or snapshot.stream in STREAMS_MERGED:
             return shared, run, 0
-        if str(snapshot.resource_value("rltel.rank", 0)) != "0":
+        if str(snapshot.resource_value(names.RANK, 0)) != "0":
             return shared, run, 0
         released = len(STREAMS_MERGED) if snapshot.step is not None else 0
         return shared, run, (1 if snapshot.points else 0) + released
@@ -271,10 +272,10 @@ class Pipeline:
     ) -> None:
         if snapshot.points:
             self.shared.export(snapshot, charge, reservations.get(id(self.shared)))
-        experiment = snapshot.resource_value("rltel.experiment")
+        experiment = snapshot.resource_value(names.EXPERIMENT)
         if experiment is None or self._run_sinks is None:
             return
-        run = self._run(str(experiment), str(snapshot.resource_value("rltel.trial", "default")))
+        run = self._run(str(experiment), str(snapshot.resource_value(names.TRIAL, "default")))
         if run is None:
             return
         reservation = reservations.get(id(run.fanout))
@@ -282,7 +283,7 @@ class Pipeline:
             if snapshot.stream in STREAMS_MERGED:
                 run.merger.add(snapshot)
                 return
-            if str(snapshot.resource_value("rltel.rank", 0)) != "0":
+            if str(snapshot.resource_value(names.RANK, 0)) != "0":
                 return
             if snapshot.points:
                 run.fanout.export(snapshot, charge, reservation)

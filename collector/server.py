@@ -49,7 +49,6 @@ from collector.admission import (
     request_points,
 )
 from collector.config import CollectorConfig
-from collector.otlp import LabelLimits
 from collector.pipeline import (
     Closed,
     Expired,
@@ -61,6 +60,7 @@ from collector.pipeline import (
 )
 from collector.selfmetrics import FAMILIES, SelfMetrics
 from exporters.prometheus import PrometheusSink
+from telemetry.otlp.values import LabelLimits
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class CollectorServer:
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
         request_limits: per-request bounds and the heavy-request gate (default: the
             given pipeline's, or :class:`~collector.admission.RequestLimits` defaults).
-        label_limits: name and label bounds (:class:`~collector.otlp.LabelLimits`) of
+        label_limits: name and label bounds (:class:`~telemetry.otlp.values.LabelLimits`) of
             the pipeline built here.
 
     Raises:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from exporters.prometheus.naming import Kind, histogram_gauge_names, metric_name
 from telemetry.logger import CLOSED_METRIC, STEP_METRIC
-from telemetry.snapshot import Attributes, StatReduce
+from telemetry.model.snapshot import Attributes, StatReduce
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +102,7 @@ TOTAL_FLOPS = Metric("train_perf/total_estimated_flops", "counter", "{flop}")
 TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge", "s")
 TIMEPERF_PATTERN = "timeperf_.+"
 
-# The straggler view (telemetry.rank_spread): <key>/rank_min, rank_max, slowest_rank.
+# The straggler view (telemetry.record.rank_spread): <key>/rank_min, rank_max, slowest_rank.
 SECONDS_RANK_MIN = Metric("train_perf/seconds/rank_min", "gauge", "s")
 SECONDS_RANK_MAX = Metric("train_perf/seconds/rank_max", "gauge", "s")
 SECONDS_SLOWEST_RANK = Metric("train_perf/seconds/slowest_rank", "gauge")

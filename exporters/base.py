@@ -7,7 +7,7 @@ import threading
 from abc import ABC, abstractmethod
 from enum import Enum
 
-from telemetry.snapshot import Snapshot
+from telemetry.model.snapshot import Snapshot
 
 
 class ExportResult(Enum):

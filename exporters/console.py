@@ -17,7 +17,8 @@ from exporters.base import ExportResult, Sink
 from exporters.moe_tables import flat_without_experts
 from exporters.registry import SinkFactory
 from telemetry.config import ConsoleConfig
-from telemetry.snapshot import Snapshot
+from telemetry.model import names
+from telemetry.model.snapshot import Snapshot
 
 __all__ = ["FACTORY", "ConsoleSink", "format_table"]
 
@@ -91,8 +92,8 @@ def _header(snapshot: Snapshot) -> str:
         step = snapshot.step
         parts.append(f"step {step.global_step} (epoch {step.epoch}, epoch step {step.epoch_step})")
     parts.append(snapshot.stream)
-    role = snapshot.resource_value("rltel.role")
-    worker = snapshot.resource_value("rltel.worker_id")
+    role = snapshot.resource_value(names.ROLE)
+    worker = snapshot.resource_value(names.WORKER_ID)
     if role is not None:
         parts.append(str(role) + (f" {worker}" if worker is not None else ""))
     parts.append(snapshot.run_id)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from exporters.base import ExportResult, Sink
-from telemetry.snapshot import Snapshot
+from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 

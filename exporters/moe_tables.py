@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from telemetry.snapshot import Counter, Gauge, Point, Snapshot
+from telemetry.model.snapshot import Counter, Gauge, Point, Snapshot
 
 MOE_PREFIX = "moe_balance/"
 EXPERT_COLUMNS = ("tokens", "load_percent")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from telemetry.snapshot import Snapshot
+from telemetry.model.snapshot import Snapshot
 
 
 class StreamSteps:

@@ -11,9 +11,9 @@ from typing import Any
 __all__ = ["ReduceType", "Snapshot", "Stats", "StatsLogger", "stats_tracker"]
 
 _LAZY = {
-    "ReduceType": ("telemetry.tracker", "ReduceType"),
-    "Snapshot": ("telemetry.snapshot", "Snapshot"),
-    "Stats": ("telemetry.snapshot", "Stats"),
+    "ReduceType": ("telemetry.record.tracker", "ReduceType"),
+    "Snapshot": ("telemetry.model.snapshot", "Snapshot"),
+    "Stats": ("telemetry.model.snapshot", "Stats"),
     "StatsLogger": ("telemetry.logger", "StatsLogger"),
     "stats_tracker": ("telemetry.stats_tracker", None),
 }

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = _parser().parse_args(argv[:1]).command
     if command == "demo":
-        from telemetry.demo_cli import main as demo_main
+        from telemetry.demo.cli import main as demo_main
 
         return demo_main(argv[1:])
     if command == "report":

@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field, SecretStr, StrictBool, StrictFloat, Stri
 from pydantic.dataclasses import dataclass
 
 from telemetry.config_read import SECRET_KEYS, FieldRule, read_section, to_plain, validate
-from telemetry.errors import ConfigError
+from telemetry.model.errors import ConfigError
 
 __all__ = [
     "AREAL_IGNORED",

@@ -5,7 +5,7 @@ dataclass instance (read by attributes) or AReaL's whole experiment config. Ever
 becomes plain data with ``${...}`` interpolations resolved by OmegaConf, as AReaL resolves
 them (an unresolvable one is an error naming its key and the reference). :func:`validate`
 then builds a schema class (a frozen pydantic dataclass) and turns pydantic's errors into
-one :class:`~telemetry.errors.ConfigError` naming each full key, the value and what was
+one :class:`~telemetry.model.errors.ConfigError` naming each full key, the value and what was
 expected.
 """
 
@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from telemetry.errors import ConfigError
+from telemetry.model.errors import ConfigError
 
 __all__ = ["FieldRule", "read_section", "resolve", "to_plain", "validate"]
 

@@ -30,7 +30,7 @@ from pydantic.dataclasses import dataclass
 
 from telemetry.config import SCHEMA
 from telemetry.config_read import read_section, validate
-from telemetry.errors import ConfigError
+from telemetry.model.errors import ConfigError
 
 
 @dataclass(frozen=True, config=SCHEMA)

@@ -1,6 +1,6 @@
 """StatsLogger: AReaL's ``commit(epoch, epoch_step, global_step, data)`` on rltel's pipeline.
 
-One commit becomes one :class:`~telemetry.snapshot.Snapshot` per step. With
+One commit becomes one :class:`~telemetry.model.snapshot.Snapshot` per step. With
 ``otlp.endpoint`` set it goes to the background OTLP transport (the collector fans it out);
 without one (the embedded default) it is handed to the in-process sinks through
 :class:`exporters.fanout.FanOut`. Either way ``commit`` returns without waiting on a
@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
-from telemetry.encode import Batch
-from telemetry.errors import ConfigError, InvalidValueError
+from telemetry.model import names
+from telemetry.model.errors import ConfigError, InvalidValueError
+from telemetry.model.snapshot import Gauge, Point, Snapshot, Stats, Step
+from telemetry.otlp.encode import Batch
 from telemetry.progress import progress_line
-from telemetry.snapshot import Gauge, Point, Snapshot, Stats, Step
-from telemetry.typed_keys import points_for
+from telemetry.record.typed_keys import points_for
 
 __all__ = ["CLOSED_METRIC", "ROLES", "STEP_METRIC", "StatsLogger"]
 
@@ -54,7 +55,7 @@ class StatsLogger:
         worker_id: the rollout/eval worker's id (resource attribute ``rltel.worker_id``).
         sinks: in-process sinks; default: those ``config`` enables. With an OTLP endpoint
             only explicitly given sinks run in-process, beside the transport.
-        transport_options: extra :class:`~telemetry.transport.OtlpTransport` arguments
+        transport_options: extra :class:`~exporters.otlp.transport.OtlpTransport` arguments
             (backoff, spool timing).
 
     Raises:
@@ -125,19 +126,19 @@ class StatsLogger:
     def _resource(self, worker_id: str | int | None) -> tuple[tuple[str, Any], ...]:
         resource: list[tuple[str, Any]] = [
             ("service.name", "rltel"),
-            ("rltel.experiment", self.config.experiment_name),
-            ("rltel.trial", self.config.trial_name),
-            ("rltel.role", self.role),
-            ("rltel.rank", self.rank),
+            (names.EXPERIMENT, self.config.experiment_name),
+            (names.TRIAL, self.config.trial_name),
+            (names.ROLE, self.role),
+            (names.RANK, self.rank),
         ]
         if worker_id is not None:
-            resource.append(("rltel.worker_id", str(worker_id)))
+            resource.append((names.WORKER_ID, str(worker_id)))
         resource.append(("host.name", socket.gethostname()))
         return tuple(resource)
 
     def _make_transport(self, options: Mapping[str, Any]):
-        from telemetry.spool import Spool
-        from telemetry.transport import OtlpTransport
+        from exporters.otlp.spool import Spool
+        from exporters.otlp.transport import OtlpTransport
 
         otlp = self.config.otlp
         name = self.role if self.role == "trainer" else f"{self.role}-{self.resource_id}"
@@ -166,7 +167,7 @@ class StatsLogger:
     def resource_id(self) -> str:
         """The worker id, or the rank when there is none."""
         for name, value in self.resource:
-            if name == "rltel.worker_id":
+            if name == names.WORKER_ID:
                 return str(value)
         return str(self.rank)
 

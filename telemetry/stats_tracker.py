@@ -14,26 +14,23 @@ AReaL's module surface, name for name: ``DEFAULT_TRACKER``, ``TRACKERS``, ``LOCK
 ``MOE_AUX_LOSSES``, ``ReduceType``, ``DistributedStatsTracker``, ``get(name="")``,
 ``stat``, ``denominator``, ``scalar``, ``scope``, ``scope_func_wrapper``, ``disable_scope``,
 ``record_timing`` (always ``timeperf/<key>``), ``export`` and ``export_all``. Every export's
-typed points are remembered by key (:mod:`telemetry.typed_keys`), so a plain dict merged
+typed points are remembered by key (:mod:`telemetry.record.typed_keys`), so a plain dict merged
 from exports commits with the same histograms, counters and units as the typed one.
 """
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 import torch.distributed as dist
 
-from telemetry import rank_spread, typed_keys
-from telemetry.areal_tracker import DistributedStatsTracker
-from telemetry.errors import KeyMismatchError
-from telemetry.reduce import State, reduce_with_spread
-from telemetry.snapshot import Point, Stats
-from telemetry.source import StateSource
-from telemetry.tracker import DistributedStatsTracker as _BaseTracker
-from telemetry.tracker import ReduceType
+from telemetry.model.snapshot import Stats
+from telemetry.record import export as _export
+from telemetry.record import rank_spread
+from telemetry.record.areal_tracker import DistributedStatsTracker
+from telemetry.record.export import register_source, unregister_source
+from telemetry.record.tracker import ReduceType
 
 __all__ = [
     "DEFAULT_TRACKER",
@@ -60,10 +57,8 @@ __all__ = [
     "unregister_source",
 ]
 
-_TAG = re.compile(r"'(?:tracker|source):[^|']*\|")
 _lock = threading.Lock()
 _trackers: dict[str, DistributedStatsTracker] = {"": DistributedStatsTracker("")}
-_sources: list[StateSource] = []
 DEFAULT_TRACKER = _trackers[""]
 TRACKERS = _trackers
 """AReaL's name for the registry of trackers by name ("" is the default tracker)."""
@@ -84,33 +79,6 @@ def get(name: str = "") -> DistributedStatsTracker:
         return tracker
 
 
-def register_source(source: StateSource) -> None:
-    """Make ``source`` join ``export_all``'s reduction (idempotent)."""
-    with _lock:
-        if not any(s is source for s in _sources):
-            _sources.append(source)
-
-
-def unregister_source(source: StateSource) -> None:
-    """Stop exporting ``source``; unknown sources are ignored."""
-    with _lock:
-        _sources[:] = [s for s in _sources if s is not source]
-
-
-def _tags(sources: Sequence[object]) -> list[str]:
-    """Stable per-process tags, equal across ranks that register sources in the same order."""
-    seen: dict[str, int] = {}
-    tags = []
-    for source in sources:
-        if isinstance(source, _BaseTracker):
-            tags.append(f"tracker:{source.name}")
-            continue
-        base = getattr(source, "source_id", type(source).__name__)
-        seen[base] = seen.get(base, -1) + 1
-        tags.append(f"source:{base}:{seen[base]}")
-    return tags
-
-
 def export_sources(
     sources: Iterable[object],
     key: str | None = None,
@@ -122,44 +90,7 @@ def export_sources(
     ``key`` limits trackers to keys starting with it. With ``reset=False`` the states
     are put back after reading (trackers only keep accumulating).
     """
-    sources = list(sources)
-    tags = _tags(sources)
-    merged: dict[str, State] = {}
-    for tag, source in zip(tags, sources):
-        if isinstance(source, _BaseTracker):
-            states = source.collect_states(key, reset=reset)
-        else:
-            states = source.collect_states()
-            if reset:
-                source.reset()
-        merged.update((f"{tag}|{name}", state) for name, state in states.items())
-    try:
-        reduced, spreads = reduce_with_spread(
-            merged, reduce_group, lambda tagged: rank_spread.tracked(tagged.partition("|")[2])
-        )
-    except KeyMismatchError as exc:  # name user keys, not internal source tags
-        raise KeyMismatchError(_TAG.sub("'", str(exc))) from None
-    by_tag: dict[str, dict] = {tag: {} for tag in tags}
-    for tagged, entry in reduced.items():
-        tag, _, name = tagged.partition("|")
-        if tag not in by_tag and tag.startswith("tracker:"):
-            # A named tracker that only other ranks used: every rank reports it.
-            tags.append(tag)
-            sources.append(DistributedStatsTracker(tag.partition(":")[2]))
-            by_tag[tag] = {}
-        if tag in by_tag:
-            by_tag[tag][name] = entry
-    points: list[Point] = []
-    for tag, source in zip(tags, sources):
-        entries = by_tag[tag]
-        if isinstance(source, _BaseTracker):
-            points.extend(source.build_points_with_layouts(entries))
-        elif entries:
-            points.extend(source.build_points({k: v for k, (_, v) in entries.items()}))
-    for tagged, by_quantity in sorted(spreads.items()):
-        points.extend(rank_spread.spread_points(tagged.partition("|")[2], by_quantity))
-    typed_keys.remember(points)
-    return Stats(points)
+    return _export.export_sources(sources, DistributedStatsTracker, key, reduce_group, reset)
 
 
 def export(
@@ -188,7 +119,7 @@ def export_all(
     del key_sync_group
     with _lock:
         sources: list[object] = [_trackers[name] for name in sorted(_trackers)]
-        sources.extend(_sources)
+    sources.extend(_export.registered_sources())
     return export_sources(sources, reduce_group=reduce_group, reset=reset)
 
 

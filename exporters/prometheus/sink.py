@@ -26,7 +26,7 @@ from exporters.fanout import FanOut
 from exporters.prometheus.naming import Kind
 from exporters.prometheus.store import SELF_PREFIX, SeriesStore
 from telemetry.config import PrometheusConfig
-from telemetry.snapshot import Snapshot
+from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 

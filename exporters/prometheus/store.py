@@ -33,12 +33,13 @@ from exporters.prometheus.naming import (
     sample_names,
     unit_suffix,
 )
-from telemetry.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot
+from telemetry.model import names
+from telemetry.model.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot
 
 Labels = tuple[tuple[str, str], ...]
 
 OVERFLOW_LABEL = ("otel_metric_overflow", "true")
-RESOURCE_LABELS = {"rltel.experiment": "experiment", "rltel.trial": "trial", "rltel.role": "role"}
+RESOURCE_LABELS = {names.EXPERIMENT: "experiment", names.TRIAL: "trial", names.ROLE: "role"}
 RESERVED_LABELS = frozenset({"job", "instance", *RESOURCE_LABELS.values(), "le", OVERFLOW_LABEL[0]})
 _JOB_INSTANCE = {"service.name", "service.namespace", "service.instance.id"}
 SELF_PREFIX = "rltel_prometheus_"
@@ -330,8 +331,8 @@ def _instance(attrs: dict) -> str:
     if "service.instance.id" in attrs:
         return str(attrs["service.instance.id"])
     host = str(attrs.get("host.name", "unknown"))
-    if "rltel.worker_id" in attrs:
+    if names.WORKER_ID in attrs:
         return f"{host}:{attrs['rltel.worker_id']}"
-    if "rltel.rank" in attrs:
+    if names.RANK in attrs:
         return f"{host}:rank{attrs['rltel.rank']}"
     return host

@@ -17,7 +17,7 @@ from typing import Any
 
 from exporters.base import ExportResult, Sink
 from telemetry.config import StatsLoggerConfig
-from telemetry.snapshot import Snapshot
+from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 

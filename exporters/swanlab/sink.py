@@ -23,7 +23,7 @@ from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig, public_dict
-from telemetry.snapshot import Snapshot
+from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 

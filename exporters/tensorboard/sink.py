@@ -22,7 +22,7 @@ from exporters.local_files import writable_dir
 from exporters.moe_tables import flat_without_experts, is_expert_point
 from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig
-from telemetry.snapshot import Histogram, Snapshot
+from telemetry.model.snapshot import Histogram, Snapshot
 
 logger = logging.getLogger(__name__)
 

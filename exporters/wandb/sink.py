@@ -27,7 +27,7 @@ from exporters.local_files import writable_dir
 from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
 from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig, public_dict
-from telemetry.snapshot import Snapshot
+from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 

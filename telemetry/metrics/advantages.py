@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from telemetry.errors import ShapeMismatchError
 from telemetry.metrics.train_infer import as_mask, as_rows, resolve_tracker, row_chunks
-from telemetry.tracker import DistributedStatsTracker, ReduceType
+from telemetry.model.errors import ShapeMismatchError
+from telemetry.record.tracker import DistributedStatsTracker, ReduceType
 
 
 def record_advantage_fractions(

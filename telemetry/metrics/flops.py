@@ -29,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from telemetry.errors import ConfigError, InvalidValueError
+from telemetry.model.errors import ConfigError, InvalidValueError
 
 FlopsEstimator = Callable[[int], float]
 FlopsFactory = Callable[[Any], FlopsEstimator]

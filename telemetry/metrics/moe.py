@@ -7,7 +7,7 @@ indices' device with ``scatter_add_`` (fixed output size, so no host sync; CUDA
 report them) are dropped. Only forwards inside :meth:`MoEBalance.training` count, and
 never the forward re-run by activation checkpointing during backward.
 
-At export (a :class:`~telemetry.source.StateSource` in ``export_all``'s single reduction)
+At export (a :class:`~telemetry.record.source.StateSource` in ``export_all``'s single reduction)
 the counts are summed over micro-batches and ranks, then normalised per layer with E
 experts and counts ``c_e``:
 
@@ -30,10 +30,10 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from telemetry.errors import InvalidValueError
-from telemetry.reduce import ReduceOp, State, StateLayout
-from telemetry.snapshot import Gauge, Point
-from telemetry.source import RegisteredSource
+from telemetry.model.errors import InvalidValueError
+from telemetry.model.snapshot import Gauge, Point
+from telemetry.record.reduce import ReduceOp, State, StateLayout
+from telemetry.record.source import RegisteredSource
 
 PREFIX = "moe_balance/layer_"
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from telemetry.errors import InvalidValueError
 from telemetry.metrics.moe import MoEBalance
+from telemetry.model.errors import InvalidValueError
 
 Extract = Callable[[Any], "torch.Tensor | None"]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from telemetry.errors import ConfigError
+from telemetry.model.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 
 import torch
 
-from telemetry.errors import InvalidValueError, ShapeMismatchError
 from telemetry.metrics.train_infer import (
     as_mask,
     as_rows,
@@ -36,7 +35,8 @@ from telemetry.metrics.train_infer import (
     resolve_tracker,
     row_chunks,
 )
-from telemetry.tracker import DistributedStatsTracker, ReduceType
+from telemetry.model.errors import InvalidValueError, ShapeMismatchError
+from telemetry.record.tracker import DistributedStatsTracker, ReduceType
 
 DEFAULT_STALENESS_BOUNDS = (-1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 16.0, 32.0)
 

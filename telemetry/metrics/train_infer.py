@@ -39,10 +39,10 @@ from collections.abc import Sequence
 
 import torch
 
-from telemetry import kernels
-from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
-from telemetry.scratch import Scratch
-from telemetry.tracker import DistributedStatsTracker, ReduceType
+from telemetry.model.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
+from telemetry.record import kernels
+from telemetry.record.scratch import Scratch
+from telemetry.record.tracker import DistributedStatsTracker, ReduceType
 
 RATIO_THRESHOLDS = (1.5, 2.0, 3.0, 5.0, 10.0)
 RATIO_LOGS = tuple(math.log(t) for t in RATIO_THRESHOLDS)

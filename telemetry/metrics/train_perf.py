@@ -6,7 +6,7 @@ checkpointing or the stats export) in :meth:`TrainPerf.measure`. On CUDA the spa
 timed with events recorded on the current (training) stream; the events are read at
 export with one synchronisation per stream, never per batch. Elsewhere it is wall time.
 
-At export (a :class:`~telemetry.source.StateSource` joining ``export_all``'s single
+At export (a :class:`~telemetry.record.source.StateSource` joining ``export_all``'s single
 reduction; pass the DP group as ``reduce_group``) tokens and FLOPs are summed over
 ranks and seconds take the max over ranks, both for the window and for the totals since
 construction (``total_seconds`` is the max over ranks of each rank's own total).
@@ -32,12 +32,12 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from telemetry.errors import ConfigError, InvalidValueError, MaskTypeError
 from telemetry.metrics.flops import FlopsEstimator, estimate_batch_flops
 from telemetry.metrics.peak_flops import device_peak_flops
-from telemetry.reduce import PerRank, ReduceOp, State, StateLayout
-from telemetry.snapshot import Counter, Gauge, Point
-from telemetry.source import RegisteredSource
+from telemetry.model.errors import ConfigError, InvalidValueError, MaskTypeError
+from telemetry.model.snapshot import Counter, Gauge, Point
+from telemetry.record.reduce import PerRank, ReduceOp, State, StateLayout
+from telemetry.record.source import RegisteredSource
 
 F = TypeVar("F", bound=Callable[..., Any])
 

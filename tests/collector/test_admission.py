@@ -15,14 +15,14 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from collector.admission import RequestLimits
 from collector.config import from_dict
-from collector.decode import Decoder
 from collector.pipeline import Expired, Pipeline
 from collector.server import PUSHBACK_KEY, RETRY_INFO_KEY, SERVICE, CollectorServer
 from exporters.base import ExportResult, InMemorySink, Sink
-from telemetry.encode import Batch, encode
-from telemetry.snapshot import Counter, Gauge, Snapshot, Step
-from telemetry.spool import Spool
-from telemetry.transport import OtlpTransport
+from exporters.otlp.spool import Spool
+from exporters.otlp.transport import OtlpTransport
+from telemetry.model.snapshot import Counter, Gauge, Snapshot, Step
+from telemetry.otlp.decode import Decoder
+from telemetry.otlp.encode import Batch, encode
 
 METHOD = f"/{SERVICE}/Export"
 RUN = (("service.name", "adm"),)

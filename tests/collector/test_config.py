@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from collector.config import CollectorConfig, default_config, from_dict, load, to_yaml
-from telemetry.errors import ConfigError
+from telemetry.model.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "collector" / "collector.example.yaml"
 
@@ -127,7 +127,7 @@ def test_example_config_is_valid():
 
 def test_collector_config_imports_no_torch():
     code = (
-        "import sys, collector.config, collector.decode, collector.merge;"
+        "import sys, collector.config, telemetry.otlp.decode, collector.merge;"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -22,8 +22,8 @@ pytest.importorskip("tensorboard")
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from tensorboard.backend.event_processing import event_accumulator as ea
 
-from telemetry.encode import encode
-from telemetry.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.otlp.encode import encode
 
 from .conftest import samples, scrape
 

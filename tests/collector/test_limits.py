@@ -13,8 +13,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from collector.admission import RequestLimits
 from collector.config import from_dict
-from collector.otlp import LabelLimits
 from collector.server import SERVICE, CollectorServer
+from telemetry.otlp.values import LabelLimits
 
 from .conftest import samples, scrape
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from collector.merge import RolloutMerger
-from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
 
 RUN = (("rltel.experiment", "e"), ("rltel.trial", "t"))
 

@@ -27,8 +27,8 @@ from collector.config import from_dict
 from collector.pipeline import Pipeline
 from collector.server import SERVICE, CollectorServer
 from exporters.base import ExportResult, InMemorySink
-from telemetry.encode import encode
-from telemetry.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.otlp.encode import encode
 
 from .conftest import samples, scrape
 

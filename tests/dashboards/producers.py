@@ -7,17 +7,17 @@ import tempfile
 
 import torch
 
-from collector.decode import Decoder
+from exporters.otlp.transport import OtlpTransport
 from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 from telemetry.metrics.advantages import record_advantage_fractions
 from telemetry.metrics.moe import MoEBalance
 from telemetry.metrics.staleness import record_version_stats
 from telemetry.metrics.train_infer import record_train_infer
 from telemetry.metrics.train_perf import TrainPerf
-from telemetry.snapshot import Point, Snapshot, Step
+from telemetry.model.snapshot import Point, Snapshot, Step
+from telemetry.otlp.decode import Decoder
+from telemetry.record.tracker import DistributedStatsTracker
 from telemetry.stats_tracker import export_sources
-from telemetry.tracker import DistributedStatsTracker
-from telemetry.transport import OtlpTransport
 from tests.distributed import free_port
 from tests.telemetry.otlp_receiver import Receiver
 

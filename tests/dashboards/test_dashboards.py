@@ -17,7 +17,7 @@ from dashboards.panels import DATASOURCE, DATASOURCE_INPUT, GRID_WIDTH, expressi
 from exporters.prometheus import SELF_METRICS, PrometheusSink
 from exporters.prometheus.naming import sample_names
 from telemetry.config import PrometheusConfig
-from telemetry.snapshot import Counter, Gauge, Histogram
+from telemetry.model.snapshot import Counter, Gauge, Histogram
 from tests.dashboards.producers import produced_points, snapshot
 
 BOARDS = {name: build.GRAFANA_DIR / f"{name}.json" for name in build.BOARDS}

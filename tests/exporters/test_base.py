@@ -17,7 +17,7 @@ from telemetry.config import (
     TensorBoardConfig,
     WandBConfig,
 )
-from telemetry.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Snapshot, Step
 
 SNAPSHOT = Snapshot((Gauge("loss", 0.5, 2),), Step(0, 0, 3))
 

@@ -10,7 +10,7 @@ import numpy as np
 from exporters.base import ExportResult
 from exporters.console import ConsoleSink, format_table
 from telemetry.config import ConsoleConfig
-from telemetry.snapshot import Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Histogram, Snapshot, Step
 
 RESOURCE = (("rltel.experiment", "exp"), ("rltel.trial", "t"), ("rltel.role", "trainer"))
 

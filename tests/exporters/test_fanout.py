@@ -11,7 +11,7 @@ from exporters.base import ExportResult, InMemorySink, Sink
 from exporters.fanout import FanOut, QueuedSink
 from exporters.registry import build_sinks, enabled_sinks
 from telemetry.config import load_config
-from telemetry.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Snapshot, Step
 
 
 def snap(step: int) -> Snapshot:

@@ -19,7 +19,7 @@ from exporters.base import ExportResult, Sink
 from exporters.fanout import FanOut
 from exporters.prometheus import FANOUT_METRICS, FanOutCollector, PrometheusSink
 from telemetry.config import PrometheusConfig
-from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 RESOURCE = (

@@ -1,5 +1,5 @@
 from exporters.steps import StreamSteps
-from telemetry.snapshot import Snapshot, Step
+from telemetry.model.snapshot import Snapshot, Step
 
 
 def test_global_step_wins_and_stepless_streams_count_separately():

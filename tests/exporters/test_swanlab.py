@@ -19,7 +19,7 @@ from swanlab.log.backup.models import ModelsParser
 from exporters.base import ExportResult
 from exporters.swanlab import SwanlabProcessSink, SwanlabSink
 from telemetry.config import StatsLoggerConfig, SwanlabConfig
-from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONNECTS: list = []
@@ -160,7 +160,7 @@ def test_disabled_never_imports_swanlab(tmp_path):
         "import sys\n"
         "from exporters.swanlab import SwanlabSink\n"
         "from telemetry.config import StatsLoggerConfig\n"
-        "from telemetry.snapshot import Gauge, Snapshot\n"
+        "from telemetry.model.snapshot import Gauge, Snapshot\n"
         f"sink = SwanlabSink(StatsLoggerConfig(fileroot={str(tmp_path / 'r')!r}))\n"
         "assert sink.export(Snapshot((Gauge('a', 1.0),))).value == 'success'\n"
         "sink.shutdown()\n"

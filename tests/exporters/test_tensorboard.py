@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 from exporters.base import ExportResult
 from exporters.tensorboard import TensorBoardSink
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
-from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BOUNDS = (-8.0, -4.0, -2.0, -1.0, -0.5, 0.0)  # logprob-like: every bound negative or zero
@@ -133,7 +133,7 @@ def test_streams_keep_out_of_order_steps(tmp_path):
 def test_writer_keeps_torch_and_tensorboard_out_until_built(tmp_path):
     code = (
         "import sys\n"
-        "import exporters.tensorboard, telemetry.snapshot as s\n"
+        "import exporters.tensorboard, telemetry.model.snapshot as s\n"
         "print('tensorboard' in sys.modules)\n"
         "from telemetry.config import StatsLoggerConfig, TensorBoardConfig\n"
         f"cfg = StatsLoggerConfig(tensorboard=TensorBoardConfig(path={str(tmp_path / 'tb')!r}))\n"

@@ -17,7 +17,7 @@ pytest.importorskip("wandb")
 from exporters.base import ExportResult
 from exporters.wandb import TABLE_KEY, WandbSink
 from telemetry.config import StatsLoggerConfig, WandBConfig
-from telemetry.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -221,7 +221,7 @@ def test_disabled_never_imports_or_inits_wandb(tmp_path):
         "import sys\n"
         "from exporters.wandb import WandbSink\n"
         "from telemetry.config import StatsLoggerConfig\n"
-        "from telemetry.snapshot import Gauge, Snapshot\n"
+        "from telemetry.model.snapshot import Gauge, Snapshot\n"
         f"sink = WandbSink(StatsLoggerConfig(fileroot={str(tmp_path / 'r')!r}))\n"
         "assert sink.export(Snapshot((Gauge('a', 1.0),))).value == 'success'\n"
         "sink.shutdown()\n"
@@ -246,7 +246,10 @@ def test_unwritable_fileroot_fails_at_construction(tmp_path):
 def test_export_after_shutdown_is_a_permanent_failure_not_an_exception(tmp_path):
     sink = WandbSink(make_config(tmp_path))
     sink.shutdown()
-    assert sink.export(Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1))) is ExportResult.PERMANENT_FAILURE
+    assert (
+        sink.export(Snapshot((Gauge("a", 1.0),), step=Step(0, 1, 1)))
+        is ExportResult.PERMANENT_FAILURE
+    )
 
 
 def test_expert_table_longer_than_wandb_limit_is_split_by_layer(tmp_path, monkeypatch):

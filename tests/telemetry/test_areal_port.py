@@ -33,7 +33,7 @@ STEP_KEYS = {
     "rltel/step",
 }
 EVAL_KEYS = {"eval-rollout/reward", "timeperf/eval"}
-# rltel's documented additions: the straggler view of every timing (telemetry.rank_spread).
+# rltel's documented additions: the straggler view of every timing (telemetry.record.rank_spread).
 SPREAD = ("rank_min", "rank_max", "slowest_rank")
 
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from collector.config import SinksConfig, from_dict
 from telemetry.config import PrometheusConfig, StatsLoggerConfig, load_config, load_experiment
-from telemetry.errors import ConfigError
+from telemetry.model.errors import ConfigError
 
 WANDB_KEYS = (
     "config, entity, group, id_suffix, job_type, mode, name, notes, project, tags, "

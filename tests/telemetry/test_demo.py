@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from telemetry.demo import DEMO_PEAK_FLOPS_PER_CORE, DemoOptions, run_demo
-from telemetry.demo_progress import StepProgress, headline
+from telemetry.demo.progress import StepProgress, headline
 
 # One tag of every metric family the demo records, as TensorBoard shows it.
 FAMILIES = (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from telemetry import stats_tracker
-from telemetry.errors import ConfigError
 from telemetry.evaluator import Evaluator, FrequencyControl
+from telemetry.model.errors import ConfigError
 
 
 class FakeClock:

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from exporters.base import InMemorySink
-from telemetry.errors import ConfigError
 from telemetry.logger import STEP_METRIC, StatsLogger
+from telemetry.model.errors import ConfigError
 from telemetry.progress import FinetuneSpec
 
 pytest.importorskip("tensorboard")

@@ -24,9 +24,9 @@ from exporters.tensorboard import TensorBoardSink
 from telemetry.cli import main as rltel_main
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
 from telemetry.demo import DEMO_PEAK_FLOPS_PER_CORE, DemoOptions, run_demo
+from telemetry.model.snapshot import Gauge, Snapshot, Step
 from telemetry.report import build_report, load_runs
 from telemetry.report.figures import FIGURES
-from telemetry.snapshot import Gauge, Snapshot, Step
 
 RLTEL = Path(sys.executable).with_name("rltel")
 REPO = Path(__file__).resolve().parents[2]

@@ -3,9 +3,9 @@
 A metric keeps every number it needs as float64 tensor states on the device of its
 inputs, each with its reduce op (sum, min or max), never a mean and never a string.
 ``calculate()`` reduces all states of the metric across its ``process_group`` with
-:func:`telemetry.reduce.reduce_states` (2 collectives whatever the number of states),
+:func:`telemetry.record.reduce.reduce_states` (2 collectives whatever the number of states),
 divides afterwards, and resets. ``attach()`` registers the metric as a
-:class:`telemetry.source.StateSource`, so the same states join the tracker's
+:class:`telemetry.record.source.StateSource`, so the same states join the tracker's
 ``export_all`` reduction and the results come out as gauges of the same export.
 """
 
@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from telemetry.errors import InvalidValueError
-from telemetry.reduce import ReduceOp, State, StateLayout, reduce_states
-from telemetry.snapshot import Gauge, Point
+from telemetry.model.errors import InvalidValueError
+from telemetry.model.snapshot import Gauge, Point
+from telemetry.record.reduce import ReduceOp, State, StateLayout, reduce_states
 
 
 def field(obj: Any, name: str) -> Any:

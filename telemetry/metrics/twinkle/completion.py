@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from telemetry.errors import InvalidValueError
 from telemetry.metrics.twinkle.base import Metric, as_tensor, put, ratio, scalar
+from telemetry.model.errors import InvalidValueError
 
 
 class CompletionRewardMetric(Metric):

@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from telemetry.errors import MaskTypeError, ShapeMismatchError
 from telemetry.metrics.advantages import record_advantage_fractions
-from telemetry.tracker import DistributedStatsTracker
+from telemetry.model.errors import MaskTypeError, ShapeMismatchError
+from telemetry.record.tracker import DistributedStatsTracker
 from tests.distributed import run_ranks
 
 P = "ppo_actor/"

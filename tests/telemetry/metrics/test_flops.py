@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from telemetry.errors import ConfigError, InvalidValueError
 from telemetry.metrics.flops import (
     estimate_batch_flops,
     get_flops_estimator,
     qwen3_moe_factory,
     register_flops_estimator,
 )
+from telemetry.model.errors import ConfigError, InvalidValueError
 
 # config.json of Qwen/Qwen3-30B-A3B (public release).
 QWEN3_30B_A3B = {

@@ -9,9 +9,9 @@ from distributed import run_ranks
 from torch.utils.checkpoint import checkpoint
 
 from telemetry import stats_tracker
-from telemetry.errors import InvalidValueError, KeyMismatchError
 from telemetry.metrics.moe import MoEBalance
-from telemetry.snapshot import Gauge
+from telemetry.model.errors import InvalidValueError, KeyMismatchError
+from telemetry.model.snapshot import Gauge
 
 
 def reference(indices: list[np.ndarray], experts: int) -> tuple[np.ndarray, np.ndarray, float]:

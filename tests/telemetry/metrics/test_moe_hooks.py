@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from telemetry import stats_tracker
-from telemetry.errors import InvalidValueError
 from telemetry.metrics.moe import MoEBalance
 from telemetry.metrics.moe_hooks import hook_router, hook_transformers_moe, wrap_router
+from telemetry.model.errors import InvalidValueError
 
 
 def export(balance: MoEBalance):

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from telemetry import stats_tracker
-from telemetry.errors import ConfigError
 from telemetry.metrics import peak_flops
 from telemetry.metrics.peak_flops import PEAK_TABLE, device_peak_flops, lookup, peak_flops_for_name
 from telemetry.metrics.train_perf import TrainPerf
+from telemetry.model.errors import ConfigError
 
 T = 1e12
 # name as torch.cuda.get_device_name() reports it -> (entry, dense bf16, fp16, fp8)

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 from telemetry.metrics.staleness import DEFAULT_STALENESS_BOUNDS, record_version_stats
-from telemetry.snapshot import Histogram
-from telemetry.tracker import DistributedStatsTracker
+from telemetry.model.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
+from telemetry.model.snapshot import Histogram
+from telemetry.record.tracker import DistributedStatsTracker
 from tests.distributed import run_ranks
 
 P = "ppo_actor/update/version_stats/"

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from telemetry.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 from telemetry.metrics import train_infer
 from telemetry.metrics.train_infer import DEFAULT_LOGP_DIFF_BOUNDS, record_train_infer
-from telemetry.snapshot import Histogram
-from telemetry.tracker import DistributedStatsTracker
+from telemetry.model.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
+from telemetry.model.snapshot import Histogram
+from telemetry.record.tracker import DistributedStatsTracker
 from tests.distributed import run_ranks
 
 THRESHOLDS = (1.5, 2, 3, 5, 10)

@@ -9,10 +9,10 @@ import torch
 from distributed import run_ranks
 
 from telemetry import stats_tracker
-from telemetry.errors import ConfigError, InvalidValueError, MaskTypeError
 from telemetry.metrics.flops import get_flops_estimator
 from telemetry.metrics.train_perf import STATE_KEY, TrainPerf
-from telemetry.snapshot import Counter, Gauge
+from telemetry.model.errors import ConfigError, InvalidValueError, MaskTypeError
+from telemetry.model.snapshot import Counter, Gauge
 
 QWEN3 = {
     "model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from telemetry.errors import InvalidValueError
 from telemetry.metrics.twinkle import DPOMetric
+from telemetry.model.errors import InvalidValueError
 from tests.distributed import run_ranks
 
 BETA = 0.3

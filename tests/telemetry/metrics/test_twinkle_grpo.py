@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from telemetry.errors import InvalidValueError
 from telemetry.metrics.twinkle import CISPOMetric, GRPOMetric, GSPOMetric
-from telemetry.tracker import DistributedStatsTracker
+from telemetry.model.errors import InvalidValueError
+from telemetry.record.tracker import DistributedStatsTracker
 from tests.distributed import run_ranks
 
 EPS, EPS_HIGH, TEMP = 0.2, 0.28, 0.7

@@ -9,9 +9,9 @@ import torch
 import torch.distributed as dist
 
 from telemetry import stats_tracker
-from telemetry.errors import InvalidValueError
 from telemetry.metrics.twinkle import Accuracy, LossMetric, TrainMetric
-from telemetry.snapshot import Gauge
+from telemetry.model.errors import InvalidValueError
+from telemetry.model.snapshot import Gauge
 from tests.distributed import run_ranks
 
 

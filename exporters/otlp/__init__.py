@@ -1,0 +1,1 @@
+"""OTLP delivery: the background transport with its spool, and the gRPC exporter."""

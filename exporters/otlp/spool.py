@@ -1,0 +1,234 @@
+"""A bounded on-disk FIFO of OTLP batches: what the collector could not take yet.
+
+Each batch is one JSON file ``<seq>-<points>.json`` in the spool directory (under the run
+directory), written to a temporary name and renamed, so a process killed mid-write
+leaves no torn entry. Entries left by an earlier process are picked up on construction
+and replayed first, in order. Beyond ``limit_bytes`` new batches are dropped and their
+points counted; the spool never grows past its limit.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce, Step
+from telemetry.otlp.encode import Batch, plain_attribute
+
+__all__ = ["Spool", "batch_from_json", "batch_to_json"]
+
+logger = logging.getLogger(__name__)
+
+_FORMAT = 1
+
+
+class Spool:
+    """FIFO of batches on disk, bounded by bytes.
+
+    Args:
+        directory: where entries live; created if missing.
+        limit_bytes: total size of all entries at most.
+
+    Raises:
+        ValueError: ``limit_bytes`` < 1.
+        OSError: the directory cannot be created.
+    """
+
+    def __init__(self, directory: str | Path, limit_bytes: int) -> None:
+        if limit_bytes < 1:
+            raise ValueError(f"spool limit_bytes must be >= 1, got {limit_bytes}")
+        self.directory = Path(directory)
+        self.limit_bytes = limit_bytes
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._entries: deque[tuple[Path, int, int]] = deque()  # path, bytes, points
+        self._bytes = 0
+        self._points = 0
+        self.spooled_points = 0
+        self.dropped_points = 0
+        self.dropped_batches = 0
+        self._next_seq = 0
+        for path in sorted(self.directory.glob("*.json")):
+            seq, points = _parse_name(path)
+            if seq is None:
+                continue
+            size = path.stat().st_size
+            self._entries.append((path, size, points))
+            self._bytes += size
+            self._points += points
+            self._next_seq = seq + 1
+        for stale in self.directory.glob("*.tmp"):
+            stale.unlink(missing_ok=True)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes held on disk now."""
+        with self._lock:
+            return self._bytes
+
+    @property
+    def points(self) -> int:
+        """Data points held on disk now."""
+        with self._lock:
+            return self._points
+
+    def append(self, batch: Batch) -> bool:
+        """Write ``batch`` at the tail; False (points counted as dropped) when over the limit."""
+        data = batch_to_json(batch).encode()
+        with self._lock:
+            if self._bytes + len(data) > self.limit_bytes:
+                self.dropped_points += batch.num_points
+                self.dropped_batches += 1
+                return False
+            seq = self._next_seq
+            self._next_seq += 1
+        path = self.directory / f"{seq:012d}-{batch.num_points}.json"
+        tmp = path.with_suffix(".tmp")
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            logger.warning("otlp spool: cannot write %s: %s", path, exc)
+            with self._lock:
+                self.dropped_points += batch.num_points
+                self.dropped_batches += 1
+            return False
+        with self._lock:
+            self._entries.append((path, len(data), batch.num_points))
+            self._bytes += len(data)
+            self._points += batch.num_points
+            self.spooled_points += batch.num_points
+        return True
+
+    def peek(self) -> Batch | None:
+        """The oldest batch, or None when empty; unreadable entries are dropped and counted."""
+        while True:
+            with self._lock:
+                if not self._entries:
+                    return None
+                path, _, points = self._entries[0]
+            try:
+                return batch_from_json(path.read_text())
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                logger.warning("otlp spool: dropping unreadable entry %s: %s", path, exc)
+                with self._lock:
+                    self.dropped_points += points
+                    self.dropped_batches += 1
+                self.pop()
+
+    def pop(self) -> None:
+        """Remove the oldest batch (after it was delivered)."""
+        with self._lock:
+            if not self._entries:
+                return
+            path, size, points = self._entries.popleft()
+            self._bytes -= size
+            self._points -= points
+        path.unlink(missing_ok=True)
+
+
+def _parse_name(path: Path) -> tuple[int | None, int]:
+    seq, _, points = path.stem.partition("-")
+    if not (seq.isdigit() and points.isdigit()):
+        return None, 0
+    return int(seq), int(points)
+
+
+def batch_to_json(batch: Batch) -> str:
+    """The batch as JSON text (non-finite floats written as NaN/Infinity)."""
+    snapshot = batch.snapshot
+    step = snapshot.step
+    return json.dumps(
+        {
+            "format": _FORMAT,
+            "window_start": batch.window_start_unix_nano,
+            "start": batch.start_unix_nano,
+            "cumulative_scalars": batch.cumulative_scalars,
+            "time": snapshot.time_unix_nano,
+            "stream": snapshot.stream,
+            "resource": [[name, plain_attribute(value)] for name, value in snapshot.resource],
+            "step": None if step is None else [step.epoch, step.epoch_step, step.global_step],
+            "points": [_point_to_dict(point) for point in snapshot.points],
+        },
+        separators=(",", ":"),
+    )
+
+
+def batch_from_json(text: str) -> Batch:
+    """The batch written by :func:`batch_to_json`.
+
+    Raises:
+        ValueError: the text is not a spool entry of this format.
+    """
+    data = json.loads(text)
+    if data.get("format") != _FORMAT:
+        raise ValueError(f"unknown spool format {data.get('format')!r}")
+    step = data["step"]
+    snapshot = Snapshot(
+        points=tuple(_point_from_dict(point) for point in data["points"]),
+        step=None if step is None else Step(*step),
+        resource=tuple((name, value) for name, value in data["resource"]),
+        time_unix_nano=data["time"],
+        stream=data["stream"],
+    )
+    return Batch(snapshot, data["window_start"], data["start"], data["cumulative_scalars"])
+
+
+def _point_to_dict(point: Point) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "metric": point.metric,
+        "unit": point.unit,
+        "attributes": [[name, plain_attribute(value)] for name, value in point.attributes],
+    }
+    if isinstance(point, Histogram):
+        out.update(
+            kind="histogram",
+            count=int(point.count),
+            sum=float(point.sum),
+            min=None if point.min is None else float(point.min),
+            max=None if point.max is None else float(point.max),
+            bounds=[float(bound) for bound in point.bounds],
+            bucket_counts=[int(count) for count in point.bucket_counts],
+            reduce=point.reduce.value,
+        )
+    elif isinstance(point, Counter):
+        out.update(kind="counter", value=float(point.value), start=point.start_time_unix_nano)
+    else:
+        count = None if point.count is None else int(point.count)
+        out.update(kind="gauge", value=float(point.value), count=count)
+    return out
+
+
+def _point_from_dict(data: dict[str, Any]) -> Point:
+    common = {
+        "metric": data["metric"],
+        "unit": data["unit"],
+        "attributes": tuple((name, value) for name, value in data["attributes"]),
+    }
+    kind = data["kind"]
+    if kind == "histogram":
+        return Histogram(
+            count=data["count"],
+            sum=data["sum"],
+            min=data["min"],
+            max=data["max"],
+            bounds=tuple(data["bounds"]),
+            bucket_counts=tuple(data["bucket_counts"]),
+            reduce=StatReduce(data["reduce"]),
+            **common,
+        )
+    if kind == "counter":
+        return Counter(value=data["value"], start_time_unix_nano=data["start"], **common)
+    if kind == "gauge":
+        return Gauge(value=data["value"], count=data["count"], **common)
+    raise ValueError(f"unknown point kind {kind!r}")

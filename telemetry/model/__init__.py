@@ -1,0 +1,1 @@
+"""The data model every stage shares (torch-free): points, Snapshot, errors, names."""

@@ -1,0 +1,295 @@
+"""The Snapshot: one export of one process, the data model every stage shares.
+
+A Snapshot holds plain Python values only (no tensors, no protobuf). The recording
+side produces it, the OTLP encoder/decoder converts it, the collector and every sink
+consume it. Points are frozen; change them with :func:`dataclasses.replace`.
+
+Key names are AReaL's. A point's ``metric`` is its OpenTelemetry instrument name; its
+``attributes`` distinguish series of one instrument (for example ``layer``/``expert``
+of MoE balance). The flat AReaL key of a point is derived from both by :func:`flat_key`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from telemetry.model import names
+from telemetry.model.errors import InvalidValueError
+
+AttributeValue = str | bool | int | float
+Attributes = tuple[tuple[str, AttributeValue], ...]
+
+COUNT_SUFFIX = "__count"
+
+
+class StatReduce(str, Enum):
+    """How a histogram point appears in AReaL's flat dict."""
+
+    AVG_MIN_MAX = "avg_min_max"
+    AVG = "avg"
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+
+
+def flat_key(metric: str, attributes: Attributes = ()) -> str:
+    """AReaL key of a series: attributes become ``name_value`` segments before the leaf.
+
+    ``flat_key("moe_balance/max_over_ideal", (("layer", 3),))`` is
+    ``"moe_balance/layer_3/max_over_ideal"``.
+    """
+    if not attributes:
+        return metric
+    parent, _, leaf = metric.rpartition("/")
+    segments = [f"{name}_{value}" for name, value in attributes]
+    return "/".join([*([parent] if parent else []), *segments, leaf])
+
+
+@dataclass(frozen=True, slots=True)
+class Gauge:
+    """A point-in-time value; ``count`` is set for scalar streams (count-weighted means)."""
+
+    metric: str
+    value: float
+    count: int | None = None
+    unit: str = ""
+    attributes: Attributes = ()
+
+    @property
+    def key(self) -> str:
+        return flat_key(self.metric, self.attributes)
+
+    def flat(self) -> Iterator[tuple[str, float]]:
+        yield self.key, self.value
+        if self.count is not None:
+            yield self.key + COUNT_SUFFIX, float(self.count)
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    """A monotonic cumulative total (tokens, seconds, FLOPs) since ``start_time_unix_nano``."""
+
+    metric: str
+    value: float
+    unit: str = ""
+    attributes: Attributes = ()
+    start_time_unix_nano: int = 0
+
+    @property
+    def key(self) -> str:
+        return flat_key(self.metric, self.attributes)
+
+    def flat(self) -> Iterator[tuple[str, float]]:
+        yield self.key, self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A masked token statistic of one export: count (mask sum), sum, min, max, buckets.
+
+    ``min``/``max`` are ``None`` when ``count`` is 0. ``bucket_counts`` has one more entry
+    than ``bounds`` (the last bucket is ``(bounds[-1], +inf]``), or both are empty.
+    ``reduce`` selects the keys of the flat view (AReaL's reduce type).
+    """
+
+    metric: str
+    count: int
+    sum: float
+    min: float | None = None
+    max: float | None = None
+    bounds: tuple[float, ...] = ()
+    bucket_counts: tuple[int, ...] = ()
+    reduce: StatReduce = StatReduce.AVG_MIN_MAX
+    unit: str = ""
+    attributes: Attributes = ()
+
+    def __post_init__(self) -> None:
+        if self.bounds and len(self.bucket_counts) != len(self.bounds) + 1:
+            raise ValueError(
+                f"histogram {self.metric!r}: {len(self.bounds)} bounds need "
+                f"{len(self.bounds) + 1} bucket counts, got {len(self.bucket_counts)}"
+            )
+
+    @property
+    def key(self) -> str:
+        return flat_key(self.metric, self.attributes)
+
+    @property
+    def avg(self) -> float | None:
+        return self.sum / self.count if self.count > 0 else None
+
+    def flat(self) -> Iterator[tuple[str, float]]:
+        key = self.key
+        if self.reduce is StatReduce.SUM:
+            yield key, self.sum
+            return
+        if self.count <= 0:
+            return
+        if self.reduce is StatReduce.AVG_MIN_MAX:
+            yield key + "/avg", self.sum / self.count
+            yield key + "/min", _or_nan(self.min)
+            yield key + "/max", _or_nan(self.max)
+        elif self.reduce is StatReduce.AVG:
+            yield key, self.sum / self.count
+        elif self.reduce is StatReduce.MIN:
+            yield key, _or_nan(self.min)
+        elif self.reduce is StatReduce.MAX:
+            yield key, _or_nan(self.max)
+
+
+Point = Gauge | Counter | Histogram
+
+
+# Trusted constructors for hot paths (the collector's decoder builds ~10^5 points/s). A
+# frozen dataclass' ``__init__`` sets each field through ``object.__setattr__``; these fill
+# the same slots with plain stores, then turn the instance into the real class (the slot
+# layouts are identical, so ``__class__`` may be assigned). The result is an ordinary
+# frozen point, equal to one built with the public constructor. Every field is positional
+# and nothing is validated: the caller guarantees the invariants (for a histogram,
+# ``bucket_counts`` has ``len(bounds) + 1`` entries or both are empty).
+
+
+class _GaugeSlots:
+    __slots__ = Gauge.__slots__
+
+    def __init__(self, metric, value, count, unit, attributes) -> None:
+        self.metric, self.value, self.count = metric, value, count
+        self.unit, self.attributes = unit, attributes
+        self.__class__ = Gauge  # type: ignore[assignment]
+
+
+class _CounterSlots:
+    __slots__ = Counter.__slots__
+
+    def __init__(self, metric, value, unit, attributes, start_time_unix_nano) -> None:
+        self.metric, self.value, self.unit = metric, value, unit
+        self.attributes, self.start_time_unix_nano = attributes, start_time_unix_nano
+        self.__class__ = Counter  # type: ignore[assignment]
+
+
+class _HistogramSlots:
+    __slots__ = Histogram.__slots__
+
+    def __init__(
+        self, metric, count, sum, min, max, bounds, bucket_counts, reduce, unit, attributes
+    ) -> None:
+        self.metric, self.count, self.sum, self.min, self.max = metric, count, sum, min, max
+        self.bounds, self.bucket_counts, self.reduce = bounds, bucket_counts, reduce
+        self.unit, self.attributes = unit, attributes
+        self.__class__ = Histogram  # type: ignore[assignment]
+
+
+trusted_gauge: Callable[..., Gauge] = _GaugeSlots  # type: ignore[assignment]
+"""``Gauge(metric, value, count, unit, attributes)``: every field positional."""
+trusted_counter: Callable[..., Counter] = _CounterSlots  # type: ignore[assignment]
+"""``Counter(metric, value, unit, attributes, start_time_unix_nano)``: every field positional."""
+trusted_histogram: Callable[..., Histogram] = _HistogramSlots  # type: ignore[assignment]
+"""``Histogram(...)`` with all ten fields positional and without the bucket check."""
+
+
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def flatten(points: Iterable[Point], include_counts: bool = False) -> dict[str, float]:
+    """AReaL's flat dict of ``points``; ``__count`` companions only if ``include_counts``."""
+    out: dict[str, float] = {}
+    for point in points:
+        for key, value in point.flat():
+            if include_counts or not key.endswith(COUNT_SUFFIX):
+                out[key] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """The training position an export belongs to."""
+
+    epoch: int
+    epoch_step: int
+    global_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One export: a step's points plus the resource attributes of the process that made it."""
+
+    points: tuple[Point, ...]
+    step: Step | None = None
+    resource: Attributes = ()
+    time_unix_nano: int = 0
+    stream: str = field(default="train")
+
+    def flat(self, include_counts: bool = False) -> dict[str, float]:
+        """AReaL's flat dict; ``__count`` keys are internal and excluded unless asked for."""
+        return flatten(self.points, include_counts=include_counts)
+
+    def resource_value(self, name: str, default: AttributeValue | None = None):
+        """The value of one resource attribute, or ``default``."""
+        for key, value in self.resource:
+            if key == name:
+                return value
+        return default
+
+    @property
+    def run_id(self) -> str:
+        """``<experiment>_<trial>``: the experiment-tracker run this snapshot belongs to."""
+        experiment = self.resource_value(names.EXPERIMENT, "default")
+        trial = self.resource_value(names.TRIAL, "default")
+        return f"{experiment}_{trial}"
+
+
+class Stats(dict):
+    """The tracker's typed export: AReaL's flat dict (``__count`` included) plus its points.
+
+    Behaves exactly like AReaL's ``dict[str, float]``; ``points`` keeps histogram and
+    counter semantics for the OTel mapping. ``update`` with another ``Stats`` merges
+    points too; plain values added by hand stay plain dict entries (exported as gauges).
+    """
+
+    def __init__(self, points: Iterable[Point] = ()) -> None:
+        self.points: tuple[Point, ...] = tuple(points)
+        super().__init__(flatten(self.points, include_counts=True))
+
+    def update(self, other=(), /, **kwargs) -> None:  # type: ignore[override]
+        if isinstance(other, Stats):
+            mine = {point.key: point for point in self.points}
+            mine.update((point.key, point) for point in other.points)
+            self.points = tuple(mine.values())
+        super().update(other, **kwargs)
+
+    def typed_points(self) -> tuple[Point, ...]:
+        """Points for every entry: the typed ones, plus gauges for plain values added by hand.
+
+        A plain ``k`` with a plain ``k__count`` becomes a scalar gauge with that count.
+        """
+        covered = set(flatten(self.points, include_counts=True))
+        extra = {k: v for k, v in self.items() if k not in covered}
+        return self.points + tuple(points_from_flat(extra))
+
+
+def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge]:
+    """Gauges for AReaL's plain dict: ``k__count`` entries become the count of ``k``.
+
+    ``timeperf/...`` keys (``record_timing``) are in seconds, as the tracker exports them.
+    """
+    for key, value in data.items():
+        if key.endswith(COUNT_SUFFIX):
+            continue
+        count = data.get(key + COUNT_SUFFIX)
+        unit = "s" if "/timeperf/" in f"/{key}" else ""
+        yield Gauge(key, _as_float(key, value), None if count is None else int(count), unit)
+
+
+def _as_float(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            return float(value)  # numpy scalars, 0-d tensors
+        except (TypeError, ValueError):
+            raise InvalidValueError(
+                f"{key!r}: expected a number, got {type(value).__name__}"
+            ) from None
+    return float(value)

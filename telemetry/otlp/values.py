@@ -1,0 +1,228 @@
+"""Reading OTLP protobuf values: attributes, numbers and histogram points.
+
+Helpers of :mod:`telemetry.otlp.decode`. A value that cannot be mapped raises :class:`Rejected`
+with the reason; the decoder counts it and goes on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from telemetry.model.errors import ConfigError
+from telemetry.otlp.temporality import HistogramState
+
+
+class Rejected(Exception):
+    """One data point that cannot be mapped; the message says why."""
+
+
+class OverLimit(Rejected):
+    """A name or attribute over one of :class:`LabelLimits`; ``limit`` names it."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+@dataclass(frozen=True)
+class LabelLimits:
+    """Bounds on names and labels, after Prometheus's ``label_limit``,
+    ``label_name_length_limit`` and ``label_value_length_limit``.
+
+    A value's length is that of its text form (arrays and maps as ``[a,b]``/``{k=v}``,
+    bytes as hex); points over a limit are rejected, naming it, and counted.
+    """
+
+    max_attributes_per_point: int = 128
+    max_attribute_key_length: int = 256
+    max_attribute_value_length: int = 4096
+    max_metric_name_length: int = 1024
+
+    def validate(self, path: str = "collector.limits") -> None:
+        """Raises ConfigError naming the first value out of range."""
+        for name, value in vars(self).items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{path}.{name} must be an integer >= 1, got {value!r}")
+
+
+UNLIMITED = LabelLimits(2**62, 2**62, 2**62, 2**62)
+
+
+def attributes(kvs: Sequence, limits: LabelLimits = UNLIMITED) -> tuple:
+    """OTLP ``KeyValue`` list -> Snapshot attributes (plain str/bool/int/float values).
+
+    Raises:
+        OverLimit: too many attributes, or a key or value too long.
+    """
+    items = kvs[:]  # [:]: see Decoder._resource
+    if len(items) > limits.max_attributes_per_point:
+        raise OverLimit(
+            "max_attributes_per_point",
+            f"{len(items)} attributes; max_attributes_per_point is "
+            f"{limits.max_attributes_per_point}",
+        )
+    max_key, max_value = limits.max_attribute_key_length, limits.max_attribute_value_length
+    out = []
+    for kv in items:
+        key = kv.key
+        if len(key) > max_key:
+            raise OverLimit(
+                "max_attribute_key_length",
+                f"attribute key of {len(key)} characters; max_attribute_key_length is {max_key}",
+            )
+        value = _any(kv.value, max_value)
+        if isinstance(value, str) and len(value) > max_value:
+            raise OverLimit(
+                "max_attribute_value_length",
+                f"attribute {key[:64]!r}: value of {len(value)} characters; "
+                f"max_attribute_value_length is {max_value}",
+            )
+        out.append((key, value))
+    return tuple(out)
+
+
+def _too_long(n: int, limit: int) -> None:
+    if n > limit:
+        raise OverLimit(
+            "max_attribute_value_length",
+            f"attribute value of {n}+ characters; max_attribute_value_length is {limit}",
+        )
+
+
+def _any(value, limit: int = 2**62):
+    """The value as a Python scalar; arrays and maps as text, checked against ``limit``
+    before they are built (each element takes at least one character)."""
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return value.int_value
+    if which == "double_value":
+        return value.double_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "array_value":
+        values = value.array_value.values
+        _too_long(len(values), limit)
+        return "[" + ",".join(str(_any(v, limit)) for v in values[:]) + "]"
+    if which == "kvlist_value":
+        values = value.kvlist_value.values
+        _too_long(len(values), limit)
+        return "{" + ",".join(f"{kv.key}={_any(kv.value, limit)}" for kv in values[:]) + "}"
+    if which == "bytes_value":
+        _too_long(2 * len(value.bytes_value), limit)
+        return value.bytes_value.hex()
+    return ""
+
+
+def number(point) -> float:
+    """The value of a ``NumberDataPoint`` (int or double) as a float.
+
+    Raises:
+        Rejected: the point has no value.
+    """
+    value = point.as_double
+    if value:  # a set as_int reads 0.0 here: only an exact 0.0 needs the oneof
+        return value
+    which = point.WhichOneof("value")
+    if which == "as_double":
+        return value
+    if which == "as_int":
+        return float(point.as_int)
+    raise Rejected("a number data point without a value")
+
+
+def explicit(point) -> HistogramState:
+    """A ``HistogramDataPoint`` as read, its buckets checked against its bounds and count.
+
+    Raises:
+        Rejected: inconsistent buckets or a non-finite sum.
+    """
+    bounds = tuple(point.explicit_bounds)
+    buckets = tuple(point.bucket_counts)
+    if bounds:
+        if len(buckets) != len(bounds) + 1:
+            raise Rejected(f"{len(bounds)} bounds need {len(bounds) + 1} bucket counts")
+        if not _increasing(bounds):
+            raise Rejected("histogram bounds are not finite and strictly increasing")
+        if sum(buckets) != point.count:
+            raise Rejected(f"bucket counts sum to {sum(buckets)}, count is {point.count}")
+    else:
+        buckets = ()
+    return HistogramState(
+        point.start_time_unix_nano,
+        point.count,
+        _hist_sum(point),
+        point.min if point.HasField("min") else None,
+        point.max if point.HasField("max") else None,
+        bounds,
+        buckets,
+    )
+
+
+def exponential(point) -> HistogramState:
+    """Exponential buckets as explicit ones: bucket ``i`` covers ``(base**i, base**(i+1)]``.
+
+    Buckets that floats cannot bound exactly (overflow, too fine a scale) are dropped;
+    count, sum, min and max are kept.
+
+    Raises:
+        Rejected: a non-finite sum.
+    """
+    try:
+        bounds, counts = _exponential_buckets(point)
+    except (OverflowError, ZeroDivisionError):
+        bounds, counts = [], []
+    if not _increasing(bounds) or sum(counts) != point.count:
+        bounds, counts = [], []
+    return HistogramState(
+        point.start_time_unix_nano,
+        point.count,
+        _hist_sum(point),
+        point.min if point.HasField("min") else None,
+        point.max if point.HasField("max") else None,
+        tuple(bounds),
+        tuple(counts),
+    )
+
+
+def _exponential_buckets(point) -> tuple[list[float], list[int]]:
+    base = 2.0 ** (2.0**-point.scale)
+    bounds: list[float] = []
+    counts: list[int] = []
+    negative = list(point.negative.bucket_counts)
+    if negative:
+        top = point.negative.offset + len(negative)
+        bounds.append(-(base**top))
+        counts.append(0)
+        for index in range(len(negative) - 1, -1, -1):
+            bounds.append(-(base ** (point.negative.offset + index)))
+            counts.append(negative[index])
+    bounds.append(0.0)
+    counts.append(point.zero_count)
+    positive = list(point.positive.bucket_counts)
+    if positive:
+        bounds.append(base**point.positive.offset)
+        counts.append(0)
+        for index, count in enumerate(positive):
+            bounds.append(base ** (point.positive.offset + index + 1))
+            counts.append(count)
+    counts.append(0)
+    return bounds, counts
+
+
+def _increasing(bounds: Iterable[float]) -> bool:
+    """True when ``bounds`` are finite and strictly increasing."""
+    values = list(bounds)
+    return all(map(math.isfinite, values)) and all(lo < hi for lo, hi in itertools.pairwise(values))
+
+
+def _hist_sum(point) -> float:
+    if not point.HasField("sum"):
+        return math.nan if point.count else 0.0
+    if not math.isfinite(point.sum):
+        raise Rejected(f"histogram sum {point.sum!r} is not finite")
+    return point.sum

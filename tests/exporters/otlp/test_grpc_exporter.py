@@ -1,0 +1,87 @@
+"""The transport's exporter wiring: TLS from files against a real TLS collector."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from collector.config import from_dict
+from collector.server import CollectorServer
+from exporters.otlp.grpc_exporter import channel_credentials
+from telemetry.logger import StatsLogger
+from telemetry.model.errors import ConfigError
+
+
+def test_unknown_tls_key_is_named():
+    with pytest.raises(ConfigError, match=r"stats_logger\.otlp\.tls\.ca_path"):
+        channel_credentials({"ca_path": "x"})
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_stats_logger_sends_over_tls(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    server = CollectorServer(
+        from_dict(
+            {
+                "receiver": {"port": 0, "tls": {"cert_file": str(cert), "key_file": str(key)}},
+                "sinks": {"prometheus": {"port": 0}},
+            }
+        )
+    )
+    server.start()
+    try:
+        logger = StatsLogger(
+            {
+                "experiment_name": "tls",
+                "trial_name": "t",
+                "fileroot": str(tmp_path),
+                "otlp": {
+                    "endpoint": f"localhost:{server.port}",
+                    "insecure": False,
+                    "tls": {"ca_file": str(cert)},
+                },
+            }
+        )
+        logger.commit(0, 0, 3, {"ppo_actor/update/lr": 0.25})
+        logger.close(timeout_s=20)
+        deadline = time.monotonic() + 10
+        value = None
+        while value is None and time.monotonic() < deadline:
+            body = urllib.request.urlopen(server.metrics_url, timeout=5).read().decode()
+            for family in text_string_to_metric_families(body):
+                for sample in family.samples:
+                    if sample.name == "ppo_actor_update_lr":
+                        value = sample.value
+            time.sleep(0.05)
+        assert value == 0.25
+        health = logger.health()["otlp"]
+        assert health["points_failed"] == 0 and health["points_exported"] >= 1
+    finally:
+        server.stop(5)

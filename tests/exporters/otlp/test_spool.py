@@ -1,0 +1,108 @@
+"""Spool: exact JSON round trip, FIFO order across processes, exact drop counts at the limit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exporters.otlp.spool import Spool, batch_from_json, batch_to_json
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.otlp.encode import Batch
+
+
+def batch(step: int, n: int = 3) -> Batch:
+    points = tuple(Gauge(f"g/{i}", float(step * 100 + i), count=i + 1) for i in range(n))
+    snapshot = Snapshot(points, Step(0, step, step), (("rltel.role", "trainer"),), step, "train")
+    return Batch(snapshot, window_start_unix_nano=step - 1, start_unix_nano=1)
+
+
+def test_round_trip_keeps_every_field():
+    snapshot = Snapshot(
+        points=(
+            Histogram(
+                "h",
+                count=4,
+                sum=-math.inf,
+                min=None,
+                max=2.0,
+                bounds=(0.0, 1.0),
+                bucket_counts=(1, 2, 1),
+                reduce=StatReduce.MAX,
+                unit="s",
+                attributes=(("layer", 2), ("kind", "x"), ("flag", True), ("w", 0.5)),
+            ),
+            Histogram("empty", count=0, sum=0.0),
+            Gauge("g", math.nan, count=None, unit="1"),
+            Gauge("s", 0.25, count=8),
+            Counter("c", 1e12, unit="{token}", start_time_unix_nano=42),
+        ),
+        step=Step(1, 2, 3),
+        resource=(("rltel.rank", 0), ("service.name", "rltel")),
+        time_unix_nano=123,
+        stream="eval",
+    )
+    original = Batch(snapshot, 7, 5, cumulative_scalars=True)
+    back = batch_from_json(batch_to_json(original))
+    assert back.snapshot.points[0] == original.snapshot.points[0]
+    assert back.snapshot.points[1] == original.snapshot.points[1]
+    assert math.isnan(back.snapshot.points[2].value)
+    assert back.snapshot.points[3:] == original.snapshot.points[3:]
+    assert (back.snapshot.step, back.snapshot.resource) == (snapshot.step, snapshot.resource)
+    assert (back.snapshot.time_unix_nano, back.snapshot.stream) == (123, "eval")
+    assert (back.window_start_unix_nano, back.start_unix_nano, back.cumulative_scalars) == (
+        7,
+        5,
+        True,
+    )
+    with pytest.raises(ValueError, match="format"):
+        batch_from_json('{"format": 99}')
+
+
+def test_fifo_order_survives_a_new_process(tmp_path):
+    spool = Spool(tmp_path / "spool", limit_bytes=10**7)
+    for step in range(15):
+        assert spool.append(batch(step))
+    assert len(spool) == 15 and spool.points == 45 and spool.spooled_points == 45
+    for step in range(5):
+        assert spool.peek() == batch(step)
+        spool.pop()
+    (tmp_path / "spool" / "000000000099-3.tmp").write_text("torn")
+    reopened = Spool(tmp_path / "spool", limit_bytes=10**7)  # e.g. after a crash
+    assert not list((tmp_path / "spool").glob("*.tmp"))
+    assert reopened.bytes == spool.bytes
+    reopened.append(batch(15))
+    steps = []
+    while (head := reopened.peek()) is not None:
+        steps.append(head.snapshot.step.global_step)
+        reopened.pop()
+    assert steps == list(range(5, 16))
+    assert reopened.bytes == 0 and not list((tmp_path / "spool").iterdir())
+
+
+def test_limit_drops_new_batches_and_counts_their_points_exactly(tmp_path):
+    sizes = [len(batch_to_json(batch(step, n=step + 1)).encode()) for step in range(10)]
+    limit = sum(sizes[:4]) + sizes[4] // 2  # the first 4 fit, the 5th does not
+    spool = Spool(tmp_path, limit_bytes=limit)
+    accepted = [spool.append(batch(step, n=step + 1)) for step in range(10)]
+    assert accepted == [True] * 4 + [False] * 6
+    assert spool.dropped_points == sum(range(5, 11)) and spool.dropped_batches == 6
+    assert spool.bytes == sum(sizes[:4]) <= limit
+    spool.pop()  # room again: the next batch fits
+    assert spool.append(batch(10, n=1))
+    assert spool.dropped_points == sum(range(5, 11))
+
+
+def test_unreadable_entry_is_dropped_and_counted(tmp_path):
+    spool = Spool(tmp_path, limit_bytes=10**6)
+    spool.append(batch(0, n=2))
+    spool.append(batch(1, n=5))
+    first = sorted(tmp_path.glob("*.json"))[0]
+    first.write_text("{not json")
+    assert spool.peek() == batch(1, n=5)
+    assert spool.dropped_points == 2 and len(spool) == 1
+
+
+def test_limit_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="limit_bytes"):
+        Spool(tmp_path, limit_bytes=0)

@@ -1,0 +1,269 @@
+"""Transport against a real OTLP/gRPC receiver: order, retries, spool, drops, close, fork."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from exporters.otlp.spool import Spool, batch_to_json
+from exporters.otlp.transport import OtlpTransport
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.otlp.encode import Batch
+from tests.telemetry.otlp_receiver import Receiver, metrics_of, point_count, step_of
+
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05, "timeout_s": 2.0}
+
+
+def batch(step: int, n: int = 3) -> Batch:
+    points = tuple(Gauge(f"g/{i}", float(step), count=1) for i in range(n))
+    snapshot = Snapshot(points, Step(0, step, step), (("rltel.role", "trainer"),), 10 + step)
+    return Batch(snapshot, window_start_unix_nano=9 + step, start_unix_nano=1)
+
+
+def steps(receiver: Receiver) -> list[int]:
+    return [step_of(request) for request in receiver.requests]
+
+
+@pytest.fixture
+def receiver():
+    with Receiver() as running:
+        yield running
+
+
+def test_batches_arrive_in_order_and_health_counts_them(receiver):
+    transport = OtlpTransport(receiver.endpoint, **FAST)
+    for step in range(20):
+        assert transport.submit(batch(step))
+    assert transport.close(5.0)
+    assert steps(receiver) == list(range(20))
+    health = transport.health()
+    assert health["points_exported"] == 60 and health["requests_exported"] == 20
+    assert health["points_failed"] == health["points_dropped"] == health["retries"] == 0
+    points = {p.metric: p for p in transport.health_points()}
+    assert points["rltel/otlp/points_exported"].value == 60
+    assert isinstance(points["rltel/otlp/points_exported"], Counter)
+    latency = points["rltel/otlp/export_latency"]
+    assert isinstance(latency, Histogram) and latency.count == 20
+    assert 0 < latency.min <= latency.sum / latency.count <= latency.max < 2.0
+    assert {p.metric: p for p in transport.health_points()}["rltel/otlp/export_latency"].count == 0
+
+
+def test_large_batch_is_split_into_requests_under_the_limit(receiver):
+    transport = OtlpTransport(receiver.endpoint, max_points_per_request=50, **FAST)
+    transport.submit(batch(0, n=470))
+    assert transport.close(5.0)
+    requests = receiver.requests
+    assert len(requests) == 10 and all(point_count(r) <= 50 for r in requests)
+    names = [n for r in requests for n in metrics_of(r) if not n.startswith("train.")]
+    assert sorted(names) == sorted(f"g/{i}" for i in range(470))
+    assert transport.health()["points_exported"] == 470
+
+
+def test_retryable_codes_are_retried_permanent_ones_are_not(receiver):
+    transport = OtlpTransport(receiver.endpoint, **FAST)
+    receiver.fail_with(grpc.StatusCode.UNAVAILABLE, 2)
+    transport.submit(batch(0))
+    assert receiver.wait_for(lambda r: len(r) == 1, 5.0)
+    assert receiver.calls == 3 and transport.health()["retries"] == 2
+    receiver.fail_with(grpc.StatusCode.INVALID_ARGUMENT, 1)
+    transport.submit(batch(1, n=4))
+    transport.submit(batch(2))
+    assert transport.close(5.0)
+    assert steps(receiver) == [0, 2] and receiver.calls == 5
+    health = transport.health()
+    assert health["points_failed"] == 4 and health["retries"] == 2
+    assert health["points_exported"] == 6
+
+
+def test_collector_down_then_up_every_step_once_in_order(tmp_path):
+    receiver = Receiver()  # not started: the collector is down
+    spool = Spool(tmp_path / "spool", limit_bytes=10**7)
+    transport = OtlpTransport(receiver.endpoint, spool=spool, queue_size=8, **FAST)
+    latencies = []
+    try:
+        for step in range(60):
+            start = time.perf_counter()
+            assert transport.submit(batch(step))
+            latencies.append(time.perf_counter() - start)
+            if step == 40:
+                health = transport.health()
+                assert health["points_spooled"] > 0 and health["retries"] > 0
+                receiver.start()
+            time.sleep(0.005)
+        assert receiver.wait_for(lambda r: len(r) == 60, 10.0)
+        assert transport.close(5.0)
+    finally:
+        receiver.stop()
+    assert steps(receiver) == list(range(60))
+    assert np.percentile(np.array(latencies), 99) < 0.005
+    health = transport.health()
+    assert health["points_exported"] == 180 and health["points_dropped"] == 0
+    assert len(spool) == 0 and not list((tmp_path / "spool").glob("*.json"))
+
+
+def test_spool_limit_exceeded_drop_count_is_exact_and_the_rest_replays(tmp_path):
+    size = len(batch_to_json(batch(0)).encode())
+    spool = Spool(tmp_path, limit_bytes=5 * size + size // 2)  # room for 5 batches
+    down = Receiver()
+    transport = OtlpTransport(down.endpoint, spool=spool, **FAST)
+    for step in range(12):
+        transport.submit(batch(step))
+    assert not transport.close(5.0)  # collector down: nothing delivered, all spooled or dropped
+    health = transport.health()
+    assert health["points_dropped"] == 7 * 3 and health["points_spooled"] == 5 * 3
+    assert health["points_exported"] == 0 and health["spool_points"] == 15
+
+    with Receiver() as receiver:  # the next run replays the spool first, in order
+        again = OtlpTransport(receiver.endpoint, spool=Spool(tmp_path, 10**7), **FAST)
+        again.submit(batch(100))
+        assert again.close(5.0)
+    assert steps(receiver) == [0, 1, 2, 3, 4, 100]
+
+
+def test_without_spool_every_lost_point_is_counted():
+    down = Receiver()
+    transport = OtlpTransport(down.endpoint, queue_size=4, **FAST)
+    accepted = sum(transport.submit(batch(step)) for step in range(10))
+    assert accepted < 10
+    start = time.monotonic()
+    assert not transport.close(0.3)
+    assert time.monotonic() - start < 2.0
+    health = transport.health()
+    assert health["points_dropped"] == 30 and health["points_exported"] == 0
+    assert not transport.submit(batch(11))  # closed
+    assert transport.health()["points_dropped"] == 33
+
+
+def test_close_keeps_its_deadline_with_a_stalled_collector(tmp_path, receiver):
+    receiver.stall_s = 3.0  # accepts, then answers long after the close deadline
+    spool = Spool(tmp_path, limit_bytes=10**7)
+    transport = OtlpTransport(receiver.endpoint, spool=spool, **{**FAST, "timeout_s": 10.0})
+    for step in range(3):
+        transport.submit(batch(step))
+    time.sleep(0.1)  # the first request is in flight
+    start = time.monotonic()
+    assert not transport.close(0.3)
+    assert time.monotonic() - start < 2.0
+    spooled = []
+    while (head := spool.peek()) is not None:
+        spooled.append(head.snapshot.step.global_step)
+        spool.pop()
+    assert spooled == [0, 1, 2]  # the cancelled request first, nothing lost
+    assert transport.health()["points_dropped"] == 0
+
+
+def test_headers_are_sent_and_never_logged(receiver, caplog):
+    secret = "Bearer s3cr3t-token"
+    caplog.set_level(logging.DEBUG)
+    receiver.fail_with(grpc.StatusCode.PERMISSION_DENIED, 1)
+    transport = OtlpTransport(receiver.endpoint, headers={"authorization": secret}, **FAST)
+    transport.submit(batch(0))
+    transport.submit(batch(1))
+    assert transport.close(5.0)
+    assert receiver.metadata[-1]["authorization"] == secret
+    assert "PERMISSION_DENIED" in caplog.text and secret not in caplog.text
+
+
+def _hammer(transport: OtlpTransport, stop: threading.Event) -> None:
+    step = 1000
+    while not stop.is_set() and step < 1300:
+        transport.submit(batch(step))
+        transport.health()
+        step += 1
+
+
+def test_forked_child_neither_deadlocks_nor_sends(receiver):
+    transport = OtlpTransport(receiver.endpoint, queue_size=100_000, **FAST)
+    transport.submit(batch(0))
+    assert receiver.wait_for(lambda r: len(r) == 1, 5.0)
+    stop = threading.Event()
+    hammer = threading.Thread(target=_hammer, args=(transport, stop))
+    hammer.start()  # the transport lock is busy while we fork
+    children = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:  # child: must return at once, send nothing
+            ok = not transport.submit(batch(999)) and not transport.close(1.0)
+            os._exit(0 if ok else 1)
+        children.append(pid)
+    stop.set()
+    hammer.join()
+    deadline = time.monotonic() + 10
+    for pid in children:
+        while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done == (0, 0):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("forked child hung")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+    transport.submit(batch(1))
+    assert transport.close(10.0)
+    got = steps(receiver)
+    assert 999 not in got and len(got) == len(set(got))
+    assert got[0] == 0 and got[-1] == 1 and got[1:-1] == sorted(got[1:-1])
+
+
+def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_path, caplog):
+    from collector.config import from_dict
+    from collector.pipeline import Pipeline
+    from collector.server import CollectorServer
+    from exporters.base import InMemorySink
+    from tests.distributed import free_port
+
+    port, token = free_port(), tmp_path / "token"
+    sinks: list[InMemorySink] = []  # one per collector: stopping one shuts its sink down
+
+    def collector(expected: str) -> CollectorServer:
+        token.write_text(expected + "\n")
+        config = from_dict({"receiver": {"port": port}, "auth": {"token_file": str(token)}})
+        sinks.append(InMemorySink())
+        server = CollectorServer(config, Pipeline([sinks[-1]], None, config.limits))
+        server.start()
+        return server
+
+    caplog.set_level(logging.WARNING, logger="exporters.otlp.transport")
+    server = collector("rotated-token")  # the sender still has the old one
+    spool = Spool(tmp_path / "spool", limit_bytes=10**7)
+    transport = OtlpTransport(
+        f"127.0.0.1:{port}",
+        headers={"authorization": "Bearer old-token"},
+        spool=spool,
+        queue_size=8,
+        **FAST,
+    )
+    try:
+        for step in range(30):
+            assert transport.submit(batch(step))
+            time.sleep(0.005)
+        deadline = time.monotonic() + 5
+        while transport.health()["spool_points"] < 60 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        health = transport.health()
+        assert health["spool_points"] >= 60 and health["points_dropped"] == 0
+        assert health["points_failed"] == 0 and health["retries"] >= 3
+        errors = [r for r in caplog.records if "refused our credentials" in r.getMessage()]
+        assert len(errors) == 1 and errors[0].levelno == logging.ERROR  # one per minute
+        assert "UNAUTHENTICATED" in errors[0].getMessage() and "old-token" not in caplog.text
+        assert sinks[0].snapshots == []
+        server.stop(5)
+        server = collector("old-token")  # the operator puts the right token back
+        deadline = time.monotonic() + 10
+        while transport.health()["points_exported"] < 90 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert transport.close(5.0)
+        assert server.pipeline.force_flush(5)
+    finally:
+        transport.close(1.0)
+        server.stop(5)
+    assert [s.step.global_step for s in sinks[1].snapshots] == list(range(30))  # all, in order
+    health = transport.health()
+    assert health["points_exported"] == 90 and health["points_dropped"] == 0
+    assert len(spool) == 0

@@ -1,0 +1,73 @@
+"""Cumulative-to-window state: restarts are told by start time alone or count drop alone."""
+
+from __future__ import annotations
+
+from telemetry.otlp.temporality import HistogramState, histogram_window
+
+BOUNDS = (0.0, 1.0)
+
+
+def point(start: int, count: int, total: float, buckets=(0, 0, 0), low=None, high=None):
+    return HistogramState(start, count, total, low, high, BOUNDS, buckets)
+
+
+def test_a_later_start_time_alone_is_a_restart():
+    previous = point(100, 5, 10.0, (1, 2, 2))
+    current = point(101, 9, 30.0, (2, 3, 4))  # the count still grew
+    assert histogram_window(previous, current, started_ns=0) == current
+
+
+def test_a_count_drop_alone_is_a_restart():
+    previous = point(100, 5, 10.0, (1, 2, 2))
+    current = point(100, 4, 3.0, (1, 1, 2))  # same start time
+    assert histogram_window(previous, current, started_ns=0) == current
+
+
+def test_same_start_and_growing_count_is_a_window_of_the_difference():
+    previous = point(100, 5, 10.0, (1, 2, 2))
+    current = point(100, 8, 16.5, (1, 3, 4))
+    window = histogram_window(previous, current, started_ns=0)
+    assert (window.count, window.sum, window.bucket_counts) == (3, 6.5, (0, 1, 2))
+    assert window.start_time_unix_nano == 100
+
+
+def test_an_equal_count_is_an_empty_window():
+    previous = point(100, 5, 10.0, (1, 2, 2))
+    window = histogram_window(previous, point(100, 5, 10.0, (1, 2, 2)), started_ns=0)
+    assert (window.count, window.sum, window.bucket_counts) == (0, 0.0, (0, 0, 0))
+
+
+def test_first_point_is_a_window_from_the_collector_start_on_and_a_baseline_before():
+    current = point(1000, 3, 1.5)
+    assert histogram_window(None, current, started_ns=1000) == current  # at the boundary
+    assert histogram_window(None, current, started_ns=1001) is None  # older: baseline only
+    assert histogram_window(None, point(0, 3, 1.5), started_ns=0) is None  # no start time
+
+
+def test_window_extremes_are_known_only_where_the_cumulative_extreme_moved():
+    previous = point(100, 5, 10.0, (1, 2, 2), low=0.5, high=3.0)
+    lower = histogram_window(previous, point(100, 6, 10.1, (2, 2, 2), 0.1, 3.0), 0)
+    assert (lower.min, lower.max) == (0.1, None)  # a new minimum in this window
+    higher = histogram_window(previous, point(100, 6, 19.0, (1, 2, 3), 0.5, 9.0), 0)
+    assert (higher.min, higher.max) == (None, 9.0)
+    same = histogram_window(previous, point(100, 6, 11.0, (1, 3, 2), 0.5, 3.0), 0)
+    assert (same.min, same.max) == (None, None)  # equal extremes: not known to be here
+    unknown = histogram_window(previous, point(100, 6, 11.0, (1, 3, 2)), 0)
+    assert (unknown.min, unknown.max) == (None, None)
+    first = histogram_window(
+        point(100, 5, 10.0, (1, 2, 2)), point(100, 6, 11.0, (1, 3, 2), 1, 2), 0
+    )
+    assert (first.min, first.max) == (1, 2)  # no earlier extreme: this window's
+
+
+def test_bucket_windows_need_the_same_bounds_and_growing_counts():
+    previous = point(100, 5, 10.0, (1, 2, 2))
+    other_bounds = HistogramState(100, 8, 16.0, None, None, (0.0, 2.0), (2, 3, 3))
+    window = histogram_window(previous, other_bounds, 0)
+    assert (window.count, window.bounds, window.bucket_counts) == (3, (), ())
+    shrinking = histogram_window(previous, point(100, 8, 16.0, (0, 4, 4)), 0)
+    assert (shrinking.count, shrinking.bucket_counts) == (3, ())  # a bucket went down
+    no_buckets = HistogramState(100, 8, 16.0, None, None, BOUNDS, ())
+    assert histogram_window(previous, no_buckets, 0).bucket_counts == ()
+    unchanged = histogram_window(previous, point(100, 8, 16.0, (1, 2, 5)), 0)
+    assert (unchanged.bounds, unchanged.bucket_counts) == (BOUNDS, (0, 0, 3))

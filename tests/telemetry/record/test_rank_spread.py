@@ -1,0 +1,83 @@
+"""The straggler view: per-rank min, max and slowest rank inside the same reduction."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from telemetry.model.snapshot import Gauge
+from telemetry.record import rank_spread
+from telemetry.record.reduce import PerRank, ReduceOp, StateLayout, reduce_with_spread
+from tests.distributed import run_ranks
+
+SLOW_RANK = 2
+
+
+def _four_ranks(rank: int, world: int) -> dict:
+    from telemetry import stats_tracker
+    from telemetry.record.reduce import collectives_issued
+
+    tracker = stats_tracker.get("")
+    stats_tracker.export_all()  # start from an empty window
+    delays = {0: 0.01, 1: 0.02, 2: 0.25, 3: 0.03}
+    with tracker.record_timing("train_step"):
+        time.sleep(delays[rank])
+    tracker.scalar(loss=float(rank))  # not tracked: no spread
+    before = collectives_issued()
+    out = stats_tracker.export_all()
+    return {"stats": dict(out), "collectives": collectives_issued() - before}
+
+
+def test_four_gloo_ranks_name_the_slow_rank_with_no_extra_collective():
+    results = run_ranks(_four_ranks, 4, timeout=120)
+    for result in results:
+        stats = result["stats"]
+        assert result["collectives"] == 2  # the header and the payload, as without the spread
+        assert stats["timeperf/train_step/slowest_rank"] == SLOW_RANK
+        assert 0.25 <= stats["timeperf/train_step/rank_max"] < 0.6
+        assert 0.01 <= stats["timeperf/train_step/rank_min"] < 0.2
+        assert stats["timeperf/train_step"] == pytest.approx(
+            np.mean([r["stats"]["timeperf/train_step"] for r in results])
+        )
+        assert not any(k.startswith("loss/") for k in stats)
+        assert stats == results[0]["stats"]  # every rank reports the same
+
+
+LAYOUT = StateLayout(
+    "t", (ReduceOp.SUM, ReduceOp.SUM), (PerRank("", 0, 1, present=1), PerRank("n", 1))
+)
+
+
+def test_spread_ignores_ranks_without_the_quantity_and_is_off_unless_asked():
+    state = {"k": (LAYOUT, torch.tensor([6.0, 3.0], dtype=torch.float64))}
+    reduced, spreads = reduce_with_spread(state)
+    assert spreads == {} and reduced["k"][1].tolist() == [6.0, 3.0]
+    _, spreads = reduce_with_spread(state, spread=lambda key: key == "k")
+    assert spreads["k"][""].low == spreads["k"][""].high == 2.0
+    assert spreads["k"]["n"].slowest_rank == 0
+    empty = {"k": (LAYOUT, torch.tensor([0.0, 0.0], dtype=torch.float64))}
+    _, spreads = reduce_with_spread(empty, spread=lambda key: True)
+    assert "" not in spreads["k"]  # no rank with a count: no mean to compare
+
+
+def test_tracked_patterns_and_points():
+    assert rank_spread.tracked("timeperf/rollout")
+    assert rank_spread.tracked("ppo_actor/timeperf/update")
+    assert rank_spread.tracked("train_perf")
+    assert not rank_spread.tracked("ppo_actor/update/loss")
+    rank_spread.track_ranks("ppo_actor/update/*")
+    try:
+        assert rank_spread.tracked("ppo_actor/update/loss")
+    finally:
+        rank_spread.untrack_ranks("ppo_actor/update/*")
+    assert not rank_spread.tracked("ppo_actor/update/loss")
+    spread = {"seconds": rank_spread.RankSpread(1.0, 3.0, 5)}
+    points = rank_spread.spread_points("train_perf", spread)
+    assert points == [
+        Gauge("train_perf/seconds/rank_min", 1.0, unit="s"),
+        Gauge("train_perf/seconds/rank_max", 3.0, unit="s"),
+        Gauge("train_perf/seconds/slowest_rank", 5.0),
+    ]

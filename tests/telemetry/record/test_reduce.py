@@ -1,0 +1,170 @@
+"""The coalesced DP reduction on 2 and 4 gloo ranks against a pooled numpy reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from telemetry.model.errors import KeyMismatchError
+from telemetry.record.reduce import ReduceOp, StateLayout, collectives_issued, reduce_states
+from tests.distributed import run_ranks
+
+
+def rank_data(rank: int, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic per-rank data with very unequal valid counts."""
+    rng = np.random.default_rng(rank * 7919 + len(key))
+    n = 5 + 40 * rank
+    values = rng.normal(size=(3, n))
+    mask = rng.random((3, n)) < (0.2 + 0.2 * rank)
+    return values, mask
+
+
+def _record_and_export(rank: int, world: int, keys_by_rank: dict[int, list[str]]):
+    from telemetry import stats_tracker
+
+    tracker = stats_tracker.DistributedStatsTracker()
+    for key in keys_by_rank[rank]:
+        values, mask = rank_data(rank, key)
+        with tracker.scope("ppo_actor"):
+            tracker.denominator(valid=torch.from_numpy(mask))
+            tracker.stat(**{key: torch.from_numpy(values)}, denominator="valid")
+            tracker.scalar(**{f"{key}_lr": float(rank + 1)})
+    before = collectives_issued()
+    out = tracker.export(reduce_group=None)
+    return dict(out), collectives_issued() - before
+
+
+def pooled_reference(world: int, keys_by_rank: dict[int, list[str]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    all_keys = sorted({k for keys in keys_by_rank.values() for k in keys})
+    for key in all_keys:
+        picked = [rank_data(r, key) for r in range(world) if key in keys_by_rank[r]]
+        x = np.concatenate([v[m] for v, m in picked])
+        out[f"ppo_actor/{key}/avg"] = x.sum() / x.size
+        out[f"ppo_actor/{key}/min"] = x.min()
+        out[f"ppo_actor/{key}/max"] = x.max()
+        lrs = [float(r + 1) for r in range(world) if key in keys_by_rank[r]]
+        out[f"ppo_actor/{key}_lr"] = sum(lrs) / len(lrs)
+        out[f"ppo_actor/{key}_lr__count"] = len(lrs)
+    valid = sum(int(rank_data(r, k)[1].sum()) for r in range(world) for k in keys_by_rank[r])
+    out["ppo_actor/valid"] = valid
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_same_keys_on_every_rank_two_collectives(world):
+    keys_by_rank = {r: ["loss", "entropy"] for r in range(world)}
+    results = run_ranks(_record_and_export, world, keys_by_rank)
+    expected = pooled_reference(world, keys_by_rank)
+    for out, collectives in results:
+        assert set(out) == set(expected)
+        for key, value in expected.items():
+            assert out[key] == pytest.approx(value, rel=1e-12), key
+        assert collectives == 2
+    assert all(out == results[0][0] for out, _ in results)  # bit-identical on every rank
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_different_key_sets_agree_on_the_union(world):
+    keys_by_rank = {r: ["loss"] + (["only_odd"] if r % 2 else []) for r in range(world)}
+    keys_by_rank[0] = []  # rank 0 recorded nothing at all
+    results = run_ranks(_record_and_export, world, keys_by_rank)
+    expected = pooled_reference(world, keys_by_rank)
+    for out, collectives in results:
+        assert set(out) == set(expected)
+        for key, value in expected.items():
+            assert out[key] == pytest.approx(value, rel=1e-12), key
+        assert collectives == 4
+
+
+def _conflicting_reduce_types(rank: int, world: int):
+    from telemetry.stats_tracker import DistributedStatsTracker, ReduceType
+
+    tracker = DistributedStatsTracker()
+    tracker.denominator(valid=torch.ones(4, dtype=torch.bool))
+    reduce = ReduceType.SUM if rank == 1 else ReduceType.AVG
+    tracker.stat(x=torch.ones(4), denominator="valid", reduce_type=reduce)
+    tracker.stat(fine=torch.ones(4), denominator="valid")
+    try:
+        tracker.export()
+    except KeyMismatchError as exc:
+        return str(exc)
+    return None
+
+
+def test_reduce_type_conflict_raises_on_every_rank():
+    messages = run_ranks(_conflicting_reduce_types, 2)
+    for message in messages:
+        assert message is not None
+        assert "'x'" in message
+        assert "stat:avg" in message and "stat:sum" in message
+        assert "fine" not in message
+
+
+def _nan_on_one_rank(rank: int, world: int):
+    from telemetry.stats_tracker import DistributedStatsTracker
+
+    tracker = DistributedStatsTracker()
+    x = torch.tensor([1.0, 2.0]) if rank else torch.tensor([float("nan"), 2.0])
+    tracker.denominator(valid=torch.ones(2, dtype=torch.bool))
+    tracker.stat(x=x, denominator="valid")
+    return dict(tracker.export())
+
+
+def test_nan_on_one_rank_propagates_everywhere():
+    for out in run_ranks(_nan_on_one_rank, 2):
+        assert all(math.isnan(out[f"x/{f}"]) for f in ("avg", "min", "max"))
+
+
+def _raw_states(rank: int, world: int):
+    layout = StateLayout("custom", (ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX))
+    states = {
+        "k": (layout, torch.tensor([rank + 1.0, 10.0 - rank, float(rank)], dtype=torch.float64))
+    }
+    if rank == world - 1:
+        states["last_only"] = (layout, torch.tensor([5.0, -1.0, 9.0], dtype=torch.float64))
+    return {k: v.tolist() for k, v in reduce_states(states).items()}
+
+
+def test_raw_state_ops_and_identity_for_missing_keys():
+    world = 4
+    for out in run_ranks(_raw_states, world):
+        assert out["k"] == [sum(range(1, world + 1)), 10.0 - (world - 1), world - 1.0]
+        assert out["last_only"] == [5.0, -1.0, 9.0]
+
+
+def test_single_process_has_no_collectives():
+    layout = StateLayout("custom", (ReduceOp.SUM,))
+    before = collectives_issued()
+    out = reduce_states({"a": (layout, torch.tensor([2.0], dtype=torch.float64))})
+    assert out["a"].tolist() == [2.0]
+    assert collectives_issued() == before
+
+
+def test_wrong_state_size_is_rejected():
+    layout = StateLayout("custom", (ReduceOp.SUM, ReduceOp.SUM))
+    with pytest.raises(KeyMismatchError, match="'a'"):
+        reduce_states({"a": (layout, torch.zeros(3, dtype=torch.float64))})
+
+
+def _bounds_on_rank_one_only(rank: int, world: int):
+    from telemetry.stats_tracker import DistributedStatsTracker
+
+    tracker = DistributedStatsTracker()
+    if rank == 1:
+        tracker.set_bucket_bounds("x", [0.0, 1.0])
+    tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
+    tracker.stat(x=torch.tensor([-1.0, 0.5, 2.0]), denominator="valid")
+    try:
+        tracker.export()
+    except KeyMismatchError as exc:
+        return str(exc)
+    return None
+
+
+def test_bucket_bounds_on_some_ranks_only_is_a_layout_conflict():
+    for message in run_ranks(_bounds_on_rank_one_only, 2):
+        assert message is not None and "'x'" in message and "b3" in message and "b0" in message

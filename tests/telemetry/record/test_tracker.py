@@ -1,0 +1,379 @@
+"""The recording API against an independent float64 numpy reference (single process)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from telemetry import stats_tracker
+from telemetry.model.errors import (
+    InvalidValueError,
+    MaskTypeError,
+    ShapeMismatchError,
+    UnknownDenominatorError,
+)
+from telemetry.model.snapshot import Histogram, Stats
+from telemetry.record.tracker import DistributedStatsTracker, ReduceType
+
+
+@pytest.fixture
+def tracker() -> DistributedStatsTracker:
+    return DistributedStatsTracker()
+
+
+def reference(values: list[np.ndarray], masks: list[np.ndarray]) -> dict[str, float]:
+    """avg/min/max/sum/count pooled over every call, in float64."""
+    picked = np.concatenate([v.astype(np.float64)[m] for v, m in zip(values, masks)])
+    if picked.size == 0:
+        return {"count": 0, "sum": 0.0}
+    return {
+        "count": picked.size,
+        "sum": picked.sum(),
+        "avg": picked.sum() / picked.size,
+        "min": picked.min(),
+        "max": picked.max(),
+    }
+
+
+def test_avg_min_max_pooled_over_calls_not_averaged(tracker):
+    rng = np.random.default_rng(0)
+    values, masks = [], []
+    for n in (3, 50, 7):  # very unequal mask counts: an average of averages would differ
+        x = rng.normal(size=(4, n)).astype(np.float32)
+        m = rng.random((4, n)) < 0.6
+        values.append(x)
+        masks.append(m)
+        with tracker.scope("ppo_actor"), tracker.scope("update"):
+            tracker.denominator(n_valid_tokens=torch.from_numpy(m))
+            tracker.stat(loss=torch.from_numpy(x), denominator="n_valid_tokens")
+    out = tracker.export()
+    ref = reference(values, masks)
+    assert out["ppo_actor/update/loss/avg"] == pytest.approx(ref["avg"], rel=1e-12)
+    assert out["ppo_actor/update/loss/min"] == pytest.approx(ref["min"], rel=1e-7)
+    assert out["ppo_actor/update/loss/max"] == pytest.approx(ref["max"], rel=1e-7)
+    assert out["ppo_actor/update/n_valid_tokens"] == ref["count"]
+    assert set(out) == {
+        "ppo_actor/update/loss/avg",
+        "ppo_actor/update/loss/min",
+        "ppo_actor/update/loss/max",
+        "ppo_actor/update/n_valid_tokens",
+    }
+
+
+@pytest.mark.parametrize(
+    ("reduce_type", "expected_key", "field"),
+    [
+        (ReduceType.AVG, "x", "avg"),
+        (ReduceType.SUM, "x", "sum"),
+        (ReduceType.MIN, "x", "min"),
+        (ReduceType.MAX, "x", "max"),
+    ],
+)
+def test_each_reduce_type(tracker, reduce_type, expected_key, field):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(8, 16))
+    m = rng.random((8, 16)) < 0.5
+    tracker.denominator(valid=torch.from_numpy(m))
+    tracker.stat(x=torch.from_numpy(x), denominator="valid", reduce_type=reduce_type)
+    out = tracker.export()
+    assert out[expected_key] == pytest.approx(reference([x], [m])[field], rel=1e-12)
+    assert set(out) == {"x", "valid"}
+
+
+def test_mixed_dtypes_accumulate_in_float64(tracker):
+    rng = np.random.default_rng(2)
+    values, masks = [], []
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        x = torch.from_numpy(rng.normal(size=(2, 32))).to(dtype)
+        m = torch.from_numpy(rng.random((2, 32)) < 0.7)
+        values.append(x.to(torch.float64).numpy())  # the value the tracker really saw
+        masks.append(m.numpy())
+        tracker.denominator(valid=m)
+        tracker.stat(x=x, denominator="valid")
+    out = tracker.export()
+    ref = reference(values, masks)
+    assert out["x/avg"] == pytest.approx(ref["avg"], rel=1e-12)
+    assert out["x/min"] == ref["min"]
+    assert out["x/max"] == ref["max"]
+
+
+def test_empty_denominator_omits_key_but_sum_reports_zero(tracker):
+    empty = torch.zeros(3, 5, dtype=torch.bool)
+    tracker.denominator(valid=empty)
+    tracker.stat(x=torch.randn(3, 5), denominator="valid")
+    tracker.stat(total=torch.randn(3, 5), denominator="valid", reduce_type=ReduceType.SUM)
+    tracker.stat(low=torch.randn(3, 5), denominator="valid", reduce_type=ReduceType.MIN)
+    out = tracker.export()
+    assert out == {"valid": 0.0, "total": 0.0}
+    histogram = {p.key: p for p in out.points}["x"]
+    assert isinstance(histogram, Histogram)
+    assert histogram.count == 0 and histogram.min is None and histogram.max is None
+
+
+def test_nan_on_valid_token_propagates_and_padding_is_ignored(tracker):
+    x = torch.tensor([[1.0, float("nan"), 3.0], [float("nan"), 5.0, 6.0]])
+    mask = torch.tensor([[True, False, True], [False, True, True]])
+    tracker.denominator(valid=mask)
+    tracker.stat(clean=x, denominator="valid")  # NaNs only on padding
+    tracker.denominator(all_=torch.ones(2, 3, dtype=torch.bool))
+    tracker.stat(dirty=x, denominator="all_")
+    out = tracker.export()
+    assert out["clean/avg"] == pytest.approx(15.0 / 4)
+    assert (out["clean/min"], out["clean/max"]) == (1.0, 6.0)
+    assert all(math.isnan(out[f"dirty/{f}"]) for f in ("avg", "min", "max"))
+
+
+def test_genuine_infinities_are_reported(tracker):
+    x = torch.tensor([-math.inf, 0.0, 2.0, math.inf])
+    mask = torch.tensor([True, True, True, False])
+    tracker.denominator(valid=mask)
+    tracker.stat(x=x, denominator="valid")
+    out = tracker.export()
+    assert out["x/min"] == -math.inf
+    assert out["x/max"] == 2.0
+    assert out["x/avg"] == -math.inf
+
+
+def test_counts_exact_past_2_pow_24(tracker):
+    n = 2**24 + 3
+    mask = torch.ones(n, dtype=torch.bool)
+    tracker.denominator(valid=mask)
+    tracker.denominator(valid=mask[:5])
+    tracker.stat(ones=torch.ones(5), denominator="valid")
+    out = tracker.export()
+    assert out["valid"] == n + 5
+    assert int(out["valid"]) == 16777224
+
+
+def test_scalar_count_weighted_mean_and_companion_count(tracker):
+    for value in (1.0, 2.0, 6.0):
+        tracker.scalar(reward=value)
+    tracker.scalar(reward=torch.tensor(3.0))
+    out = tracker.export()
+    assert out["reward"] == pytest.approx(3.0)
+    assert out["reward__count"] == 4
+
+
+def test_named_trackers_and_timing_keys():
+    stats_tracker.export_all()  # start from a clean window
+    stats_tracker.get("rollout").scalar(reward=1)
+    stats_tracker.get("eval-rollout").scalar(reward=0.5)
+    with stats_tracker.record_timing("rollout"):
+        pass
+    with stats_tracker.scope("ppo_actor"), stats_tracker.record_timing("update"):
+        pass
+    out = stats_tracker.export_all()
+    assert out["rollout/reward"] == 1.0 and out["rollout/reward__count"] == 1
+    assert out["eval-rollout/reward"] == 0.5
+    assert out["timeperf/rollout"] >= 0.0
+    assert "timeperf/update" in out  # AReaL: timing keys ignore the scope
+    assert stats_tracker.export_all() == {}  # reset by the export
+
+
+def test_export_is_typed_and_reset(tracker):
+    tracker.denominator(valid=torch.ones(4, dtype=torch.bool))
+    tracker.stat(x=torch.arange(4.0), denominator="valid")
+    out = tracker.export()
+    assert isinstance(out, Stats)
+    assert {type(p).__name__ for p in out.points} == {"Histogram", "Gauge"}
+    assert tracker.export() == {}
+
+
+def test_export_without_reset_keeps_accumulating(tracker):
+    tracker.scalar(a=1.0)
+    assert tracker.export(reset=False)["a__count"] == 1
+    tracker.scalar(a=3.0)
+    assert tracker.export()["a"] == 2.0
+
+
+def test_export_key_prefix(tracker):
+    with tracker.scope("a"):
+        tracker.scalar(x=1)
+    with tracker.scope("b"):
+        tracker.scalar(y=2)
+    assert set(tracker.export(key="a")) == {"a/x", "a/x__count"}
+    assert set(tracker.export()) == {"b/y", "b/y__count"}
+
+
+def test_bucket_counts_follow_otel_upper_inclusive_bounds(tracker):
+    x = torch.tensor([-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 7.0, float("nan")])
+    mask = torch.tensor([True, True, True, True, True, True, True, False])
+    tracker.set_bucket_bounds("x", [-1.0, 0.0, 1.0])
+    tracker.denominator(valid=mask)
+    tracker.stat(x=x, denominator="valid")
+    point = next(p for p in tracker.export().points if p.key == "x")
+    assert point.bounds == (-1.0, 0.0, 1.0)
+    values = x.numpy()[mask.numpy()]
+    expected = np.histogram(values, bins=[-np.inf, -1.0, 0.0, 1.0, np.inf])[0]
+    # numpy bins are lower-inclusive; OTel's are upper-inclusive: compute that directly.
+    expected = [
+        int(((values > lo) & (values <= hi)).sum())
+        for lo, hi in zip([-np.inf, -1.0, 0.0, 1.0], [-1.0, 0.0, 1.0, np.inf])
+    ]
+    assert list(point.bucket_counts) == expected
+    assert sum(point.bucket_counts) == point.count
+
+
+def test_scope_stack_is_exception_safe_and_per_thread(tracker):
+    with pytest.raises(RuntimeError), tracker.scope("outer"):
+        raise RuntimeError("boom")
+    assert tracker.full_key("k") == "k"
+
+    seen: dict[str, str] = {}
+    barrier = threading.Barrier(2)
+
+    def work(name: str) -> None:
+        with tracker.scope(name):
+            barrier.wait()
+            seen[name] = tracker.full_key("k")
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in ("t1", "t2")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"t1": "t1/k", "t2": "t2/k"}
+
+
+def test_scope_stack_is_per_asyncio_task(tracker):
+    async def work(name: str) -> str:
+        with tracker.scope(name):
+            await asyncio.sleep(0.01)
+            return tracker.full_key("k")
+
+    async def main() -> list[str]:
+        return await asyncio.gather(work("a"), work("b"))
+
+    assert asyncio.run(main()) == ["a/k", "b/k"]
+
+
+def test_bad_input_errors_name_the_scoped_key(tracker):
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    with tracker.scope("ppo_actor"):
+        tracker.denominator(valid=mask)
+        with pytest.raises(ShapeMismatchError, match=r"'ppo_actor/loss'.*\(2, 4\).*\(2, 3\)"):
+            tracker.stat(loss=torch.zeros(2, 4), denominator="valid")
+        with pytest.raises(UnknownDenominatorError, match="'ppo_actor/loss'.*ppo_actor/nope"):
+            tracker.stat(loss=torch.zeros(2, 3), denominator="nope")
+        with pytest.raises(MaskTypeError, match="'ppo_actor/bad'.*float"):
+            tracker.denominator(bad=torch.ones(2, 3))
+        with pytest.raises(InvalidValueError, match="'ppo_actor/empty'"):
+            tracker.denominator(empty=torch.ones(0, dtype=torch.bool))
+        with pytest.raises(InvalidValueError, match="'ppo_actor/loss'.*list"):
+            tracker.stat(loss=[1.0, 2.0], denominator="valid")
+        with pytest.raises(InvalidValueError, match="'ppo_actor/lr'.*str"):
+            tracker.scalar(lr="0.1")
+        with pytest.raises(InvalidValueError, match="'ppo_actor/lr'.*shape"):
+            tracker.scalar(lr=torch.ones(3))
+        with pytest.raises(InvalidValueError, match="'ppo_actor/flag'.*bool"):
+            tracker.stat(flag=mask, denominator="valid")
+    # nothing half-recorded
+    assert tracker.export() == {"ppo_actor/valid": 6.0}
+
+
+def test_reduce_type_change_for_a_key_raises(tracker):
+    tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
+    tracker.stat(x=torch.ones(3), denominator="valid")
+    with pytest.raises(InvalidValueError, match="'x'.*avg_min_max.*sum"):
+        tracker.stat(x=torch.ones(3), denominator="valid", reduce_type=ReduceType.SUM)
+    with pytest.raises(InvalidValueError, match="'x'.*scalar"):
+        tracker.scalar(x=1.0)
+
+
+def test_state_is_constant_size_and_not_a_clone(tracker):
+    mask = torch.ones(64, 1024, dtype=torch.bool)
+    for _ in range(5):
+        tracker.denominator(valid=mask)
+        tracker.stat(a=torch.randn(64, 1024), b=torch.randn(64, 1024), denominator="valid")
+    states = tracker.collect_states(reset=False)
+    assert {k: v[1].numel() for k, v in states.items()} == {"a": 4, "b": 4, "valid": 1}
+
+
+def test_recorded_tensors_are_not_kept(tracker):
+    import gc
+    import weakref
+
+    mask = torch.ones(64, 1024, dtype=torch.bool)
+    tracker.denominator(valid=mask)
+    x = torch.randn(64, 1024)
+    ref = weakref.ref(x)
+    tracker.stat(x=x, denominator="valid")
+    del x
+    gc.collect()
+    assert ref() is None  # neither the tensor nor a view of it is held
+    assert tracker.export()["x/avg"] != 0.0
+
+
+def test_record_timing_reports_seconds():
+    import time
+
+    tracker = DistributedStatsTracker()
+    with tracker.record_timing("sleep"):
+        time.sleep(0.2)
+    got = tracker.export()["timeperf/sleep"]
+    assert 0.2 <= got < 0.6  # seconds, not milliseconds
+
+
+def test_a_rejected_call_records_none_of_its_keys(tracker):
+    tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
+    tracker.stat(b=torch.ones(3), denominator="valid", reduce_type=ReduceType.SUM)
+    with pytest.raises(InvalidValueError, match="'b'"):
+        tracker.stat(a=torch.ones(3), b=torch.ones(3), denominator="valid")
+    assert {point.key for point in tracker.export().points} == {"valid", "b"}  # no empty 'a'
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_recording_a_step_never_synchronises():
+    device = torch.device("cuda")
+    cuda_tracker = DistributedStatsTracker()
+    cuda_tracker.set_bucket_bounds("ppo_actor/logp", [-2.0, -1.0, 0.0])
+    mask = torch.rand(16, 4096, device=device) < 0.7
+    x = torch.randn(16, 4096, device=device)
+    cuda_tracker.denominator(n_valid=mask)  # first window: warm the bank and its indices
+    cuda_tracker.stat(loss=x, denominator="n_valid")
+    cuda_tracker.export()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            with cuda_tracker.scope("ppo_actor"):
+                cuda_tracker.denominator(n_valid=mask)
+                cuda_tracker.stat(loss=x.to(dtype), logp=-x.abs().to(dtype), denominator="n_valid")
+                cuda_tracker.scalar(grad_norm=x[0, 0])
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    out = cuda_tracker.export()
+    valid = x[mask].double().cpu().numpy()
+    assert out["ppo_actor/n_valid"] == 3 * valid.size
+    assert out["ppo_actor/loss/max"] == pytest.approx(valid.max(), rel=1e-2)
+
+
+def test_plain_stats_export_without_bucket_warnings(tracker, caplog):
+    tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
+    tracker.stat(x=torch.ones(3), denominator="valid")
+    with caplog.at_level("WARNING"):
+        point = next(p for p in tracker.export().points if p.key == "x")
+    assert point.bounds == () and point.bucket_counts == ()
+    assert not caplog.records
+
+
+def test_fold_moments_pools_with_stat_and_names_a_bad_state():
+    tracker = DistributedStatsTracker()
+    mask = torch.tensor([True, True, False])
+    tracker.denominator(mask=mask)
+    tracker.stat(x=torch.tensor([1.0, 4.0, 100.0]), denominator="mask")
+    tracker.fold_moments({"x": torch.tensor([2.0, 2.0, -3.0, -5.0], dtype=torch.float64)})
+    out = tracker.export()
+    assert out["x/avg"] == 7.0 / 4 and out["x/min"] == -3.0 and out["x/max"] == 5.0
+    with pytest.raises(InvalidValueError, match="'y': expected a float64 state of 4 elements"):
+        tracker.fold_moments({"y": torch.tensor([1.0, 1.0, 1.0])})
+    with pytest.raises(InvalidValueError, match="'x': recorded with reduce type avg_min_max"):
+        tracker.denominator(mask=mask)
+        tracker.stat(x=torch.tensor([1.0, 4.0, 100.0]), denominator="mask")
+        tracker.fold_moments(
+            {"x": torch.tensor([0.0, 0.0, math.inf, math.inf], dtype=torch.float64)}, ReduceType.AVG
+        )

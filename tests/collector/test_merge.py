@@ -130,3 +130,42 @@ def test_histograms_counters_and_plain_gauges():
     merger.add(worker(1, [Counter("tokens", 25.0, start_time_unix_nano=8)]))
     (next_window,) = merger.on_train(train(4))
     assert next_window.flat() == {"tokens": 15.0 + 25.0 + 30.0}
+
+
+def test_differing_bounds_keep_counts_only_and_plain_gauges_average_exactly():
+    merger = RolloutMerger()
+    merger.add(worker(0, [Histogram("d", 2, 3.0, 1.0, 2.0, (0.0, 1.5), (0, 1, 1))]))
+    merger.add(worker(1, [Histogram("d", 1, 4.0, 4.0, 4.0, (0.0, 2.0), (0, 0, 1))]))
+    merger.add(worker(2, [Histogram("d", 1, 0.5, 0.5, 0.5, (0.0, 1.5), (0, 1, 0))]))
+    for i, value in enumerate((0.5, 1.0)):
+        merger.add(worker(i, [Gauge("queue", value)]))
+    (merged,) = merger.on_train(train(1))
+    by_key = {p.key: p for p in merged.points}
+    assert (by_key["d"].count, by_key["d"].sum) == (4, 7.5)
+    assert (by_key["d"].bounds, by_key["d"].bucket_counts) == ((), ())  # bounds disagreed
+    assert by_key["queue"].value == 0.75  # the mean of the workers' latest values
+
+
+def test_same_bounds_keep_bounds_and_buckets_and_the_run_resource():
+    merger = RolloutMerger()
+    for i in range(2):
+        merger.add(worker(i, [Histogram("d", 1, 0.5, 0.5, 0.5, (0.0, 1.0), (0, 1, 0))]))
+    (merged,) = merger.on_train(train(1))
+    (point,) = merged.points
+    assert (point.bounds, point.bucket_counts) == ((0.0, 1.0), (0, 2, 0))
+    assert merged.resource == (*RUN, ("rltel.role", "rollout"), ("rltel.stream", "rollout"))
+    assert merged.stream == "rollout" and merged.step == Step(0, 1, 1)
+
+
+def test_a_senders_own_health_points_are_not_merged_but_the_rest_of_its_snapshot_is():
+    merger = RolloutMerger()
+    merger.add(worker(0, [Gauge("rltel/otlp/queue_depth", 3.0), Gauge("reward", 1.0, 2)]))
+    (merged,) = merger.on_train(train(1))
+    assert merged.flat() == {"reward": 1.0}
+
+
+def test_an_empty_scalar_window_is_left_out():
+    merger = RolloutMerger()
+    merger.add(worker(0, [Gauge("reward", float("nan"), 0), Gauge("len", 3.0, 1)]))
+    (merged,) = merger.on_train(train(1))
+    assert merged.flat() == {"len": 3.0}

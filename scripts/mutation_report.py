@@ -2,9 +2,14 @@
 
 Usage: python scripts/mutation_report.py SESSION.sqlite [SOURCE_ROOT]
 
-Mutants inside type annotations are counted as equivalent: every module here starts with
-``from __future__ import annotations``, so annotations are never evaluated. Every other
-survivor is listed with its line, to be killed by a test or judged by hand.
+Two kinds of mutants are counted as equivalent, mechanically:
+
+* inside type annotations: every module here starts with ``from __future__ import
+  annotations``, so annotations are never evaluated;
+* ``==`` turned into ``is`` (``!=`` into ``is not``) against a string or small-integer
+  literal: CPython interns both, and the compared values here come from literals too.
+
+Every other survivor is listed with its line, to be killed by a test or judged by hand.
 """
 
 from __future__ import annotations
@@ -30,6 +35,24 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
     return spans
 
 
+IDENTITY_OPERATORS = ("ReplaceComparisonOperator_Eq_Is", "ReplaceComparisonOperator_NotEq_IsNot")
+
+
+def literal_comparisons(source: str) -> set[int]:
+    """Lines holding a comparison with a string or small-integer literal operand."""
+    lines = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(
+                isinstance(o, ast.Constant)
+                and (isinstance(o.value, str) or (type(o.value) is int and -5 <= o.value <= 256))
+                for o in operands
+            ):
+                lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
 def main(session: str, root: str = ".") -> int:
     dump = subprocess.run(
         [str(Path(sys.executable).with_name("cosmic-ray")), "dump", session],
@@ -40,6 +63,7 @@ def main(session: str, root: str = ".") -> int:
     killed = equivalent = 0
     survivors = []
     spans: dict[str, list] = {}
+    literal_lines: dict[str, set[int]] = {}
     for line in dump.splitlines():
         item, result = json.loads(line)
         if not result:
@@ -47,19 +71,24 @@ def main(session: str, root: str = ".") -> int:
         mutation = item["mutations"][0]
         path = mutation["module_path"]
         if path not in spans:
-            spans[path] = annotation_spans((Path(root) / path).read_text())
+            source = (Path(root) / path).read_text()
+            spans[path] = annotation_spans(source)
+            literal_lines[path] = literal_comparisons(source)
         start = tuple(mutation["start_pos"])
-        if any(a <= start < b for a, b in spans[path]):
+        operator = mutation["operator_name"].split("/")[-1]
+        if any(a <= start < b for a, b in spans[path]) or (
+            operator in IDENTITY_OPERATORS and start[0] in literal_lines[path]
+        ):
             equivalent += 1
         elif result.get("test_outcome") == "survived":
-            survivors.append((path, start[0], mutation["operator_name"].split("/")[-1]))
+            survivors.append((path, start[0], operator))
         else:
             killed += 1
     scored = killed + len(survivors)
     score = 100.0 * killed / scored if scored else 100.0
     print(
         f"killed {killed} of {scored} non-equivalent mutants ({score:.1f} %); "
-        f"{equivalent} in annotations (equivalent)"
+        f"{equivalent} equivalent (annotations, identity of literals)"
     )
     for path, line_no, operator in sorted(survivors):
         text = (Path(root) / path).read_text().splitlines()[line_no - 1].strip()

@@ -4,8 +4,11 @@
 indices' device with ``scatter_add_`` (fixed output size, so no host sync; CUDA
 ``bincount`` would read the max back). Top-k repeats count once each; indices outside
 ``[0, num_experts)`` (e.g. ``-1`` or ``num_experts`` for a capacity drop, as routers
-report them) are dropped. Only forwards inside :meth:`MoEBalance.training` count, and
-never the forward re-run by activation checkpointing during backward.
+report them) are dropped. An explicit ``record`` call counts wherever it is made: the
+caller decides which forwards are recorded. The automatic router hooks of
+:mod:`telemetry.metrics.moe_hooks` count only forwards inside
+:meth:`MoEBalance.training` and never the forward re-run by activation checkpointing
+during backward (see :attr:`MoEBalance.counting`).
 
 At export (a :class:`~telemetry.record.source.StateSource` in ``export_all``'s single reduction)
 the counts are summed over micro-batches and ranks, then normalised per layer with E
@@ -45,7 +48,10 @@ def _positive_int(name: str, value: object, minimum: int) -> int:
 
 
 class MoEBalance(RegisteredSource):
-    """Per-layer, per-expert routing counts of training forwards, reduced at export.
+    """Per-layer, per-expert routing counts, reduced at export.
+
+    :meth:`record` always counts; :meth:`training` and :attr:`counting` only gate the
+    router hooks (:mod:`telemetry.metrics.moe_hooks`).
 
     Args:
         register: join ``stats_tracker.export_all`` (undo with :meth:`close`).
@@ -62,7 +68,8 @@ class MoEBalance(RegisteredSource):
 
     @contextmanager
     def training(self) -> Iterator[None]:
-        """Count the forwards run inside this block (the training forward of train_batch)."""
+        """Let the router hooks count the forwards run inside this block (the training
+        forward of train_batch); explicit :meth:`record` calls count with or without it."""
         self._training += 1
         try:
             yield
@@ -71,7 +78,8 @@ class MoEBalance(RegisteredSource):
 
     @property
     def counting(self) -> bool:
-        """Whether a forward now counts: inside :meth:`training`, outside backward."""
+        """Whether a hooked router forward now counts: inside :meth:`training`, outside
+        backward. Explicit :meth:`record` calls do not consult it."""
         # a forward during backward is activation-checkpoint recomputation
         return self._training > 0 and torch._C._current_graph_task_id() == -1
 
@@ -92,7 +100,11 @@ class MoEBalance(RegisteredSource):
             )
 
     def record(self, layer_id: int, expert_indices: torch.Tensor, num_experts: int) -> None:
-        """Count one training forward of one layer's router (no-op outside training).
+        """Count one forward of one layer's router, wherever it is called.
+
+        Unlike the router hooks, an explicit call is not limited to
+        :meth:`training` and also counts during activation-checkpoint recomputation:
+        call it only for the forwards that should count.
 
         Args:
             layer_id: global layer index from 0, unique across pipeline stages.
@@ -103,8 +115,6 @@ class MoEBalance(RegisteredSource):
         Raises:
             InvalidValueError: non-integer indices, bad ids, or a changed expert count.
         """
-        if not self.counting:
-            return
         self.add_layer(layer_id, num_experts)
         if not isinstance(expert_indices, torch.Tensor) or (
             expert_indices.dtype.is_floating_point

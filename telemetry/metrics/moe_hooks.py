@@ -8,8 +8,10 @@
   contract), layer ids from the ``layers.<i>.`` module path.
 
 A router whose output yields no indices gives no balance metrics: its hooks are removed
-and one ``RuntimeWarning`` is issued. Counting follows the balance's rules (inside
-:meth:`MoEBalance.training` only, never during backward recomputation).
+and one ``RuntimeWarning`` is issued. Hooks count only forwards inside
+:meth:`MoEBalance.training`, never the forward re-run by activation checkpointing during
+backward (:attr:`MoEBalance.counting`); an explicit :meth:`MoEBalance.record` call, by
+contrast, counts wherever it is made.
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 from distributed import run_ranks
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
 from telemetry import stats_tracker
 from telemetry.metrics.moe import MoEBalance
+from telemetry.metrics.moe_hooks import hook_router
 from telemetry.model.errors import InvalidValueError, KeyMismatchError
 from telemetry.model.snapshot import Gauge
 
@@ -78,35 +79,64 @@ def test_micro_batches_accumulate_drops_excluded_and_window_resets():
     check_layer(export(balance), 7, [], 8)  # new window: declared layer reports 0
 
 
-def test_eval_forwards_and_checkpoint_recomputation_not_counted():
-    balance = MoEBalance(register=False)
+class Router(torch.nn.Module):
+    """Top-1 of 3 experts; ``balance`` set: records explicitly in its forward."""
 
-    class Router(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.proj = torch.nn.Linear(4, 3)
-            self.calls = 0
+    def __init__(self, balance: MoEBalance | None = None) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 3)
+        self.balance = balance
+        self.calls = 0
 
-        def forward(self, x):
-            self.calls += 1
-            logits = self.proj(x).tanh()  # saves an intermediate: recomputed in backward
-            balance.record(0, logits.topk(1, dim=-1).indices, 3)
-            return logits
+    def forward(self, x):
+        self.calls += 1
+        logits = self.proj(x).tanh()  # saves an intermediate: recomputed in backward
+        if self.balance is not None:
+            self.balance.record(0, logits.topk(1, dim=-1).indices, 3)
+        return logits
 
-    router = Router()
-    x = torch.randn(5, 4, requires_grad=True)
+
+def run_forwards(router: Router, balance: MoEBalance, x: torch.Tensor) -> None:
+    """One eval forward outside training(), two checkpointed training forwards (each
+    recomputed in backward), one training forward under no_grad: 6 forwards."""
     with torch.no_grad():
-        router(x)  # eval forward outside training()
+        router(x)
     with balance.training():
         for reentrant in (True, False):
             out = checkpoint(router, x, use_reentrant=reentrant)
-            out.sum().backward()  # recomputes the forward during backward
+            out.sum().backward()
     with balance.training(), torch.no_grad():
         router(x)
-    assert router.calls == 1 + 2 * 2 + 1  # eval, two checkpointed forwards + recomputes, one
+    assert router.calls == 1 + 2 * 2 + 1
+
+
+def routed_tokens(balance: MoEBalance) -> float:
     stats = export(balance)
-    assert sum(stats[f"moe_balance/layer_0/expert_{e}/tokens"] for e in range(3)) == 3 * 5
+    return sum(stats[f"moe_balance/layer_0/expert_{e}/tokens"] for e in range(3))
+
+
+def test_hooks_skip_eval_forwards_and_checkpoint_recomputation():
+    balance = MoEBalance(register=False)
+    router = Router()
+    hook_router(
+        router, balance, 0, num_experts=3, extract=lambda out: out.detach().topk(1, -1).indices
+    )
+    run_forwards(router, balance, torch.randn(5, 4, requires_grad=True))
+    assert routed_tokens(balance) == 3 * 5  # the three training forwards, not 6
     assert not balance.counting
+
+
+def test_explicit_record_counts_wherever_called():
+    balance = MoEBalance(register=False)
+    router = Router(balance)
+    with set_checkpoint_early_stop(False):  # the recompute runs the whole forward
+        run_forwards(router, balance, torch.randn(5, 4, requires_grad=True))
+    assert routed_tokens(balance) == 6 * 5  # eval and recomputed forwards included
+    balance.record(0, torch.tensor([[2], [2]]), 3)  # outside training(), outside a forward
+    assert not balance.counting
+    stats = export(balance)
+    assert [stats[f"moe_balance/layer_0/expert_{e}/tokens"] for e in range(3)] == [0, 0, 2]
+    assert stats["moe_balance/layer_0/max_over_ideal"] == 3.0
 
 
 def test_bad_inputs_raise():

@@ -123,7 +123,7 @@ def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) 
             for value in reward.tolist():
                 stats_tracker.get("rollout").scalar(reward=value)
             logger.commit(0, step, step, stats_tracker.export_all())
-            exported = _wait_exported(logger, exported)
+            exported = wait_exported(logger, exported)
             _save(
                 {"tokens": tokens, "logp": logp, "version": version}, link.batch_path(step, worker)
             )
@@ -151,10 +151,13 @@ def _next_command(queue) -> tuple[int, int] | None:
                 return None
 
 
-def _wait_exported(logger, before: int) -> int:
-    """Wait until the commit reached the collector, so it merges into this training step.
+def wait_exported(logger, before: int) -> int:
+    """Wait until the last commit was accepted by the collector; the new export count.
 
-    After ``EXPORT_WAIT_S`` the worker goes on (the transport keeps retrying or spools).
+    The collector merges rollout windows into the next training step it receives, in the
+    order it accepts them: a worker's commit must arrive before the trainer's commit of the
+    same step, and the trainer's before any worker's commit of the next step. After
+    ``EXPORT_WAIT_S`` the caller goes on (the transport keeps retrying or spools).
     """
     deadline = time.monotonic() + EXPORT_WAIT_S
     while time.monotonic() < deadline:

@@ -51,7 +51,12 @@ from telemetry.demo.model import (
 )
 from telemetry.demo.options import PROMETHEUS_HOST, DemoOptions
 from telemetry.demo.progress import StepProgress, list_files, print_hints, show_endpoint
-from telemetry.demo.rollout import RolloutLink, load_rollouts, request_rollouts
+from telemetry.demo.rollout import (
+    RolloutLink,
+    load_rollouts,
+    request_rollouts,
+    wait_exported,
+)
 
 __all__ = ["DEMO_PEAK_FLOPS_PER_CORE", "DemoOptions", "run_demo", "train_rank"]
 
@@ -113,7 +118,7 @@ def _train(
     if rank == 0:
         logger = StatsLogger(_logger_config(options, endpoint), sinks=_extra_sinks(options))
         progress = StepProgress(options.steps, enabled=not options.verbose)
-    behavior, behavior_version = copy.deepcopy(model), 0
+    behavior, behavior_version, exported = copy.deepcopy(model), 0, 0
     evaluator = Evaluator({"freq_steps": 4, "eval_before_train": True}, options.steps)
 
     def evaluate() -> None:  # the current policy on held-out prompts (eval-rollout stream)
@@ -178,6 +183,8 @@ def _train(
         stats = stats_tracker.export_all(reduce_group=dist.group.WORLD)
         if logger is not None:
             logger.commit(epoch=0, epoch_step=step, global_step=step, data=stats)
+            if link is not None:  # this step reaches the collector before the next rollouts
+                exported = wait_exported(logger, exported)
             progress.update(step, stats)
         if link is None and step % 2 == 1:  # rollout one version behind, refreshed every 2nd
             behavior, behavior_version = copy.deepcopy(model), step

@@ -5,17 +5,20 @@ One YAML file, validated at start with the same rules as the StatsLogger's confi
 full key (``collector.receiver.port``), the value and what was expected. The ``sinks``
 section reuses the StatsLogger's sink sections (``wandb``, ``swanlab``, ``tensorboard``,
 ``prometheus``, ``console``, ``fileroot``) with the collector's own defaults (Prometheus on,
-console off); each run (experiment/trial) gets its own W&B/SwanLab/TensorBoard sink built
-from them, and one Prometheus endpoint serves every run. The bearer token is a secret:
+console off), plus ``remote_write`` (off by default); each run (experiment/trial) gets its
+own W&B/SwanLab/TensorBoard sink built from them, and one Prometheus endpoint (and one
+remote-write sink) serves every run. The bearer token is a secret:
 hidden in ``repr``, shown as ``<set>`` by :func:`to_yaml`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic.dataclasses import dataclass
@@ -126,6 +129,57 @@ class CollectorConsoleConfig(ConsoleConfig):
     enabled: StrictBool = False
 
 
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+COLLECTOR_LABEL, CLUSTER_LABEL = "collector", "cluster"
+
+
+@dataclass(frozen=True, config=SCHEMA)
+class RemoteWriteConfig:
+    """Prometheus remote write of the collector's series; disabled unless ``enabled``.
+
+    Attributes:
+        url: the receiver, e.g. ``http://prometheus:9090/api/v1/write`` (Mimir, Thanos
+            Receive and VictoriaMetrics take the same protocol).
+        collector: the ``collector`` external label; empty: this host's name.
+        cluster: the ``cluster`` external label.
+        external_labels: further labels added to every series (a series' own label wins).
+        timeout_s: one HTTP request's timeout.
+        interval_s: every live series is written again this often (the scrape interval a
+            scraping Prometheus would use), so unchanged series stay current.
+        max_pending_samples: samples kept for the receiver while it is unreachable; past
+            it the oldest are dropped and counted.
+        max_batch_samples: samples per HTTP request at most (backlog sent in batches).
+        series_limit, expire_seconds: as in the ``prometheus`` section.
+    """
+
+    enabled: StrictBool = False
+    url: StrictStr | None = None
+    collector: StrictStr = ""
+    cluster: StrictStr = Field(default="default", min_length=1)
+    external_labels: dict[StrictStr, StrictStr] = field(default_factory=dict)
+    timeout_s: StrictFloat = Field(default=5.0, gt=0)
+    interval_s: StrictFloat = Field(default=15.0, gt=0)
+    max_pending_samples: StrictInt = Field(default=500_000, ge=1)
+    max_batch_samples: StrictInt = Field(default=10_000, ge=1)
+    series_limit: StrictInt = Field(default=2000, ge=1)
+    expire_seconds: StrictFloat = Field(default=600.0, gt=0)
+
+    def __post_init__(self) -> None:
+        if self.url is not None:
+            parsed = urlparse(self.url)
+            if parsed.scheme not in ("http", "https") or not parsed.netloc:
+                raise FieldRule("url", f"must be an http(s) URL, got {self.url!r}")
+        elif self.enabled:
+            raise FieldRule("url", "is required when remote_write is enabled")
+        for name, value in self.external_labels.items():
+            if not _LABEL.match(name) or name.startswith("__"):
+                raise FieldRule("external_labels", f"{name!r} is not a Prometheus label name")
+            if name in (COLLECTOR_LABEL, CLUSTER_LABEL):
+                raise FieldRule("external_labels", f"{name!r}: set it with remote_write.{name}")
+            if not value:
+                raise FieldRule("external_labels", f"{name!r} has an empty value")
+
+
 @dataclass(frozen=True, config=SCHEMA)
 class SinksConfig:
     """The StatsLogger's sink sections, with the collector's defaults."""
@@ -136,6 +190,7 @@ class SinksConfig:
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     prometheus: CollectorPrometheusConfig = field(default_factory=CollectorPrometheusConfig)
     console: CollectorConsoleConfig = field(default_factory=CollectorConsoleConfig)
+    remote_write: RemoteWriteConfig = field(default_factory=RemoteWriteConfig)
 
     def logger_config(self, experiment: str, trial: str) -> StatsLoggerConfig:
         """The StatsLogger config of one run: these sinks with its experiment and trial."""
@@ -204,6 +259,7 @@ __all__ = [
     "ConfigError",
     "LimitsConfig",
     "ReceiverConfig",
+    "RemoteWriteConfig",
     "SinksConfig",
     "TlsConfig",
     "default_config",

@@ -2,8 +2,8 @@
 
 Routing of each decoded Snapshot:
 
-- every snapshot goes, as it arrives, to the shared sinks (Prometheus): one endpoint for
-  every run, series told apart by their resource labels;
+- every snapshot goes, as it arrives, to the shared sinks (Prometheus, remote write): one
+  endpoint for every run, series told apart by their resource labels;
 - a snapshot whose resource names a run (``rltel.experiment``) also feeds that run's
   step-based sinks (W&B, SwanLab, TensorBoard, console), built on first sight of the run:
   rollout/eval windows go through the run's :class:`~collector.merge.RolloutMerger` and
@@ -393,12 +393,17 @@ def run_sink_factory(sinks: SinksConfig) -> RunSinks:
     return build
 
 
-def shared_sinks(sinks: SinksConfig) -> list[PrometheusSink]:
-    """The sinks every snapshot reaches as it arrives: Prometheus when enabled.
+def shared_sinks(sinks: SinksConfig) -> list[Sink]:
+    """The sinks every snapshot reaches as it arrives: Prometheus and remote write, if enabled.
 
     Raises:
         OSError: the Prometheus address cannot be bound.
     """
-    if not sinks.prometheus.enabled:
-        return []
-    return [PrometheusSink(sinks.prometheus)]
+    shared: list[Sink] = []
+    if sinks.prometheus.enabled:
+        shared.append(PrometheusSink(sinks.prometheus))
+    if sinks.remote_write.enabled:
+        from exporters.remote_write import RemoteWriteSink
+
+        shared.append(RemoteWriteSink(sinks.remote_write))
+    return shared

@@ -114,7 +114,7 @@ class CollectorServer:
         self.config = config
         if pipeline is None:
             shared = shared_sinks(config.sinks)
-            prometheus = shared[0] if shared else None
+            prometheus = next((s for s in shared if isinstance(s, PrometheusSink)), None)
             pipeline = Pipeline(
                 shared,
                 run_sink_factory(config.sinks),

@@ -254,14 +254,21 @@ class SeriesStore:
     def series_count(self) -> int:
         return sum(len(f.series) + len(f.overflow) for f in self.families.values())
 
-    def collect(self) -> Iterator[Metric]:
-        """Families of every metric (histograms built sample by sample) plus ``target_info``."""
+    def collect(self, since: float | None = None) -> Iterator[Metric]:
+        """Families of every metric (histograms built sample by sample) plus ``target_info``.
+
+        Args:
+            since: only series (and targets) updated at or after this clock value; None:
+                all (the remote-write sink sends the series one snapshot touched).
+        """
         for key in sorted(self.families, key=self.names.__getitem__):
             family = self.families[key]
             name = self.names[key]
             unit = unit_suffix(key.unit, key.kind)
             unit = unit if unit and name.removesuffix("_total").endswith("_" + unit) else ""
             states = [*family.series.items(), *family.overflow.items()]
+            if since is not None:
+                states = [(labels, state) for labels, state in states if state.seen >= since]
             if key.kind == "histogram":
                 yield from _histogram(name, family.help, unit, states)
             else:
@@ -271,8 +278,9 @@ class SeriesStore:
                     metric.add_sample(name, dict(labels), state.value)
                 yield metric
         info = Metric("target", "Resource attributes of each exporting process", "info")
-        for labels, _ in self.targets.values():
-            info.add_sample("target_info", dict(labels), 1.0)
+        for labels, seen in self.targets.values():
+            if since is None or seen >= since:
+                info.add_sample("target_info", dict(labels), 1.0)
         yield info
 
 

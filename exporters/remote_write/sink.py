@@ -8,8 +8,9 @@ every live series each ``interval_s``, as a scrape would, so unchanged series st
 
 Writes wait in a backlog bounded by ``max_pending_samples`` (oldest dropped and counted)
 and are sent in order, in batches: 2xx delivers, 429/5xx/connection errors are retried with
-backoff within the export's deadline and again on the next export or refresh, other 4xx
-are dropped as permanent. ``export`` answers FAILURE while its write is not delivered; the
+backoff within the export's deadline (while the receiver stays down, once per call, so
+snapshots move into the backlog) and again on the next export or refresh; other 4xx are
+dropped as permanent. ``export`` answers FAILURE while its write is not delivered; the
 fan-out retries it (the snapshot is folded in once). ``shutdown`` drains with a deadline.
 """
 
@@ -82,6 +83,7 @@ class RemoteWriteSink(Sink):
         self._pending = 0
         self._last_ms = 0
         self._applied: Snapshot | None = None
+        self._down = False  # the last POST failed retryably: try once per call, no backoff
         self.sent_samples = self.sent_requests = self.dropped_samples = 0
         self.rejected_samples = self.retries = 0
         self._closed = False
@@ -174,7 +176,7 @@ class RemoteWriteSink(Sink):
             self._send_lock.release()
 
     def _send_locked(self, deadline: float) -> ExportResult:
-        delay, result = BACKOFF_S, ExportResult.SUCCESS
+        delay, result, was_down = BACKOFF_S, ExportResult.SUCCESS, self._down
         while True:
             with self._store_lock:
                 batch, samples = [], 0
@@ -193,15 +195,17 @@ class RemoteWriteSink(Sink):
                 self.config.url, payload, min(self.config.timeout_s, remaining)
             )
             if outcome is client.Outcome.RETRY:
-                logger.info("remote_write sink: %s; retrying", detail)
-                if delay > deadline - time.monotonic():
+                if not self._down:
+                    logger.warning("remote_write sink: %s; retrying", detail)
+                self._down = True
+                if was_down or delay > deadline - time.monotonic():
                     return ExportResult.FAILURE
                 time.sleep(delay)
                 with self._store_lock:
                     self.retries += 1
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 continue
-            delay = BACKOFF_S
+            delay, self._down = BACKOFF_S, False
             with self._store_lock:
                 sent = {id(write) for write in batch}
                 while self._backlog and id(self._backlog[0]) in sent:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -63,6 +63,11 @@ def _global_rank_world() -> tuple[int, int]:
 class Metric(ABC):
     """Base of Twinkle's metrics: ``accumulate`` / ``calculate`` / ``reset``.
 
+    ``accumulate`` takes the keywords a class lists in ``keywords`` (Twinkle's names and
+    the source documents' names); any other keyword raises
+    :class:`~telemetry.model.errors.InvalidValueError` naming the class, the keyword and
+    the accepted ones, instead of being ignored.
+
     Subclasses implement ``_accumulate(inputs, outputs, **kwargs)`` with the
     ``_sum``/``_min``/``_max``/``_slots`` state updates (tensor ops only, no host sync)
     and ``_finalize(states) -> dict[str, float]`` on the reduced host arrays.
@@ -75,6 +80,9 @@ class Metric(ABC):
         name: identifies the metric's states in a tracker export (default: snake-cased
             class name); must be the same on every rank and unique per tracker.
     """
+
+    keywords: ClassVar[tuple[str, ...]] = ()
+    """The keywords ``accumulate`` accepts."""
 
     def __init__(
         self,
@@ -143,7 +151,11 @@ class Metric(ABC):
         With list ``inputs`` and list ``outputs`` of the same length, each pair is
         accumulated in turn; keyword values that are lists of that length are split
         per micro-batch, other keyword values are passed to every micro-batch.
+
+        Raises:
+            InvalidValueError: a keyword not in the class's ``keywords``.
         """
+        self._check_keywords(kwargs)
         if isinstance(inputs, list) and isinstance(outputs, list):
             if len(inputs) != len(outputs):
                 raise InvalidValueError(
@@ -158,6 +170,17 @@ class Metric(ABC):
                 self._accumulate(inp, out, **per_mb)
             return
         self._accumulate(inputs, outputs, **kwargs)
+
+    def _check_keywords(self, kwargs: Mapping[str, Any]) -> None:
+        unknown = sorted(set(kwargs) - set(self.keywords))
+        if not unknown:
+            return
+        accepted = ", ".join(sorted(self.keywords)) if self.keywords else "none"
+        plural = "s" if len(unknown) > 1 else ""
+        raise InvalidValueError(
+            f"{type(self).__name__}.accumulate: unknown keyword{plural} "
+            f"{', '.join(repr(k) for k in unknown)}; accepted: {accepted}"
+        )
 
     def calculate(self) -> dict[str, float]:
         """Reduce over ``process_group`` (collective when set), compute floats, reset."""

@@ -17,21 +17,41 @@ class CompletionRewardMetric(Metric):
     """RL rollout statistics, pooled across DP ranks as sums, counts, min and max.
 
     ``accumulate(inputs, outputs, generation_time=s, weight_sync_time=s, rewards=r,
-    completions=c)``: ``rewards`` is one value per completion, or a mapping of reward
-    name to one value per completion (the total reward of a completion is the sum over
-    names); ``completions`` are token-id sequences or texts (length = ``len()``), or
-    pass ``completion_lengths`` directly.
+    completions=c)``: ``generation_time`` and ``weight_sync_time`` are seconds of one
+    call (Twinkle's ``generate_time=`` is the same timing under its own name: it feeds
+    ``generation_time``); ``rewards`` is one value per completion, or a mapping of
+    reward name to one value per completion (the total reward of a completion is the
+    sum over names); ``completions`` are token-id sequences or texts (length =
+    ``len()``), or pass ``completion_lengths`` directly (Twinkle's name).
 
-    Outputs: ``generation_time``, ``weight_sync_time`` (mean seconds per call),
+    Outputs: ``generation_time``, ``weight_sync_time`` (mean seconds per call that
+    passed the timing),
     ``mean_reward``, ``reward_std`` (sample std), ``reward_min``, ``reward_max`` over
     total rewards; ``rewards/<name>/{mean,std,min,max}`` per named reward;
     ``mean_completion_length``.
 
     Raises:
-        InvalidValueError: named rewards of different lengths.
+        InvalidValueError: named rewards of different lengths; both ``generation_time``
+            and ``generate_time`` in one call; an unknown keyword.
     """
 
+    keywords = (
+        "completion_lengths",
+        "completions",
+        "generate_time",
+        "generation_time",
+        "rewards",
+        "weight_sync_time",
+    )
+
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
+        if kwargs.get("generate_time") is not None:
+            if kwargs.get("generation_time") is not None:
+                raise InvalidValueError(
+                    f"{self.name}: generation_time and generate_time name the same timing; "
+                    "pass one of them"
+                )
+            kwargs["generation_time"] = kwargs["generate_time"]
         for key in ("generation_time", "weight_sync_time"):
             value = kwargs.get(key)
             if value is not None:

@@ -31,6 +31,8 @@ class DPOMetric(Metric):
         InvalidValueError: an odd batch, an unknown layout, or misaligned shapes.
     """
 
+    keywords = ("ref_outputs",)
+
     def __init__(
         self,
         device_mesh: Any = None,

@@ -28,6 +28,8 @@ class EmbeddingMetric(Metric):
         InvalidValueError: the number of labels differs from the number of rows.
     """
 
+    keywords = ("grad_norm",)
+
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
         emb = field(outputs, "embeddings")
         if emb is None:

@@ -40,6 +40,8 @@ class GRPOMetric(Metric):
         InvalidValueError: a required input is missing or shapes do not line up.
     """
 
+    keywords = ("advantages", "old_logps")
+
     def __init__(
         self,
         device_mesh: Any = None,

@@ -23,6 +23,8 @@ class TrainMetric(Metric):
     ``calculate``).
     """
 
+    keywords = ("gradient_accumulation_steps", "lr", "step")
+
     def __init__(self, device_mesh: Any = None, process_group: Any = None, **kwargs: Any) -> None:
         super().__init__(device_mesh, process_group, **kwargs)
         self._start = time.monotonic()
@@ -73,13 +75,33 @@ class TrainMetric(Metric):
 
 
 class LossMetric(Metric):
-    """Mean loss and grad norm.
+    """Mean loss and grad norm, pooled count-weighted across calls and DP ranks.
 
-    Per call, ``outputs["loss"]`` is added to a sum. With ``loss_reduction="sum"`` the
-    loss is a token sum and the mean divides by the number of labels ``!= ignore_index``;
-    otherwise by the number of calls. ``grad_norm`` keeps the latest value (max across
-    ranks). Outputs: ``loss``, ``grad_norm``.
+    Each call is one of two kinds, chosen by ``loss_reduction=`` (keyword) or, when it
+    is not given, by the outputs: with ``outputs["num_tokens"]`` (Twinkle's token
+    denominator) the loss is ``"sum"``, otherwise ``"mean"``.
+
+    * ``"sum"``: ``outputs["loss"]`` is a sum over tokens; its token count is
+      ``outputs["num_tokens"]`` if present, else the number of ``inputs["labels"]``
+      ``!= ignore_index`` (a list of inputs counts all of them). Output ``loss`` =
+      sum of losses / sum of token counts over every call and rank; omitted when that
+      token count is 0 (no token, no mean).
+    * ``"mean"``: ``outputs["loss"]`` is already a mean; output ``loss`` = sum of
+      losses / number of calls.
+
+    A window (calls between two ``calculate``/exports) must not mix both kinds: the
+    two means have different denominators. ``grad_norm`` (keyword, or
+    ``outputs["grad_norm"]`` as older Twinkle passes it) keeps the latest value (max
+    across ranks). Outputs: ``loss``, ``grad_norm``.
+
+    Raises:
+        InvalidValueError: an unknown ``loss_reduction``, sum and mean calls mixed in
+            one window (on this rank at ``accumulate``, across ranks at ``calculate``),
+            a sum loss without ``num_tokens`` or labels, or an unknown keyword.
     """
+
+    keywords = ("grad_norm", "loss_reduction")
+    REDUCTIONS = ("mean", "sum")
 
     def __init__(
         self,
@@ -93,22 +115,58 @@ class LossMetric(Metric):
 
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
         loss = field(outputs, "loss")
+        num_tokens = field(outputs, "num_tokens")
         if loss is not None:
-            self._sum("loss", as_tensor(loss, f"{self.name}/loss").sum())
-            self._sum("calls", 1.0)
-            if kwargs.get("loss_reduction", "mean") == "sum":
-                labels = as_tensor(field(inputs, "labels"), f"{self.name}/labels")
-                self._sum("tokens", (labels != self.ignore_index).sum())
+            default = "mean" if num_tokens is None else "sum"
+            reduction = kwargs.get("loss_reduction") or default
+            if reduction not in self.REDUCTIONS:
+                raise InvalidValueError(
+                    f"{self.name}: loss_reduction must be one of {self.REDUCTIONS}, "
+                    f"got {reduction!r}"
+                )
+            loss = as_tensor(loss, f"{self.name}/loss").sum()
+            if reduction == "sum":
+                self._no_mix("sum_loss", "mean_loss")
+                self._sum("sum_loss", loss)
+                self._sum("tokens", self._tokens(inputs, num_tokens))
+            else:
+                self._no_mix("mean_loss", "sum_loss")
+                self._sum("mean_loss", loss)
+                self._sum("calls", 1.0)
         grad_norm = kwargs.get("grad_norm")
+        if grad_norm is None:
+            grad_norm = field(outputs, "grad_norm")
         if grad_norm is not None:
             self._last("grad_norm", as_tensor(grad_norm, f"{self.name}/grad_norm"))
 
+    def _no_mix(self, mine: str, other: str) -> None:
+        if other in self._states:
+            raise InvalidValueError(
+                f"{self.name}: a {mine.split('_')[0]}-reduced loss after "
+                f"{other.split('_')[0]}-reduced ones in the same window; calculate() "
+                "between them or use one LossMetric per reduction"
+            )
+
+    def _tokens(self, inputs: Any, num_tokens: Any) -> torch.Tensor:
+        if num_tokens is not None:
+            return as_tensor(num_tokens, f"{self.name}/num_tokens").sum()
+        batches = inputs if isinstance(inputs, list) else [inputs]
+        count = torch.zeros((), dtype=torch.int64)
+        for batch in batches:
+            labels = as_tensor(field(batch, "labels"), f"{self.name}/labels")
+            count = count.to(labels.device) + (labels != self.ignore_index).sum()
+        return count
+
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}
-        if scalar(states, "tokens"):
-            put(out, "loss", ratio(states, "loss", "tokens"))
+        if "sum_loss" in states and "mean_loss" in states:
+            raise InvalidValueError(
+                f"{self.name}: ranks mixed sum- and mean-reduced losses in one window"
+            )
+        if "sum_loss" in states:
+            put(out, "loss", ratio(states, "sum_loss", "tokens"))
         else:
-            put(out, "loss", ratio(states, "loss", "calls"))
+            put(out, "loss", ratio(states, "mean_loss", "calls"))
         put(out, "grad_norm", scalar(states, "grad_norm"))
         return out
 

@@ -170,3 +170,25 @@ def test_embedding_two_gloo_ranks_pool_pair_counts():
     expected = embedding_reference(batches, [0.5, 1.5])
     for got in run_ranks(_embedding_ranks, 2):
         assert_close(got, expected)
+
+
+def test_twinkle_generate_time_is_the_generation_timing():
+    metric = CompletionRewardMetric()
+    # Twinkle's names: generate_time=, rewards as a mapping, completion_lengths=
+    metric.accumulate(None, None, generate_time=2.0, rewards={"acc": [1.0]}, completion_lengths=[4])
+    metric.accumulate(None, None, generate_time=torch.tensor(4.5), weight_sync_time=0.5)
+    metric.accumulate(None, None, generation_time=3.0)  # the source documents' name
+    got = metric.calculate()
+    assert got["generation_time"] == statistics.fmean([2.0, 4.5, 3.0])
+    assert got["weight_sync_time"] == 0.5  # one call passed it
+    assert got["mean_completion_length"] == 4.0
+    with pytest.raises(InvalidValueError, match="name the same timing"):
+        metric.accumulate(None, None, generate_time=1.0, generation_time=1.0)
+    with pytest.raises(InvalidValueError) as caught:
+        metric.accumulate(None, None, gen_time=1.0)
+    assert str(caught.value) == (
+        "CompletionRewardMetric.accumulate: unknown keyword 'gen_time'; accepted: "
+        "completion_lengths, completions, generate_time, generation_time, rewards, "
+        "weight_sync_time"
+    )
+    assert metric.calculate() == {}  # the rejected calls recorded nothing

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -9,7 +10,17 @@ import torch
 import torch.distributed as dist
 
 from telemetry import stats_tracker
-from telemetry.metrics.twinkle import Accuracy, LossMetric, TrainMetric
+from telemetry.metrics.twinkle import (
+    Accuracy,
+    CISPOMetric,
+    CompletionRewardMetric,
+    DPOMetric,
+    EmbeddingMetric,
+    GRPOMetric,
+    GSPOMetric,
+    LossMetric,
+    TrainMetric,
+)
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import Gauge
 from tests.distributed import run_ranks
@@ -117,3 +128,131 @@ def test_two_gloo_ranks_pool_counts_not_means():
         assert loss == {"loss": 16.0 / 4, "grad_norm": 0.7}  # not (2 + 10) / 2
         assert acc["accuracy"] == pytest.approx(correct / total)
         assert acc["total_tokens"] == total
+
+
+# Twinkle's calls: outputs["num_tokens"] divides a summed loss; unknown keywords raise.
+
+SUM_CALLS = [  # (loss summed over the call's tokens, its num_tokens)
+    (torch.tensor(6.0), torch.tensor(3)),
+    (10.0, 5),
+    (torch.tensor(0.0), torch.tensor(0)),  # a micro-batch without tokens
+    (torch.tensor([1.5, 2.5]), 2),  # a loss tensor is summed
+]
+
+
+def sum_reference(calls) -> float:
+    losses = [
+        math.fsum(x.reshape(-1).tolist()) if isinstance(x, torch.Tensor) else x for x, _ in calls
+    ]
+    tokens = [int(n) for _, n in calls]
+    return sum(losses) / sum(tokens)
+
+
+def test_loss_metric_divides_summed_loss_by_output_num_tokens():
+    metric = LossMetric()
+    for loss, num_tokens in SUM_CALLS:
+        metric.accumulate({}, {"loss": loss, "num_tokens": num_tokens}, grad_norm=0.5)
+    assert metric.calculate() == {"loss": pytest.approx(sum_reference(SUM_CALLS)), "grad_norm": 0.5}
+    assert sum_reference(SUM_CALLS) == 20.0 / 10  # not the mean of the per-call ratios
+
+
+def test_loss_metric_num_tokens_wins_over_labels_and_explicit_mean_ignores_it():
+    metric = LossMetric()
+    labels = torch.tensor([[1, 2, -100, 4]])  # 3 labels, but the loss says 4 tokens
+    metric.accumulate({"labels": labels}, {"loss": 8.0, "num_tokens": 4}, loss_reduction="sum")
+    metric.accumulate([{"labels": labels}] * 2, {"loss": 12.0}, loss_reduction="sum")  # 6
+    with pytest.raises(InvalidValueError, match="mean-reduced loss after sum-reduced"):
+        metric.accumulate({}, {"loss": 1.0})  # no num_tokens, no loss_reduction: a mean
+    assert metric.calculate() == {"loss": (8.0 + 12.0) / (4 + 6)}
+    for value in (2.0, 5.0):  # Twinkle: under loss_reduction="mean" num_tokens is unused
+        metric.accumulate({}, {"loss": value, "num_tokens": 100}, loss_reduction="mean")
+    assert metric.calculate() == {"loss": 3.5}
+
+
+def test_loss_metric_zero_tokens_gives_no_loss():
+    metric = LossMetric()
+    metric.accumulate({}, {"loss": 0.0, "num_tokens": torch.tensor(0)}, grad_norm=2.0)
+    metric.accumulate({}, {"loss": torch.tensor(0.0), "num_tokens": 0})
+    assert metric.calculate() == {"grad_norm": 2.0}  # 0 / 0 tokens: omitted, not 0 or NaN
+    all_ignored = {"labels": torch.full((1, 3), -100)}
+    metric.accumulate(all_ignored, {"loss": 0.0}, loss_reduction="sum")
+    assert metric.calculate() == {}  # not the per-call mean either
+    assert LossMetric().calculate() == {}  # no calls at all
+
+
+def test_loss_metric_bad_reduction_and_missing_denominator():
+    with pytest.raises(InvalidValueError, match="loss_reduction must be one of"):
+        LossMetric().accumulate({}, {"loss": 1.0}, loss_reduction="avg")
+    with pytest.raises(InvalidValueError, match="labels"):
+        LossMetric().accumulate({}, {"loss": 1.0}, loss_reduction="sum")
+
+
+def test_loss_metric_grad_norm_from_outputs():
+    metric = LossMetric()
+    metric.accumulate({}, {"loss": 1.0, "grad_norm": 0.25})
+    assert metric.calculate() == {"loss": 1.0, "grad_norm": 0.25}
+
+
+RANK_SUM_CALLS = [[(6.0, 3), (10.0, 5)], [(0.0, 0), (36.0, 12)]]
+
+
+def _two_ranks_num_tokens(rank: int, world: int) -> dict:
+    metric = LossMetric(process_group=dist.group.WORLD)
+    for loss, num_tokens in RANK_SUM_CALLS[rank]:
+        metric.accumulate({}, {"loss": torch.tensor(loss), "num_tokens": torch.tensor(num_tokens)})
+    return metric.calculate()
+
+
+def test_two_gloo_ranks_pool_summed_loss_by_tokens():
+    expected = sum_reference(RANK_SUM_CALLS[0] + RANK_SUM_CALLS[1])
+    assert expected == 52.0 / 20  # rank means 2.0 and 3.0 would average to 2.5
+    for got in run_ranks(_two_ranks_num_tokens, 2):
+        assert got == {"loss": pytest.approx(expected, rel=1e-15)}
+
+
+def _ranks_mix_reductions(rank: int, world: int) -> str:
+    metric = LossMetric(process_group=dist.group.WORLD)
+    metric.accumulate({}, {"loss": 1.0, "num_tokens": 2} if rank == 0 else {"loss": 1.0})
+    try:
+        metric.calculate()
+    except InvalidValueError as exc:
+        return str(exc)
+    return "no error"
+
+
+def test_ranks_mixing_reductions_fail_on_every_rank():
+    for message in run_ranks(_ranks_mix_reductions, 2):
+        assert message == "loss_metric: ranks mixed sum- and mean-reduced losses in one window"
+
+
+ACCEPTED = [
+    (TrainMetric, "gradient_accumulation_steps, lr, step"),
+    (LossMetric, "grad_norm, loss_reduction"),
+    (Accuracy, "none"),
+    (
+        CompletionRewardMetric,
+        "completion_lengths, completions, generate_time, generation_time, rewards, "
+        "weight_sync_time",
+    ),
+    (DPOMetric, "ref_outputs"),
+    (GRPOMetric, "advantages, old_logps"),
+    (GSPOMetric, "advantages, old_logps"),
+    (CISPOMetric, "advantages, old_logps"),
+    (EmbeddingMetric, "grad_norm"),
+]
+
+
+@pytest.mark.parametrize(("cls", "accepted"), ACCEPTED, ids=[c.__name__ for c, _ in ACCEPTED])
+def test_unknown_keyword_raises_naming_class_keyword_and_accepted(cls, accepted):
+    metric = cls()
+    with pytest.raises(InvalidValueError) as caught:
+        metric.accumulate({}, {"loss": 1.0}, gradnorm=1.0)
+    assert str(caught.value) == (
+        f"{cls.__name__}.accumulate: unknown keyword 'gradnorm'; accepted: {accepted}"
+    )
+    assert isinstance(caught.value, ValueError)
+    with pytest.raises(InvalidValueError, match=r"unknown keywords 'a', 'b'; accepted"):
+        metric.accumulate([{}], [{}], b=1, a=2)  # checked before any micro-batch
+    assert metric.calculate() == (
+        {} if cls is not Accuracy else {"correct_tokens": 0.0, "total_tokens": 0.0}
+    )

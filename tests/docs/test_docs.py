@@ -1,0 +1,183 @@
+"""The documentation is tested: code blocks run, generated pages are current, links resolve.
+
+Convention: every fenced ```python block in README.md and docs/*.md runs, alone, in a fresh
+interpreter with a temporary working directory and the checkout on ``PYTHONPATH``. A block
+that must not run (it needs a GPU, a cluster or names defined elsewhere) is fenced as
+```python no-run. A block fenced ```python examples/NAME.py is that file verbatim; the file
+is what runs (the README's quick start commands run it in
+``test_readme_quickstart_commands``). Shell commands are ```bash blocks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```$", re.M | re.S)
+
+
+def _blocks(info: str) -> list[tuple[str, str]]:
+    out = []
+    for page in PAGES:
+        if not page.is_file():
+            continue
+        text = page.read_text()
+        for match in FENCE.finditer(text):
+            if match.group(1).strip() == info:
+                line = text.count("\n", 0, match.start()) + 1
+                out.append((f"{page.relative_to(ROOT)}:{line}", match.group(2)))
+    return out
+
+
+PYTHON_BLOCKS = _blocks("python")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+@pytest.mark.parametrize("where,code", PYTHON_BLOCKS, ids=[w for w, _ in PYTHON_BLOCKS])
+def test_python_block_runs(where, code, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, f"{where}\n{result.stdout}\n{result.stderr}"
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text()
+
+
+def _fenced_after(text: str, marker: str, info: str) -> str:
+    start = text.index(marker)
+    match = FENCE.search(text, start)
+    assert match and match.group(1).strip() == info, marker
+    return match.group(2)
+
+
+def test_example_blocks_are_their_files():
+    blocks = []
+    for page in PAGES:
+        if page.is_file():
+            for match in FENCE.finditer(page.read_text()):
+                info = match.group(1).split()
+                if info[:1] == ["python"] and info[1:2] and info[1].startswith("examples/"):
+                    blocks.append((page.name, info[1], match.group(2)))
+    assert ("README.md", "examples/quickstart.py") in {(p, f) for p, f, _ in blocks}
+    for page, name, code in blocks:
+        assert code == (ROOT / name).read_text(), f"{page}: {name} differs from the file"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_readme_quickstart_commands(tmp_path):
+    """The README's commands, as written, on a free port instead of 9464 and 5 s of serving."""
+    text = _readme()
+    commands = _fenced_after(text, "Run it from the checkout", "bash")
+    port = _free_port()
+    script = commands.replace(
+        "python examples/quickstart.py",
+        f"{sys.executable} {ROOT / 'examples' / 'quickstart.py'} {port} 5",
+    ).replace("127.0.0.1:9464", f"127.0.0.1:{port}")
+    assert script != commands and str(port) in script
+    result = subprocess.run(
+        ["bash", "-c", script + "\nwait"], cwd=tmp_path, env=_env(), capture_output=True,
+        text=True, timeout=90,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = {line.split("{")[0] for line in result.stdout.splitlines()}
+    assert found == {"ppo_actor_update_loss_avg", "rollout_reward", "rltel_step"}, result.stdout
+
+
+def test_readme_keeps_the_make_commands():
+    text = _readme()
+    assert "make demo" in text and "make test" in text
+
+
+def _gen():
+    """docs/gen.py, loaded by path (``docs`` here would name this test package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rltel_docs_gen", ROOT / "docs" / "gen.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_pages_are_current():
+    gen = _gen()
+
+    for path, render in gen.PAGES.items():
+        assert path.read_text() == render(), f"{path.name} is stale: run python -m docs.gen"
+
+
+def test_every_config_field_and_catalogue_metric_is_described():
+    gen = _gen()
+
+    gen.render_config()  # raises SystemExit naming a field without a meaning
+    gen.render_metrics()  # raises SystemExit naming a catalogue metric without a definition
+    known = {f"{cls}.{name}" for cls, name in (key.split(".") for key in gen.FIELD_DOCS)}
+    assert known == set(gen.FIELD_DOCS)
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = FENCE.sub("", page.read_text())
+    return {_slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", text, re.M)}
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def test_links_between_docs_resolve():
+    broken = []
+    for page in PAGES:
+        if not page.is_file():
+            continue
+        text = FENCE.sub("", page.read_text())
+        for target in LINK.findall(text):
+            if re.match(r"[a-z]+://", target) or target.startswith("mailto:"):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    text = _readme()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in text, page.name
+
+
+def test_architecture_layer_table_matches_the_layer_test():
+    from tests.test_layers import LAYERS
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text[text.index("| layer (top to bottom) |") :]
+    table = table[: table.index("\n\n")]
+    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
+    assert rows == [name for name, _ in LAYERS]

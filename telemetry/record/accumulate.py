@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from telemetry.model.snapshot import StatReduce
 from telemetry.record import kernels
 from telemetry.record.reduce import PerRank, ReduceOp, StateLayout
 from telemetry.record.scratch import Scratch
@@ -28,6 +29,11 @@ def stat_layout(reduce: str, n_buckets: int) -> StateLayout:
     """Layout of a masked stat with ``n_buckets`` bucket counts (0 for none)."""
     ops = STAT_OPS + (ReduceOp.SUM,) * n_buckets
     return StateLayout(f"stat:{reduce}:b{n_buckets}", ops, MEAN)
+
+
+def stat_reduce(layout: StateLayout) -> StatReduce:
+    """The reduce type :func:`stat_layout` wrote into a masked stat's layout."""
+    return StatReduce(layout.kind.split(":")[1])
 
 
 def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:

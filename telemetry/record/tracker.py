@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-import logging
 import math
 import threading
 import time
@@ -29,8 +28,9 @@ from telemetry.model.errors import (
     ShapeMismatchError,
     UnknownDenominatorError,
 )
-from telemetry.model.snapshot import Gauge, Histogram, Point, StatReduce, Stats
+from telemetry.model.snapshot import Point, StatReduce, Stats
 from telemetry.record import accumulate, export, kernels
+from telemetry.record.points import point_for
 from telemetry.record.reduce import State, StateLayout
 
 
@@ -52,8 +52,6 @@ _STAT_TYPES = {
     ReduceType.MIN: StatReduce.MIN,
     ReduceType.MAX: StatReduce.MAX,
 }
-_log = logging.getLogger(__name__)
-_warned_bounds: set[str] = set()
 _ACCEPTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -388,7 +386,7 @@ class DistributedStatsTracker:
         """Points for reduced states produced by :meth:`collect_states` on any rank."""
         points: list[Point] = []
         for key, (layout, values) in sorted(reduced.items()):
-            point = _point_for(key, layout, values, self._bounds.get(key, ((), None))[0])
+            point = point_for(key, layout, values, self._bounds.get(key, ((), None))[0])
             if point is not None:
                 points.append(point)
         return points
@@ -422,32 +420,3 @@ def _split_prefix(mapping: dict, prefix: str) -> tuple[dict, dict]:
     taken = {k: v for k, v in mapping.items() if k == prefix or k.startswith(prefix + "/")}
     kept = {k: v for k, v in mapping.items() if k not in taken}
     return taken, kept
-
-
-def _point_for(
-    key: str, layout: StateLayout, values: np.ndarray, bounds: tuple[float, ...]
-) -> Point | None:
-    if layout.kind == accumulate.DENOMINATOR_LAYOUT.kind:
-        return Gauge(key, float(values[0]))
-    total, count, low, negated_high = (float(v) for v in values[:4])
-    n = int(count)
-    if layout.kind == accumulate.SCALAR_LAYOUT.kind:
-        unit = "s" if "/timeperf/" in f"/{key}" else ""
-        return Gauge(key, total / count, n, unit=unit) if n > 0 else None
-    reduce = StatReduce(layout.kind.split(":")[1])
-    buckets = tuple(int(c) for c in values[4:])
-    if buckets and len(bounds) + 1 != len(buckets):  # bounds set on other ranks only
-        if key not in _warned_bounds:
-            _warned_bounds.add(key)
-            _log.warning("%r: bucket bounds are set on other ranks only; buckets dropped here", key)
-        bounds, buckets = (), ()
-    return Histogram(
-        key,
-        count=n,
-        sum=total,
-        min=low if n > 0 else None,
-        max=-negated_high if n > 0 else None,
-        bounds=bounds,
-        bucket_counts=buckets,
-        reduce=reduce,
-    )

@@ -1,0 +1,51 @@
+"""Points from reduced states: the last step of a tracker's export."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from telemetry.model.snapshot import Gauge, Histogram, Point
+from telemetry.record import accumulate
+from telemetry.record.reduce import StateLayout
+
+__all__ = ["point_for"]
+
+_log = logging.getLogger(__name__)
+_warned_bounds: set[str] = set()
+
+
+def point_for(
+    key: str, layout: StateLayout, values: np.ndarray, bounds: tuple[float, ...]
+) -> Point | None:
+    """The point of one reduced state: a denominator's count, a scalar stream's mean (with
+    its count) or a masked stat's histogram; None for a scalar stream without values.
+
+    ``bounds`` are the key's bucket bounds on this rank; buckets whose bounds were set on
+    other ranks only are dropped here, with one warning per key.
+    """
+    if layout.kind == accumulate.DENOMINATOR_LAYOUT.kind:
+        return Gauge(key, float(values[0]))
+    total, count, low, negated_high = (float(v) for v in values[:4])
+    n = int(count)
+    if layout.kind == accumulate.SCALAR_LAYOUT.kind:
+        unit = "s" if "/timeperf/" in f"/{key}" else ""
+        return Gauge(key, total / count, n, unit=unit) if n > 0 else None
+    reduce = accumulate.stat_reduce(layout)
+    buckets = tuple(int(c) for c in values[4:])
+    if buckets and len(bounds) + 1 != len(buckets):  # bounds set on other ranks only
+        if key not in _warned_bounds:
+            _warned_bounds.add(key)
+            _log.warning("%r: bucket bounds are set on other ranks only; buckets dropped here", key)
+        bounds, buckets = (), ()
+    return Histogram(
+        key,
+        count=n,
+        sum=total,
+        min=low if n > 0 else None,
+        max=-negated_high if n > 0 else None,
+        bounds=bounds,
+        bucket_counts=buckets,
+        reduce=reduce,
+    )

@@ -1,6 +1,6 @@
 """Imports run one way, from the application down to the data model, with no cycle.
 
-The layer order is written once, here and in the README's architecture section. A module
+The layer order is written once, here and in docs/architecture.md (a test compares them). A module
 belongs to the first layer one of whose prefixes names it or a package above it; every
 import (module level or inside a function) must stay in its layer or go down.
 """

@@ -113,6 +113,19 @@ class LimitsConfig:
     max_concurrent_requests: StrictInt = Field(default=32, ge=1)
     sink_timeout_s: StrictFloat = Field(default=10.0, gt=0)
     drain_timeout_s: StrictFloat = Field(default=30.0, gt=0)
+    # Work per request (collector.admission.RequestLimits).
+    max_points_per_request: StrictInt = Field(default=50_000, ge=1)
+    max_decoded_bytes: StrictInt = Field(default=32 * 1024 * 1024, ge=1)
+    heavy_request_bytes: StrictInt = Field(default=256 * 1024, ge=1)
+    heavy_request_points: StrictInt = Field(default=10_000, ge=1)
+    max_heavy_requests: StrictInt = Field(default=1, ge=1)
+    retry_after_s: StrictFloat = Field(default=0.5, ge=0)
+    deadline_margin_s: StrictFloat = Field(default=0.005, ge=0)
+    # Names and labels (telemetry.otlp.values.LabelLimits).
+    max_attributes_per_point: StrictInt = Field(default=128, ge=1)
+    max_attribute_key_length: StrictInt = Field(default=256, ge=1)
+    max_attribute_value_length: StrictInt = Field(default=4096, ge=1)
+    max_metric_name_length: StrictInt = Field(default=1024, ge=1)
 
 
 @dataclass(frozen=True, config=SCHEMA)

@@ -117,9 +117,10 @@ class Pipeline:
         label_limits: LabelLimits | None = None,
     ) -> None:
         self.limits = limits or LimitsConfig()
-        self.request_limits = request_limits or RequestLimits()
+        self.request_limits = request_limits or limits_from(RequestLimits, self.limits)
         self.decoder = decoder or Decoder(
-            self.limits.max_series_per_metric, label_limits=label_limits
+            self.limits.max_series_per_metric,
+            label_limits=label_limits or limits_from(LabelLimits, self.limits),
         )
         self.budget = MemoryBudget(self.limits.memory_limit_bytes)
         self._queue = dict(queue_size=self.limits.queue_size, timeout_s=self.limits.sink_timeout_s)
@@ -407,3 +408,8 @@ def shared_sinks(sinks: SinksConfig) -> list[Sink]:
 
         shared.append(RemoteWriteSink(sinks.remote_write))
     return shared
+
+
+def limits_from(kind: type, limits: LimitsConfig):
+    """A ``RequestLimits`` or ``LabelLimits`` with the values of the ``limits`` section."""
+    return kind(**{f.name: getattr(limits, f.name) for f in dataclasses.fields(kind)})

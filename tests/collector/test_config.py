@@ -145,3 +145,28 @@ def test_cli_print_config_and_bad_config(tmp_path, capsys):
     assert "hunter2" not in str(printed)
     assert main(["--config", str(write(tmp_path, "receiver: {port: 99999}"))]) == 2
     assert "collector.receiver.port" in capsys.readouterr().err
+
+
+def test_request_and_label_limits_come_from_the_limits_section():
+    from collector.admission import RequestLimits
+    from collector.pipeline import Pipeline
+    from telemetry.otlp.values import LabelLimits
+
+    default = Pipeline([], None, default_config().limits)
+    assert default.request_limits == RequestLimits()  # one set of defaults
+    assert default.decoder.label_limits == LabelLimits()
+    config = from_dict(
+        {
+            "limits": {
+                "heavy_request_bytes": 4096,
+                "max_attributes_per_point": 8,
+                "retry_after_s": 2.0,
+            }
+        }
+    )
+    pipeline = Pipeline([], None, config.limits)
+    assert pipeline.request_limits.heavy_request_bytes == 4096
+    assert pipeline.request_limits.retry_after_s == 2.0
+    assert pipeline.decoder.label_limits.max_attributes_per_point == 8
+    with pytest.raises(ConfigError, match="limits.max_metric_name_length"):
+        from_dict({"limits": {"max_metric_name_length": 0}})

@@ -141,8 +141,16 @@ def test_this_machine(tmp_path: Path):
 
 
 def test_make_test_runs_the_check_before_anything_else():
+    # Under `make test` itself (CI), the inherited MAKEFLAGS/MAKELEVEL would make this
+    # nested make print "Entering directory" first.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     dry = subprocess.run(
-        ["make", "-n", "test"], cwd=SCRIPT.parents[1], capture_output=True, text=True, timeout=60
+        ["make", "--no-print-directory", "-n", "test"],
+        cwd=SCRIPT.parents[1],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines()[0] == "bash scripts/system-deps test"

@@ -132,10 +132,11 @@ def test_histograms_counters_and_plain_gauges():
     assert next_window.flat() == {"tokens": 15.0 + 25.0 + 30.0}
 
 
-def test_differing_bounds_keep_counts_only_and_plain_gauges_average_exactly():
+@pytest.mark.parametrize("second_bounds", [(0.0, 2.0), (0.0, 1.0)])  # above and below
+def test_differing_bounds_keep_counts_only_and_plain_gauges_average_exactly(second_bounds):
     merger = RolloutMerger()
     merger.add(worker(0, [Histogram("d", 2, 3.0, 1.0, 2.0, (0.0, 1.5), (0, 1, 1))]))
-    merger.add(worker(1, [Histogram("d", 1, 4.0, 4.0, 4.0, (0.0, 2.0), (0, 0, 1))]))
+    merger.add(worker(1, [Histogram("d", 1, 4.0, 4.0, 4.0, second_bounds, (0, 0, 1))]))
     merger.add(worker(2, [Histogram("d", 1, 0.5, 0.5, 0.5, (0.0, 1.5), (0, 1, 0))]))
     for i, value in enumerate((0.5, 1.0)):
         merger.add(worker(i, [Gauge("queue", value)]))

@@ -62,9 +62,13 @@ def test_window_extremes_are_known_only_where_the_cumulative_extreme_moved():
 
 def test_bucket_windows_need_the_same_bounds_and_growing_counts():
     previous = point(100, 5, 10.0, (1, 2, 2))
-    other_bounds = HistogramState(100, 8, 16.0, None, None, (0.0, 2.0), (2, 3, 3))
-    window = histogram_window(previous, other_bounds, 0)
-    assert (window.count, window.bounds, window.bucket_counts) == (3, (), ())
+    for bounds in ((0.0, 2.0), (0.0, 0.5)):  # sorting after and before the previous bounds
+        other_bounds = HistogramState(100, 8, 16.0, None, None, bounds, (2, 3, 3))
+        window = histogram_window(previous, other_bounds, 0)
+        assert (window.count, window.bounds, window.bucket_counts) == (3, (), ())
+    for buckets in ((1, 2, 2, 3), (2, 3)):  # more or fewer buckets than before
+        odd = HistogramState(100, 8, 16.0, None, None, BOUNDS, buckets)
+        assert histogram_window(previous, odd, 0).bucket_counts == ()
     shrinking = histogram_window(previous, point(100, 8, 16.0, (0, 4, 4)), 0)
     assert (shrinking.count, shrinking.bucket_counts) == (3, ())  # a bucket went down
     no_buckets = HistogramState(100, 8, 16.0, None, None, BOUNDS, ())

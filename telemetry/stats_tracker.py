@@ -53,6 +53,7 @@ __all__ = [
     "set_bucket_bounds",
     "stat",
     "stat_compact",
+    "rank_series",
     "track_ranks",
     "unregister_source",
 ]
@@ -133,3 +134,4 @@ disable_scope = DEFAULT_TRACKER.disable_scope
 record_timing = DEFAULT_TRACKER.record_timing
 set_bucket_bounds = DEFAULT_TRACKER.set_bucket_bounds
 track_ranks = rank_spread.track_ranks
+rank_series = rank_spread.rank_series

@@ -7,11 +7,18 @@ holding the max), from the payload it gathers anyway: no extra collective, and t
 series per key whatever the number of ranks. Tracked by default: every
 ``timeperf/<name>`` timing and ``train_perf`` (``train_perf/tokens/...``,
 ``train_perf/seconds/...``); :func:`track_ranks` adds patterns.
+
+Where a dashboard needs every rank, :func:`rank_series` names keys that also get one
+``<key>/rank_<r>/per_rank`` gauge per rank (attribute ``rank``), for jobs of at most
+``MAX_RANK_SERIES`` ranks (a larger job gets the three aggregate series only, and one
+warning): the number of series stays bounded whatever the job size.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import logging
+import math
 import threading
 
 from telemetry.model.snapshot import Gauge, Point
@@ -27,8 +34,12 @@ __all__ = [
 ]
 
 DEFAULT_PATTERNS = ("timeperf/*", "*/timeperf/*", "train_perf")
+MAX_RANK_SERIES = 256
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _patterns: list[str] = list(DEFAULT_PATTERNS)
+_series_patterns: list[str] = []
+_warned: set[str] = set()
 
 
 def track_ranks(*patterns: str) -> None:
@@ -46,6 +57,19 @@ def untrack_ranks(*patterns: str) -> None:
         _patterns[:] = [p for p in _patterns if p not in patterns]
 
 
+def rank_series(*patterns: str, enabled: bool = True) -> None:
+    """Also export one gauge per rank for keys matching ``patterns`` (which are tracked).
+
+    ``enabled=False`` stops it. Every rank must name the same patterns.
+    """
+    with _lock:
+        if enabled:
+            _series_patterns.extend(p for p in patterns if p not in _series_patterns)
+            _patterns.extend(p for p in patterns if p not in _patterns)
+        else:
+            _series_patterns[:] = [p for p in _series_patterns if p not in patterns]
+
+
 def tracked(key: str) -> bool:
     """Whether ``key`` gets a per-rank spread."""
     with _lock:
@@ -54,7 +78,10 @@ def tracked(key: str) -> bool:
 
 
 def spread_points(key: str, spreads: dict[str, RankSpread]) -> list[Point]:
-    """``rank_min``, ``rank_max`` and ``slowest_rank`` gauges of each quantity of ``key``."""
+    """``rank_min``, ``rank_max`` and ``slowest_rank`` gauges of each quantity of ``key``,
+    and its per-rank gauges where :func:`rank_series` asked for them."""
+    with _lock:
+        series = any(fnmatch.fnmatchcase(key, p) for p in _series_patterns)
     points: list[Point] = []
     for suffix, spread in sorted(spreads.items()):
         base = f"{key}/{suffix}" if suffix else key
@@ -64,4 +91,19 @@ def spread_points(key: str, spreads: dict[str, RankSpread]) -> list[Point]:
             Gauge(f"{base}/rank_max", spread.high, unit=unit),
             Gauge(f"{base}/slowest_rank", float(spread.slowest_rank)),
         ]
+        if series and len(spread.values) > MAX_RANK_SERIES:
+            if base not in _warned:
+                _warned.add(base)
+                _log.warning(
+                    "%s: %d ranks, more than MAX_RANK_SERIES=%d: per-rank series left out",
+                    base,
+                    len(spread.values),
+                    MAX_RANK_SERIES,
+                )
+        elif series:
+            points += [
+                Gauge(f"{base}/per_rank", value, unit=unit, attributes=(("rank", rank),))
+                for rank, value in enumerate(spread.values)
+                if not math.isnan(value)
+            ]
     return points

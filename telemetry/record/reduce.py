@@ -81,11 +81,13 @@ State = tuple[StateLayout, torch.Tensor]
 
 @dataclass(frozen=True, slots=True)
 class RankSpread:
-    """One per-rank quantity across the ranks that have it: its extremes and who is slowest."""
+    """One per-rank quantity across the ranks that have it: its extremes, who is slowest,
+    and every rank's value (NaN for a rank without it)."""
 
     low: float
     high: float
     slowest_rank: int
+    values: tuple[float, ...] = ()
 
 
 _collectives_issued = 0
@@ -299,7 +301,7 @@ def _spreads(
                 continue
             slowest = int(np.nanargmax(values))
             out.setdefault(key, {})[quantity.suffix] = RankSpread(
-                float(np.nanmin(values)), float(values[slowest]), slowest
+                float(np.nanmin(values)), float(values[slowest]), slowest, tuple(values.tolist())
             )
     return out
 

@@ -20,6 +20,7 @@ def _four_ranks(rank: int, world: int) -> dict:
     from telemetry import stats_tracker
     from telemetry.record.reduce import collectives_issued
 
+    rank_spread.rank_series("timeperf/train_step")
     tracker = stats_tracker.get("")
     stats_tracker.export_all()  # start from an empty window
     delays = {0: 0.01, 1: 0.02, 2: 0.25, 3: 0.03}
@@ -44,6 +45,10 @@ def test_four_gloo_ranks_name_the_slow_rank_with_no_extra_collective():
         )
         assert not any(k.startswith("loss/") for k in stats)
         assert stats == results[0]["stats"]  # every rank reports the same
+        per_rank = [stats[f"timeperf/train_step/rank_{r}/per_rank"] for r in range(4)]
+        assert max(per_rank) == per_rank[SLOW_RANK] == stats["timeperf/train_step/rank_max"]
+        assert min(per_rank) == stats["timeperf/train_step/rank_min"]
+        assert np.mean(per_rank) == pytest.approx(stats["timeperf/train_step"])
 
 
 LAYOUT = StateLayout(
@@ -81,3 +86,27 @@ def test_tracked_patterns_and_points():
         Gauge("train_perf/seconds/rank_max", 3.0, unit="s"),
         Gauge("train_perf/seconds/slowest_rank", 5.0),
     ]
+
+
+def test_per_rank_series_only_where_asked_and_bounded(caplog, monkeypatch):
+    spread = {"": rank_spread.RankSpread(1.0, 3.0, 1, (1.0, 3.0, float("nan")))}
+    assert [p.key for p in rank_spread.spread_points("timeperf/x", spread)] == [
+        "timeperf/x/rank_min",
+        "timeperf/x/rank_max",
+        "timeperf/x/slowest_rank",
+    ]
+    rank_spread.rank_series("timeperf/x")
+    try:
+        points = rank_spread.spread_points("timeperf/x", spread)
+        per_rank = [p for p in points if p.metric == "timeperf/x/per_rank"]
+        assert [(p.attributes, p.value) for p in per_rank] == [
+            ((("rank", 0),), 1.0),
+            ((("rank", 1),), 3.0),  # rank 2 had no value: no series
+        ]
+        monkeypatch.setattr(rank_spread, "MAX_RANK_SERIES", 2)
+        big = {"": rank_spread.RankSpread(1.0, 3.0, 1, (1.0, 3.0, 2.0))}
+        points = rank_spread.spread_points("timeperf/x", big)
+        assert len(points) == 3 and "per-rank series left out" in caplog.text
+    finally:
+        rank_spread.rank_series("timeperf/x", enabled=False)
+    assert len(rank_spread.spread_points("timeperf/x", spread)) == 3

@@ -45,6 +45,7 @@ __all__ = [
     "export_all",
     "export_sources",
     "get",
+    "rank_series",
     "record_timing",
     "register_source",
     "scalar",
@@ -53,7 +54,6 @@ __all__ = [
     "set_bucket_bounds",
     "stat",
     "stat_compact",
-    "rank_series",
     "track_ranks",
     "unregister_source",
 ]

@@ -26,9 +26,10 @@ from typing import Any
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
 from telemetry.model import names
 from telemetry.model.errors import ConfigError, InvalidValueError
-from telemetry.model.snapshot import Gauge, Point, Snapshot, Stats, Step
+from telemetry.model.snapshot import Gauge, Point, Snapshot, Step
 from telemetry.otlp.encode import Batch
 from telemetry.progress import progress_line
+from telemetry.record.stats import Stats
 from telemetry.record.typed_keys import points_for
 
 __all__ = ["CLOSED_METRIC", "ROLES", "STEP_METRIC", "StatsLogger"]

@@ -25,11 +25,11 @@ from collections.abc import Iterable
 
 import torch.distributed as dist
 
-from telemetry.model.snapshot import Stats
 from telemetry.record import export as _export
 from telemetry.record import rank_spread
 from telemetry.record.areal_tracker import DistributedStatsTracker
 from telemetry.record.export import register_source, unregister_source
+from telemetry.record.stats import Stats
 from telemetry.record.tracker import ReduceType
 
 __all__ = [

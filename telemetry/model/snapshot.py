@@ -12,12 +12,11 @@ of MoE balance). The flat AReaL key of a point is derived from both by :func:`fl
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
 from telemetry.model import names
-from telemetry.model.errors import InvalidValueError
 
 AttributeValue = str | bool | int | float
 Attributes = tuple[tuple[str, AttributeValue], ...]
@@ -143,53 +142,6 @@ class Histogram:
 Point = Gauge | Counter | Histogram
 
 
-# Trusted constructors for hot paths (the collector's decoder builds ~10^5 points/s). A
-# frozen dataclass' ``__init__`` sets each field through ``object.__setattr__``; these fill
-# the same slots with plain stores, then turn the instance into the real class (the slot
-# layouts are identical, so ``__class__`` may be assigned). The result is an ordinary
-# frozen point, equal to one built with the public constructor. Every field is positional
-# and nothing is validated: the caller guarantees the invariants (for a histogram,
-# ``bucket_counts`` has ``len(bounds) + 1`` entries or both are empty).
-
-
-class _GaugeSlots:
-    __slots__ = Gauge.__slots__
-
-    def __init__(self, metric, value, count, unit, attributes) -> None:
-        self.metric, self.value, self.count = metric, value, count
-        self.unit, self.attributes = unit, attributes
-        self.__class__ = Gauge  # type: ignore[assignment]
-
-
-class _CounterSlots:
-    __slots__ = Counter.__slots__
-
-    def __init__(self, metric, value, unit, attributes, start_time_unix_nano) -> None:
-        self.metric, self.value, self.unit = metric, value, unit
-        self.attributes, self.start_time_unix_nano = attributes, start_time_unix_nano
-        self.__class__ = Counter  # type: ignore[assignment]
-
-
-class _HistogramSlots:
-    __slots__ = Histogram.__slots__
-
-    def __init__(
-        self, metric, count, sum, min, max, bounds, bucket_counts, reduce, unit, attributes
-    ) -> None:
-        self.metric, self.count, self.sum, self.min, self.max = metric, count, sum, min, max
-        self.bounds, self.bucket_counts, self.reduce = bounds, bucket_counts, reduce
-        self.unit, self.attributes = unit, attributes
-        self.__class__ = Histogram  # type: ignore[assignment]
-
-
-trusted_gauge: Callable[..., Gauge] = _GaugeSlots  # type: ignore[assignment]
-"""``Gauge(metric, value, count, unit, attributes)``: every field positional."""
-trusted_counter: Callable[..., Counter] = _CounterSlots  # type: ignore[assignment]
-"""``Counter(metric, value, unit, attributes, start_time_unix_nano)``: every field positional."""
-trusted_histogram: Callable[..., Histogram] = _HistogramSlots  # type: ignore[assignment]
-"""``Histogram(...)`` with all ten fields positional and without the bucket check."""
-
-
 def _or_nan(value: float | None) -> float:
     return math.nan if value is None else value
 
@@ -240,56 +192,3 @@ class Snapshot:
         experiment = self.resource_value(names.EXPERIMENT, "default")
         trial = self.resource_value(names.TRIAL, "default")
         return f"{experiment}_{trial}"
-
-
-class Stats(dict):
-    """The tracker's typed export: AReaL's flat dict (``__count`` included) plus its points.
-
-    Behaves exactly like AReaL's ``dict[str, float]``; ``points`` keeps histogram and
-    counter semantics for the OTel mapping. ``update`` with another ``Stats`` merges
-    points too; plain values added by hand stay plain dict entries (exported as gauges).
-    """
-
-    def __init__(self, points: Iterable[Point] = ()) -> None:
-        self.points: tuple[Point, ...] = tuple(points)
-        super().__init__(flatten(self.points, include_counts=True))
-
-    def update(self, other=(), /, **kwargs) -> None:  # type: ignore[override]
-        if isinstance(other, Stats):
-            mine = {point.key: point for point in self.points}
-            mine.update((point.key, point) for point in other.points)
-            self.points = tuple(mine.values())
-        super().update(other, **kwargs)
-
-    def typed_points(self) -> tuple[Point, ...]:
-        """Points for every entry: the typed ones, plus gauges for plain values added by hand.
-
-        A plain ``k`` with a plain ``k__count`` becomes a scalar gauge with that count.
-        """
-        covered = set(flatten(self.points, include_counts=True))
-        extra = {k: v for k, v in self.items() if k not in covered}
-        return self.points + tuple(points_from_flat(extra))
-
-
-def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge]:
-    """Gauges for AReaL's plain dict: ``k__count`` entries become the count of ``k``.
-
-    ``timeperf/...`` keys (``record_timing``) are in seconds, as the tracker exports them.
-    """
-    for key, value in data.items():
-        if key.endswith(COUNT_SUFFIX):
-            continue
-        count = data.get(key + COUNT_SUFFIX)
-        unit = "s" if "/timeperf/" in f"/{key}" else ""
-        yield Gauge(key, _as_float(key, value), None if count is None else int(count), unit)
-
-
-def _as_float(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            return float(value)  # numpy scalars, 0-d tensors
-        except (TypeError, ValueError):
-            raise InvalidValueError(
-                f"{key!r}: expected a number, got {type(value).__name__}"
-            ) from None
-    return float(value)

@@ -38,18 +38,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from telemetry.model import names
-from telemetry.model.snapshot import (
-    Counter,
-    Gauge,
-    Histogram,
-    Point,
-    Snapshot,
-    StatReduce,
-    Step,
-    trusted_counter,
-    trusted_gauge,
-    trusted_histogram,
-)
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce, Step
+from telemetry.otlp.fast_points import trusted_counter, trusted_gauge, trusted_histogram
 from telemetry.otlp.temporality import HistogramState, SumState, histogram_window
 from telemetry.otlp.values import (
     LabelLimits,

@@ -28,10 +28,11 @@ from telemetry.model.errors import (
     ShapeMismatchError,
     UnknownDenominatorError,
 )
-from telemetry.model.snapshot import Point, StatReduce, Stats
+from telemetry.model.snapshot import Point, StatReduce
 from telemetry.record import accumulate, export, kernels
 from telemetry.record.points import point_for
 from telemetry.record.reduce import State, StateLayout
+from telemetry.record.stats import Stats
 
 
 class ReduceType(Enum):

@@ -17,7 +17,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from telemetry.model.snapshot import COUNT_SUFFIX, Point, points_from_flat
+from telemetry.model.snapshot import COUNT_SUFFIX, Point
+from telemetry.record.stats import points_from_flat
 
 __all__ = ["clear", "points_for", "remember"]
 

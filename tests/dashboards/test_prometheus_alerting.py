@@ -32,7 +32,7 @@ from dashboards.webhook import WebhookReceiver
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
 from telemetry.logger import StatsLogger
-from telemetry.model.snapshot import Stats
+from telemetry.record.stats import Stats
 from tests.dashboards import servers
 from tests.dashboards.producers import produced_points, snapshot
 

@@ -17,7 +17,8 @@ from exporters.base import InMemorySink
 from exporters.console import ConsoleSink
 from telemetry.config import ConfigError
 from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
-from telemetry.model.snapshot import Counter, Gauge, Histogram, StatReduce, Stats
+from telemetry.model.snapshot import Counter, Gauge, Histogram, StatReduce
+from telemetry.record.stats import Stats
 from tests.distributed import run_ranks
 from tests.telemetry.otlp_receiver import Receiver, metrics_of, resource_of, step_of
 

@@ -17,7 +17,8 @@ from telemetry.model.errors import (
     ShapeMismatchError,
     UnknownDenominatorError,
 )
-from telemetry.model.snapshot import Histogram, Stats
+from telemetry.model.snapshot import Histogram
+from telemetry.record.stats import Stats
 from telemetry.record.tracker import DistributedStatsTracker, ReduceType
 
 

@@ -1,0 +1,63 @@
+"""AReaL's flat dict of an export (``Stats``), and points for a plain flat dict."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+
+from telemetry.model.errors import InvalidValueError
+from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, flatten
+
+__all__ = ["Stats", "points_from_flat"]
+
+
+class Stats(dict):
+    """The tracker's typed export: AReaL's flat dict (``__count`` included) plus its points.
+
+    Behaves exactly like AReaL's ``dict[str, float]``; ``points`` keeps histogram and
+    counter semantics for the OTel mapping. ``update`` with another ``Stats`` merges
+    points too; plain values added by hand stay plain dict entries (exported as gauges).
+    """
+
+    def __init__(self, points: Iterable[Point] = ()) -> None:
+        self.points: tuple[Point, ...] = tuple(points)
+        super().__init__(flatten(self.points, include_counts=True))
+
+    def update(self, other=(), /, **kwargs) -> None:  # type: ignore[override]
+        if isinstance(other, Stats):
+            mine = {point.key: point for point in self.points}
+            mine.update((point.key, point) for point in other.points)
+            self.points = tuple(mine.values())
+        super().update(other, **kwargs)
+
+    def typed_points(self) -> tuple[Point, ...]:
+        """Points for every entry: the typed ones, plus gauges for plain values added by hand.
+
+        A plain ``k`` with a plain ``k__count`` becomes a scalar gauge with that count.
+        """
+        covered = set(flatten(self.points, include_counts=True))
+        extra = {k: v for k, v in self.items() if k not in covered}
+        return self.points + tuple(points_from_flat(extra))
+
+
+def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge]:
+    """Gauges for AReaL's plain dict: ``k__count`` entries become the count of ``k``.
+
+    ``timeperf/...`` keys (``record_timing``) are in seconds, as the tracker exports them.
+    """
+    for key, value in data.items():
+        if key.endswith(COUNT_SUFFIX):
+            continue
+        count = data.get(key + COUNT_SUFFIX)
+        unit = "s" if "/timeperf/" in f"/{key}" else ""
+        yield Gauge(key, _as_float(key, value), None if count is None else int(count), unit)
+
+
+def _as_float(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            return float(value)  # numpy scalars, 0-d tensors
+        except (TypeError, ValueError):
+            raise InvalidValueError(
+                f"{key!r}: expected a number, got {type(value).__name__}"
+            ) from None
+    return float(value)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from telemetry.model.errors import InvalidValueError
 from telemetry.record import tracker as _tracker
 
 __all__ = ["DistributedStatsTracker"]
@@ -142,7 +143,7 @@ class DistributedStatsTracker(_tracker.DistributedStatsTracker):
 def _no_key_group(group: Any, values: dict, tracker: DistributedStatsTracker) -> None:
     if group is not None:
         first = tracker.full_key(next(iter(values), "?"))
-        raise NotImplementedError(
+        raise InvalidValueError(
             f"{first!r}: a per-key reduce_group is not supported by rltel; every key is "
             "reduced over the reduce_group given to export/export_all"
         )

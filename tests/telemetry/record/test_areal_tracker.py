@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from telemetry import stats_tracker
+from telemetry.model.errors import InvalidValueError
 from telemetry.record.areal_tracker import DistributedStatsTracker
 
 # Every public name of AReaL's areal/utils/stats_tracker.py (module level).
@@ -76,7 +77,7 @@ def test_areal_signatures_accept_areal_keywords():
 
 
 def test_a_per_key_reduce_group_is_refused_by_name():
-    with stats_tracker.scope("sft"), pytest.raises(NotImplementedError, match="'sft/loss'"):
+    with stats_tracker.scope("sft"), pytest.raises(InvalidValueError, match="'sft/loss'"):
         stats_tracker.scalar(loss=1.0, reduce_group=object())
 
 

@@ -9,8 +9,6 @@ AReaL's flat dict as a :class:`~telemetry.model.snapshot.Stats`.
 from __future__ import annotations
 
 import contextvars
-import itertools
-import math
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,12 +22,10 @@ import torch.distributed as dist
 
 from telemetry.model.errors import (
     InvalidValueError,
-    MaskTypeError,
-    ShapeMismatchError,
     UnknownDenominatorError,
 )
 from telemetry.model.snapshot import Point, StatReduce
-from telemetry.record import accumulate, export, kernels
+from telemetry.record import accumulate, checks, export, kernels
 from telemetry.record.points import point_for
 from telemetry.record.reduce import State, StateLayout
 from telemetry.record.stats import Stats
@@ -53,7 +49,6 @@ _STAT_TYPES = {
     ReduceType.MIN: StatReduce.MIN,
     ReduceType.MAX: StatReduce.MAX,
 }
-_ACCEPTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 class DistributedStatsTracker:
@@ -110,13 +105,7 @@ class DistributedStatsTracker:
         if bounds is None:
             self._bounds.pop(key, None)
             return
-        values = tuple(float(b) for b in bounds)
-        if (
-            not values
-            or any(not math.isfinite(b) for b in values)
-            or any(b >= c for b, c in itertools.pairwise(values))
-        ):
-            raise InvalidValueError(f"{key!r}: bucket bounds must be increasing finite numbers")
+        values = checks.bucket_bounds(key, bounds)
         with self._lock:
             if key in self._stats:
                 raise InvalidValueError(f"{key!r}: set bucket bounds before recording the stat")
@@ -131,19 +120,9 @@ class DistributedStatsTracker:
             MaskTypeError: a mask is not a boolean tensor.
             InvalidValueError: a mask is empty.
         """
-        for name, mask in masks.items():
+        for name, given in masks.items():
             key = self.full_key(name)
-            if not isinstance(mask, torch.Tensor):
-                raise MaskTypeError(
-                    f"denominator {key!r}: expected a bool tensor, got {type(mask).__name__}"
-                )
-            if mask.dtype != torch.bool:
-                raise MaskTypeError(
-                    f"denominator {key!r}: mask dtype is {mask.dtype}, "
-                    "expected torch.bool (use mask.bool())"
-                )
-            if mask.numel() == 0:
-                raise InvalidValueError(f"denominator {key!r}: empty mask {tuple(mask.shape)}")
+            mask = checks.mask(key, given)
             count = mask.sum().to(torch.float64).reshape(1)  # an integer sum: 3x faster
             with self._lock:
                 self._masks[key] = kernels.MaskBits(mask, count)
@@ -181,7 +160,8 @@ class DistributedStatsTracker:
         mask = declared.mask
         keys = [self.full_key(name) for name in tensors]
         values = [
-            self._checked(key, value, mask, mask_key) for key, value in zip(keys, tensors.values())
+            checks.stat_value(key, value, mask, mask_key)
+            for key, value in zip(keys, tensors.values())
         ]
         with self._lock:
             for key in keys:  # every check before anything is recorded
@@ -228,16 +208,7 @@ class DistributedStatsTracker:
         device = None
         for key, state in zip(keys, states.values()):
             n_buckets = len(self._bounds[key][0]) + 1 if key in self._bounds else 0
-            if (
-                not isinstance(state, torch.Tensor)
-                or state.dtype != torch.float64
-                or state.shape != (4 + n_buckets,)
-            ):
-                raise InvalidValueError(
-                    f"{key!r}: expected a float64 state of {4 + n_buckets} elements, got "
-                    f"{getattr(state, 'dtype', type(state).__name__)} "
-                    f"{tuple(getattr(state, 'shape', ()))}"
-                )
+            checks.moment_state(key, state, n_buckets)
             device = state.device if device is None else device
             if state.device != device:
                 raise InvalidValueError(f"{key!r}: state on {state.device}, others on {device}")
@@ -306,24 +277,6 @@ class DistributedStatsTracker:
             first = self.full_key(next(iter(tensors), "?"))
             raise InvalidValueError(f"{first!r}: reduce type {reduce_type} is not valid for stat()")
         return _STAT_TYPES[reduce_type]
-
-    def _checked(self, key: str, value, mask: torch.Tensor, mask_key: str) -> torch.Tensor:
-        if not isinstance(value, torch.Tensor):
-            raise InvalidValueError(f"{key!r}: expected a tensor, got {type(value).__name__}")
-        if value.shape != mask.shape:
-            raise ShapeMismatchError(
-                f"{key!r}: shape {tuple(value.shape)} does not match denominator "
-                f"{mask_key!r} shape {tuple(mask.shape)}"
-            )
-        if value.dtype not in _ACCEPTED_DTYPES:
-            if value.dtype == torch.bool or value.is_complex():
-                raise InvalidValueError(f"{key!r}: dtype {value.dtype} is not a real number type")
-            value = value.to(torch.float64)
-        if value.device != mask.device:
-            raise InvalidValueError(
-                f"{key!r}: tensor on {value.device}, denominator {mask_key!r} on {mask.device}"
-            )
-        return value
 
     def _check_entry(self, key: str, reduce: StatReduce, device: torch.device) -> None:
         if key in self._scalars:

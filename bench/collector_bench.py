@@ -30,8 +30,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.config import LimitsConfig, from_dict
-from collector.pipeline import Pipeline, run_sink_factory
+from collector.pipeline import Pipeline
 from collector.server import SERVICE, CollectorServer
+from collector.sinks import run_sink_factory
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step

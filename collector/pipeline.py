@@ -27,14 +27,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from collector.admission import Hold, MemoryBudget, RequestLimits, decoded_bytes, request_points
-from collector.config import LimitsConfig, SinksConfig
+from collector.config import LimitsConfig
 from collector.merge import RolloutMerger
+from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
-from exporters.prometheus import PrometheusSink
 from telemetry.model import names
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.decode import Decoder, DecodeResult
@@ -42,7 +41,6 @@ from telemetry.otlp.values import LabelLimits, attributes
 
 logger = logging.getLogger(__name__)
 
-RunSinks = Callable[[str, str], Sequence[Sink]]
 STREAMS_MERGED = ("rollout", "eval")
 REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large")
 
@@ -366,48 +364,6 @@ class Pipeline:
                 queued.close(timeout_s)
         for fanout in fanouts:
             fanout.shutdown(max(0.0, deadline - time.monotonic()))
-
-
-def run_sink_factory(sinks: SinksConfig) -> RunSinks:
-    """``(experiment, trial) -> step-based sinks`` from the collector's ``sinks`` section.
-
-    Local directories get ``<experiment>/<trial>`` appended (TensorBoard ``path``, SwanLab
-    ``logdir``), so runs never share files; W&B files go under ``fileroot`` as in the logger.
-    """
-    from exporters.registry import BuildContext, build_sinks
-
-    def build(experiment: str, trial: str) -> list[Sink]:
-        config = sinks.logger_config(experiment, trial)
-        tensorboard, swanlab = config.tensorboard, config.swanlab
-        if tensorboard.path is not None:
-            path = str(Path(tensorboard.path) / experiment / trial)
-            tensorboard = dataclasses.replace(tensorboard, path=path)
-        if swanlab.logdir is not None:
-            logdir = str(Path(swanlab.logdir) / experiment / trial)
-            swanlab = dataclasses.replace(swanlab, logdir=logdir)
-        prometheus = dataclasses.replace(config.prometheus, enabled=False)
-        config = dataclasses.replace(
-            config, tensorboard=tensorboard, swanlab=swanlab, prometheus=prometheus
-        )
-        return build_sinks(config, BuildContext(swanlab_process=True))
-
-    return build
-
-
-def shared_sinks(sinks: SinksConfig) -> list[Sink]:
-    """The sinks every snapshot reaches as it arrives: Prometheus and remote write, if enabled.
-
-    Raises:
-        OSError: the Prometheus address cannot be bound.
-    """
-    shared: list[Sink] = []
-    if sinks.prometheus.enabled:
-        shared.append(PrometheusSink(sinks.prometheus))
-    if sinks.remote_write.enabled:
-        from exporters.remote_write import RemoteWriteSink
-
-        shared.append(RemoteWriteSink(sinks.remote_write))
-    return shared
 
 
 def limits_from(kind: type, limits: LimitsConfig):

@@ -49,16 +49,9 @@ from collector.admission import (
     request_points,
 )
 from collector.config import CollectorConfig
-from collector.pipeline import (
-    Closed,
-    Expired,
-    Overloaded,
-    Pipeline,
-    TooLarge,
-    run_sink_factory,
-    shared_sinks,
-)
+from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge
 from collector.selfmetrics import FAMILIES, SelfMetrics
+from collector.sinks import run_sink_factory, shared_sinks
 from exporters.prometheus import PrometheusSink
 from telemetry.otlp.values import LabelLimits
 

@@ -32,7 +32,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("producers", ("telemetry.metrics", "telemetry.evaluator")),
     ("recording", ("telemetry.stats_tracker", "telemetry.record")),
-    ("delivery", ("exporters", "collector.pipeline", "collector.admission", "collector.merge")),
+    (
+        "delivery",
+        (
+            "exporters",
+            "collector.pipeline",
+            "collector.admission",
+            "collector.merge",
+            "collector.sinks",
+        ),
+    ),
     ("codec", ("telemetry.otlp",)),
     ("config", ("telemetry.config", "telemetry.config_read", "collector.config")),
     ("model", ("telemetry.model",)),

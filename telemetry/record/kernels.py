@@ -34,9 +34,10 @@ _BITS_OF_SIZE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @functools.cache
-def _bit_pattern(value: float, dtype: torch.dtype) -> int:
-    """The bits of ``value`` in ``dtype``, as a signed integer of the same size."""
-    return int(torch.tensor(value, dtype=dtype).view(_BITS_OF_SIZE[dtype.itemsize]))
+def _inf_and_sign_bits(dtype: torch.dtype) -> tuple[int, int]:
+    """The bits of +inf and of the sign in ``dtype``, as signed integers of the same size."""
+    bits = torch.tensor([float("inf"), -0.0], dtype=dtype).view(_BITS_OF_SIZE[dtype.itemsize])
+    return int(bits[0]), int(bits[1])
 
 
 class MaskBits:
@@ -72,10 +73,8 @@ class MaskBits:
         fills = self._fills.get(dtype)
         if fills is None:
             padding = ~self.keep(dtype.itemsize)
-            fills = (
-                padding & _bit_pattern(float("inf"), dtype),
-                padding & _bit_pattern(-0.0, dtype),
-            )
+            inf, sign = _inf_and_sign_bits(dtype)
+            fills = (padding & inf, padding & sign)
             self._fills[dtype] = fills
         return fills
 

@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || { PYTHON=$(PYTHON) bash scripts/system-deps build && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
-	# CPU build of torch, pinned: an unpinned torch pulls a multi-GB CUDA build.
+	# torch pinned: an unpinned torch may pull a multi-GB CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==$(TORCH_VERSION)
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)

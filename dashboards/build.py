@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -45,15 +46,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dashboards.build", description=__doc__)
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
+    return sync_files(rendered(), args.check, "python -m dashboards.build")
+
+
+def sync_files(pages: Mapping[Path, str], check: bool, command: str) -> int:
+    """Write generated ``pages``, or with ``check`` report those that differ; 1 if any."""
     stale = []
-    for path, text in rendered().items():
-        if args.check:
+    for path, text in pages.items():
+        if check:
             if not path.is_file() or path.read_text() != text:
                 stale.append(path)
         else:
             path.write_text(text)
     for path in stale:
-        print(f"out of date: {path} (run python -m dashboards.build)", file=sys.stderr)
+        print(f"out of date: {path} (run {command})", file=sys.stderr)
     return 1 if stale else 0
 
 

@@ -628,17 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m docs.gen", description=__doc__)
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
-    stale = []
-    for path, render in PAGES.items():
-        text = render()
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(path)
-        else:
-            path.write_text(text)
-    for path in stale:
-        print(f"out of date: {path} (run python -m docs.gen)", file=sys.stderr)
-    return 1 if stale else 0
+    from dashboards.build import sync_files
+
+    pages = {path: render() for path, render in PAGES.items()}
+    return sync_files(pages, args.check, "python -m docs.gen")
 
 
 if __name__ == "__main__":

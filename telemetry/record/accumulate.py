@@ -36,15 +36,20 @@ def stat_reduce(layout: StateLayout) -> StatReduce:
     return StatReduce(layout.kind.split(":")[1])
 
 
-def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
+def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: Sequence[float]) -> torch.Tensor:
     """OTel explicit-bucket counts over ``mask``: bucket i is ``(bounds[i-1], bounds[i]]``.
 
-    NaN values land in the last bucket so that the counts add up to the mask count.
+    NaN values land in the last bucket so that the counts add up to the mask count. One
+    comparison per bound: branch-free, unlike a binary search per value (``bucketize``),
+    whose speed depends on the data.
     """
-    index = torch.bucketize(x.detach(), bounds, right=False)
-    index = torch.where(torch.isnan(x), bounds.numel(), index)
-    counts = torch.zeros(bounds.numel() + 1, dtype=torch.float64, device=x.device)
-    return counts.scatter_add_(0, index.reshape(-1), mask.reshape(-1).to(torch.float64))
+    values, valid = x.reshape(-1), mask.reshape(-1)
+    above = torch.stack([((values > b) & valid).sum() for b in bounds])
+    nan = (values.isnan() & valid).sum()
+    total = valid.sum()
+    return torch.cat([(total - nan - above[:1]), above[:-1] - above[1:], above[-1:] + nan]).to(
+        torch.float64
+    )
 
 
 def _fold_into(state: torch.Tensor, other: torch.Tensor) -> None:

@@ -68,7 +68,7 @@ class DistributedStatsTracker:
         self._scalars: dict[str, accumulate.ScalarState] = {}
         self._denominators: dict[str, torch.Tensor] = {}
         self._masks: dict[str, kernels.MaskBits] = {}
-        self._bounds: dict[str, tuple[tuple[float, ...], torch.Tensor | None]] = {}
+        self._bounds: dict[str, tuple[float, ...]] = {}
 
     # -- keys and scopes -------------------------------------------------------------
 
@@ -109,7 +109,7 @@ class DistributedStatsTracker:
         with self._lock:
             if key in self._stats:
                 raise InvalidValueError(f"{key!r}: set bucket bounds before recording the stat")
-            self._bounds[key] = (values, None)
+            self._bounds[key] = values
 
     # -- recording --------------------------------------------------------------------
 
@@ -182,8 +182,7 @@ class DistributedStatsTracker:
             for key, value in zip(keys, values):
                 buckets = self._stats[key].buckets
                 if buckets is not None:
-                    bounds = self._bounds[key][1]
-                    buckets += accumulate.bucket_counts(value.detach(), mask, bounds)
+                    buckets += accumulate.bucket_counts(value.detach(), mask, self._bounds[key])
 
     stat_compact = stat
 
@@ -207,7 +206,7 @@ class DistributedStatsTracker:
         keys = [self.full_key(name) for name in states]
         device = None
         for key, state in zip(keys, states.values()):
-            n_buckets = len(self._bounds[key][0]) + 1 if key in self._bounds else 0
+            n_buckets = len(self._bounds[key]) + 1 if key in self._bounds else 0
             checks.moment_state(key, state, n_buckets)
             device = state.device if device is None else device
             if state.device != device:
@@ -231,7 +230,7 @@ class DistributedStatsTracker:
 
     def bucket_bounds(self, name: str) -> tuple[float, ...]:
         """The bucket bounds of stat ``name`` (current scope); empty when it has none."""
-        return self._bounds.get(self.full_key(name), ((), None))[0]
+        return self._bounds.get(self.full_key(name), ())
 
     def declared_mask(self, name: str) -> kernels.MaskBits:
         """The mask declared as denominator ``name`` in the current scope, with its count.
@@ -292,12 +291,9 @@ class DistributedStatsTracker:
     def _add_entry(self, key: str, reduce: StatReduce, device: torch.device) -> None:
         if key in self._stats:
             return
-        values, bounds = self._bounds.get(key, ((), None))
+        values = self._bounds.get(key, ())
         buckets = None
         if values:
-            if bounds is None or bounds.device != device:
-                bounds = accumulate.to_device(torch.tensor(values, dtype=torch.float64), device)
-                self._bounds[key] = (values, bounds)
             buckets = torch.zeros(len(values) + 1, dtype=torch.float64, device=device)
         self._stats[key] = _StatEntry(reduce, device, buckets)
 
@@ -340,7 +336,7 @@ class DistributedStatsTracker:
         """Points for reduced states produced by :meth:`collect_states` on any rank."""
         points: list[Point] = []
         for key, (layout, values) in sorted(reduced.items()):
-            point = point_for(key, layout, values, self._bounds.get(key, ((), None))[0])
+            point = point_for(key, layout, values, self._bounds.get(key, ()))
             if point is not None:
                 points.append(point)
         return points

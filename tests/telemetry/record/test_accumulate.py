@@ -25,7 +25,7 @@ def test_bank_rows_accumulate_and_take_resets_only_the_taken_keys():
 def test_bucket_counts_include_nan_in_last_bucket():
     x = torch.tensor([0.5, float("nan"), 2.0, -1.0])
     m = torch.tensor([True, True, True, False])
-    counts = accumulate.bucket_counts(x, m, torch.tensor([0.0, 1.0], dtype=torch.float64))
+    counts = accumulate.bucket_counts(x, m, (0.0, 1.0))
     assert counts.tolist() == [0.0, 1.0, 2.0]
 
 
@@ -39,3 +39,20 @@ def test_scalar_state_host_and_device_parts_combine():
     nan_state.add(float("nan"))
     nan_state.add(1.0)
     assert all(math.isnan(v) for v in (nan_state.state()[[0, 2, 3]]).tolist())
+
+
+def test_bucket_counts_are_upper_inclusive_and_match_a_reference():
+    bounds = (-1.0, 0.0, 2.5)
+    x = torch.tensor([-1.0, -1.0000001, 0.0, 1e-9, 2.5, 2.6, math.inf, -math.inf, float("nan")])
+    m = torch.ones(x.numel(), dtype=torch.bool)
+    m[1] = False
+    counts = accumulate.bucket_counts(x, m, bounds)
+    assert counts.tolist() == [2.0, 1.0, 2.0, 3.0]  # -inf,-1 | 0 | 1e-9,2.5 | 2.6,inf,nan
+    rng = torch.Generator().manual_seed(0)
+    y = torch.randn(1000, generator=rng, dtype=torch.float64)
+    valid = torch.rand(1000, generator=rng) < 0.6
+    got = accumulate.bucket_counts(y, valid, bounds).tolist()
+    want = [0.0] * 4
+    for value in y[valid].tolist():
+        want[sum(value > b for b in bounds)] += 1
+    assert got == want

@@ -291,3 +291,33 @@ def test_two_gloo_ranks_equal_single_process_on_concatenated_data():
     assert math.isnan(expected[f"{P}ratio_outside_2"])
     for stats in results:
         assert_matches(stats, expected)
+
+
+def test_extremes_of_the_valid_token_fractions_match_their_indicators(tracker):
+    # Histogram min/max of nonfinite_logp_fraction and the tails, against the per-token
+    # indicators: 0/1, and NaN for a tail on a non-finite valid token.
+    cases = {
+        "all finite": ([-1.0, -2.0, -0.1], [-1.0, -2.5, -0.1], [True, True, True]),
+        "all non-finite": ([math.nan, -math.inf, -1.0], [-1.0, -2.0, -1.0], [True, True, False]),
+    }
+    for name, (t, r, m) in cases.items():
+        local = DistributedStatsTracker()
+        trainer, rollout = (
+            torch.tensor(t, dtype=torch.float64),
+            torch.tensor(r, dtype=torch.float64),
+        )
+        record(local, trainer, rollout, torch.tensor(m))
+        points = {p.key: p for p in local.export().points}
+        valid = [(a, b) for a, b, keep in zip(t, r, m, strict=True) if keep]
+        nonfinite = [float(not (math.isfinite(a) and math.isfinite(b))) for a, b in valid]
+        got = points[f"{P}nonfinite_logp_fraction"]
+        assert (got.min, got.max) == (min(nonfinite), max(nonfinite)), name
+        tails = [
+            abs(a - b) > math.log(2.0) if math.isfinite(a) and math.isfinite(b) else math.nan
+            for a, b in valid
+        ]
+        got = points[f"{P}ratio_outside_2"]
+        if any(math.isnan(x) for x in tails):
+            assert math.isnan(got.min) and math.isnan(got.max), name
+        else:
+            assert (got.min, got.max) == (float(min(tails)), float(max(tails))), name

@@ -297,7 +297,7 @@ def test_extremes_of_the_valid_token_fractions_match_their_indicators(tracker):
     # Histogram min/max of nonfinite_logp_fraction and the tails, against the per-token
     # indicators: 0/1, and NaN for a tail on a non-finite valid token.
     cases = {
-        "all finite": ([-1.0, -2.0, -0.1], [-1.0, -2.5, -0.1], [True, True, True]),
+        "all finite": ([-1.0, -1.0, -0.1], [-1.0, -2.5, -0.1], [True, True, True]),  # |d| 0, 1.5, 0
         "all non-finite": ([math.nan, -math.inf, -1.0], [-1.0, -2.0, -1.0], [True, True, False]),
     }
     for name, (t, r, m) in cases.items():

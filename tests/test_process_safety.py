@@ -109,9 +109,9 @@ def environment(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def run_python(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    """Run ``python *args`` in its own process group; on a hang, kill the group (ranks too)."""
-    with subprocess.Popen(
+def start_python(args: list[str], tmp_path: Path) -> subprocess.Popen:
+    """``python *args`` in its own process group (so a hang can be killed with its ranks)."""
+    return subprocess.Popen(
         [sys.executable, *args],
         env=environment(tmp_path),
         cwd=tmp_path,
@@ -119,7 +119,12 @@ def run_python(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-    ) as proc:
+    )
+
+
+def run_python(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run ``python *args``; on a hang, kill its process group (ranks too) and fail."""
+    with start_python(args, tmp_path) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -172,15 +177,7 @@ def test_exit_right_after_recording(case: str, repeat: int, tmp_path: Path):
 @pytest.mark.parametrize("case", SIGTERM_CASES)
 def test_sigterm_mid_loop(case: str, repeat: int, tmp_path: Path):
     program, status = SIGTERM_CASES[case]
-    with subprocess.Popen(
-        [sys.executable, "-c", program],
-        env=environment(tmp_path),
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    ) as proc:
+    with start_python(["-c", program], tmp_path) as proc:
         try:
             head = proc.stdout.readline() + proc.stdout.readline()  # after a first iteration
             proc.send_signal(signal.SIGTERM)

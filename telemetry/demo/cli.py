@@ -6,21 +6,18 @@ import argparse
 import socket
 import sys
 
-from telemetry.cli_args import MAX_PORT, OneLineParser, port_in_use, positive_int, seconds, tcp_port
+from telemetry.cli_args import (
+    MAX_PORT,
+    OneLineParser,
+    non_negative_int,
+    port_in_use,
+    positive_int,
+    seconds,
+    tcp_port,
+)
 from telemetry.demo.options import DEFAULT_ROLLOUT_WORKERS, PROMETHEUS_HOST, DemoOptions
 
 CONNECT_TIMEOUT_S = 3.0
-
-
-def non_negative_int(text: str) -> int:
-    """An integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return value
 
 
 def otlp_endpoint(text: str) -> str:

@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.wandb_log import inspect_wandb
+
 pytest.importorskip("wandb")
 
 from exporters.base import ExportResult
@@ -35,14 +37,7 @@ def make_config(tmp_path, **wandb_fields) -> StatsLoggerConfig:
 def read_records(sink: WandbSink) -> list[dict]:
     """Every record of the run's ``.wandb`` transaction log, decoded by W&B's CLI."""
     (path,) = glob.glob(os.path.join(sink.run_dir, "*.wandb"))
-    out = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", path],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return inspect_wandb(path)
 
 
 def history(records: list[dict]) -> list[dict]:

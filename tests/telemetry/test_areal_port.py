@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.wandb_log import inspect_wandb
+
 pytest.importorskip("wandb")
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing import event_accumulator as ea
@@ -60,14 +62,7 @@ def run(tmp_path_factory):
 
 def wandb_records(root: Path) -> list[dict]:
     (path,) = glob.glob(str(root / "gsm8k-grpo" / "trial0" / "wandb" / "offline-run-*" / "*.wandb"))
-    out = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", path],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return inspect_wandb(path)
 
 
 def test_wandb_run_is_named_and_configured_as_areal_does(run):

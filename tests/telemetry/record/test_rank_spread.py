@@ -110,3 +110,19 @@ def test_per_rank_series_only_where_asked_and_bounded(caplog, monkeypatch):
     finally:
         rank_spread.rank_series("timeperf/x", enabled=False)
     assert len(rank_spread.spread_points("timeperf/x", spread)) == 3
+
+
+def test_per_rank_series_for_up_to_256_ranks_and_none_beyond(caplog):
+    # The documented bound: jobs of at most 256 ranks get one series per rank.
+    rank_spread.rank_series("timeperf/bound")
+    try:
+        for ranks, per_rank_series in ((256, 256), (257, 0)):
+            values = tuple(float(r) for r in range(ranks))
+            spread = {"": rank_spread.RankSpread(0.0, ranks - 1.0, ranks - 1, values)}
+            points = rank_spread.spread_points("timeperf/bound", spread)
+            per_rank = [p for p in points if p.metric == "timeperf/bound/per_rank"]
+            assert len(per_rank) == per_rank_series, ranks
+            assert len(points) == 3 + per_rank_series
+        assert caplog.text.count("per-rank series left out") == 1  # only the 257-rank job
+    finally:
+        rank_spread.rank_series("timeperf/bound", enabled=False)

@@ -7,7 +7,11 @@ Two kinds of mutants are counted as equivalent, mechanically:
 * inside type annotations: every module here starts with ``from __future__ import
   annotations``, so annotations are never evaluated;
 * ``==`` turned into ``is`` (``!=`` into ``is not``) against a string or small-integer
-  literal: CPython interns both, and the compared values here come from literals too.
+  literal: CPython interns both, and the compared values here come from literals too;
+* ``slots=True`` turned into ``slots=False`` in a ``@dataclass(...)`` decorator: slots
+  only forbid attributes the class does not declare (and drop ``__dict__``); a program
+  that runs with them runs the same without them. (It assumes no code relies on the
+  ``AttributeError`` of an undeclared attribute; ruff and mypy reject such assignments.)
 
 Every other survivor is listed with its line, to be killed by a test or judged by hand.
 """
@@ -53,6 +57,42 @@ def literal_comparisons(source: str) -> set[int]:
     return lines
 
 
+def dataclass_slots(source: str) -> set[tuple[int, int]]:
+    """Positions of the ``True`` in every ``@dataclass(..., slots=True, ...)``."""
+    positions = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for decorator in node.decorator_list:
+            if not (isinstance(decorator, ast.Call) and _name(decorator.func) == "dataclass"):
+                continue
+            for keyword in decorator.keywords:
+                value = keyword.value
+                if (
+                    keyword.arg == "slots"
+                    and isinstance(value, ast.Constant)
+                    and value.value is True
+                ):
+                    positions.add((value.lineno, value.col_offset))
+    return positions
+
+
+def _name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def mutated_line(diff: str) -> str:
+    """The line the mutant wrote, from cosmic-ray's unified diff."""
+    for line in diff.splitlines():
+        if line.startswith("+") and not line.startswith("+++"):
+            return line[1:].strip()
+    return "?"
+
+
 def main(session: str, root: str = ".") -> int:
     dump = subprocess.run(
         [str(Path(sys.executable).with_name("cosmic-ray")), "dump", session],
@@ -64,6 +104,7 @@ def main(session: str, root: str = ".") -> int:
     survivors = []
     spans: dict[str, list] = {}
     literal_lines: dict[str, set[int]] = {}
+    slots: dict[str, set[tuple[int, int]]] = {}
     for line in dump.splitlines():
         item, result = json.loads(line)
         if not result:
@@ -74,25 +115,29 @@ def main(session: str, root: str = ".") -> int:
             source = (Path(root) / path).read_text()
             spans[path] = annotation_spans(source)
             literal_lines[path] = literal_comparisons(source)
+            slots[path] = dataclass_slots(source)
         start = tuple(mutation["start_pos"])
         operator = mutation["operator_name"].split("/")[-1]
-        if any(a <= start < b for a, b in spans[path]) or (
-            operator in IDENTITY_OPERATORS and start[0] in literal_lines[path]
+        if (
+            any(a <= start < b for a, b in spans[path])
+            or (operator in IDENTITY_OPERATORS and start[0] in literal_lines[path])
+            or (operator == "ReplaceTrueWithFalse" and start in slots[path])
         ):
             equivalent += 1
         elif result.get("test_outcome") == "survived":
-            survivors.append((path, start[0], operator))
+            survivors.append((path, start[0], operator, mutated_line(result.get("diff") or "")))
         else:
             killed += 1
     scored = killed + len(survivors)
     score = 100.0 * killed / scored if scored else 100.0
     print(
         f"killed {killed} of {scored} non-equivalent mutants ({score:.1f} %); "
-        f"{equivalent} equivalent (annotations, identity of literals)"
+        f"{equivalent} equivalent (annotations, identity of literals, dataclass slots)"
     )
-    for path, line_no, operator in sorted(survivors):
+    for path, line_no, operator, mutant in sorted(survivors):
         text = (Path(root) / path).read_text().splitlines()[line_no - 1].strip()
         print(f"  survived {path}:{line_no} {operator}: {text}")
+        print(f"      mutant: {mutant}")
     return 0
 
 

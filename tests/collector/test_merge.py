@@ -170,3 +170,49 @@ def test_an_empty_scalar_window_is_left_out():
     merger.add(worker(0, [Gauge("reward", float("nan"), 0), Gauge("len", 3.0, 1)]))
     (merged,) = merger.on_train(train(1))
     assert merged.flat() == {"len": 3.0}
+
+
+def test_step_is_the_highest_training_step_seen():
+    merger = RolloutMerger()
+    assert merger.step is None
+    merger.on_train(train(4))
+    merger.on_train(train(2))  # an older step (another rank lagging): not a new one
+    assert merger.step == Step(0, 4, 4)
+
+
+def test_the_released_time_is_the_latest_worker_time():
+    merger = RolloutMerger()
+    merger.add(worker(0, [Gauge("r", 1.0, 1)]))  # time 100
+    merger.add(worker(3, [Gauge("r", 2.0, 1)]))  # time 103
+    merger.add(worker(1, [Gauge("r", 3.0, 1)]))  # time 101
+    (merged,) = merger.on_train(train(1))
+    assert merged.time_unix_nano == 103
+    untimed = RolloutMerger()  # senders that set no time (0): the merged window has none
+    untimed.add(Snapshot((Gauge("r", 1.0, 1),), None, RUN, stream="rollout"))
+    (merged,) = untimed.on_train(train(1))
+    assert merged.time_unix_nano == 0
+
+
+def test_the_run_resource_comes_from_whichever_process_reported_first():
+    bare_train = Snapshot((), Step(0, 1, 1), (("rltel.rank", 0),), 1001)
+    merger = RolloutMerger()
+    merger.add(worker(0, [Gauge("r", 1.0, 1)]))  # names the run
+    (merged,) = merger.on_train(bare_train)  # names no run: the worker's names are kept
+    assert merged.resource[:2] == RUN
+    merger = RolloutMerger()
+    merger.on_train(train(1))  # the trainer names the run first
+    bare_worker = Snapshot((Gauge("r", 1.0, 1),), None, (("rltel.worker_id", "w0"),), 5, "rollout")
+    merger.add(bare_worker)
+    (merged,) = merger.on_train(train(2))
+    assert merged.resource == (*RUN, ("rltel.role", "rollout"), ("rltel.stream", "rollout"))
+
+
+def test_equal_bounds_decoded_separately_keep_their_buckets():
+    # Every decoded point carries its own bounds tuple: equal, never the same object.
+    merger = RolloutMerger()
+    for i in range(2):
+        bounds = tuple(np.array([0.0, 1.0]).tolist())
+        merger.add(worker(i, [Histogram("d", 2, 1.0, 0.0, 1.0, bounds, (1, 1, 0))]))
+    (merged,) = merger.on_train(train(1))
+    (point,) = merged.points
+    assert (point.bounds, point.bucket_counts) == ((0.0, 1.0), (2, 2, 0))

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from telemetry.otlp.temporality import HistogramState, histogram_window
 
 BOUNDS = (0.0, 1.0)
@@ -75,3 +79,66 @@ def test_bucket_windows_need_the_same_bounds_and_growing_counts():
     assert histogram_window(previous, no_buckets, 0).bucket_counts == ()
     unchanged = histogram_window(previous, point(100, 8, 16.0, (1, 2, 5)), 0)
     assert (unchanged.bounds, unchanged.bucket_counts) == (BOUNDS, (0, 0, 3))
+
+
+def runtime_int(value: int) -> int:
+    """``value`` as a new int object, as a decoder makes one per message (no shared constant)."""
+    return int(str(value))
+
+
+def test_realistic_start_times_decoded_per_message_are_the_same_series():
+    start = 1_764_500_000_123_456_789  # epoch ns: far beyond CPython's small-int cache
+    previous = point(runtime_int(start), 5, 10.0, (1, 2, 2))
+    current = point(runtime_int(start), 8, 16.5, (1, 3, 4))
+    window = histogram_window(previous, current, started_ns=0)
+    assert (window.count, window.sum, window.bucket_counts) == (3, 6.5, (0, 1, 2))
+
+
+def test_a_start_time_that_moved_back_with_a_growing_count_is_not_a_restart():
+    # A restart starts later than the old start; an earlier start is the sender's clock
+    # stepped back, and the count carries on: the window is the difference.
+    previous = point(200, 5, 10.0, (1, 2, 2))
+    current = point(150, 8, 16.5, (1, 3, 4))
+    window = histogram_window(previous, current, started_ns=0)
+    assert (window.count, window.sum, window.bucket_counts) == (3, 6.5, (0, 1, 2))
+
+
+def test_the_first_point_of_a_series_started_at_one_ns_is_a_window():
+    current = point(1, 3, 1.5)
+    assert histogram_window(None, current, started_ns=0) == current
+    assert histogram_window(None, current, started_ns=1) == current
+
+
+def test_an_equal_count_is_an_empty_window_even_after_an_infinite_observation():
+    previous = point(100, 5, float("inf"), (1, 2, 2), high=float("inf"))
+    window = histogram_window(
+        previous, point(100, 5, float("inf"), (1, 2, 2), high=float("inf")), 0
+    )
+    assert (window.count, window.sum, window.bucket_counts) == (0, 0.0, (0, 0, 0))
+    assert (window.min, window.max) == (None, None)
+
+
+def test_every_bucket_growing_and_more_than_256_buckets_keep_the_bucket_window():
+    previous = point(100, 3, 3.0, (1, 1, 1))
+    grown = histogram_window(previous, point(100, 6, 9.0, (2, 2, 2)), 0)
+    assert grown.bucket_counts == (1, 1, 1)  # every bucket grew
+    bounds = tuple(float(b) for b in range(299))  # 300 buckets
+    before = HistogramState(100, 300, 0.0, None, None, bounds, (1,) * 300)
+    after = HistogramState(100, 600, 0.0, None, None, bounds, (2,) * 300)
+    wide = histogram_window(before, after, 0)
+    assert (wide.bounds, wide.bucket_counts) == (bounds, (1,) * 300)
+
+
+def test_an_unchanged_maximum_decoded_per_message_is_not_this_windows():
+    high = 1234.5678
+    previous = point(100, 5, 10.0, (1, 2, 2), low=float(str(0.25)), high=float(str(high)))
+    current = point(100, 6, 11.0, (1, 3, 2), low=float(str(0.25)), high=float(str(high)))
+    window = histogram_window(previous, current, 0)
+    assert (window.min, window.max) == (None, None)
+
+
+def test_states_are_immutable_values():
+    state = point(100, 5, 10.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.count = 6
+    assert hash(state) == hash(point(100, 5, 10.0))

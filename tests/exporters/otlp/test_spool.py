@@ -106,3 +106,108 @@ def test_unreadable_entry_is_dropped_and_counted(tmp_path):
 def test_limit_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="limit_bytes"):
         Spool(tmp_path, limit_bytes=0)
+
+
+def test_a_limit_of_one_byte_is_allowed_and_a_batch_that_exactly_fills_the_limit_fits(tmp_path):
+    tiny = Spool(tmp_path / "tiny", limit_bytes=1)
+    assert not tiny.append(batch(0)) and tiny.dropped_batches == 1
+    size = len(batch_to_json(batch(0)).encode())
+    exact = Spool(tmp_path / "exact", limit_bytes=2 * size)
+    assert exact.append(batch(0)) and exact.append(batch(0))  # exactly at the limit
+    assert exact.bytes == 2 * size
+    short = Spool(tmp_path / "short", limit_bytes=2 * size - 1)
+    assert short.append(batch(0)) and not short.append(batch(0))  # one byte over
+    assert (short.bytes, short.dropped_points, short.dropped_batches) == (size, 3, 1)
+
+
+def test_the_spool_directory_and_its_parents_are_created(tmp_path):
+    spool = Spool(tmp_path / "run" / "otlp" / "spool", limit_bytes=10**6)
+    assert spool.append(batch(0))
+    assert len(list((tmp_path / "run" / "otlp" / "spool").glob("*.json"))) == 1
+
+
+def steps_on_disk(directory) -> list[int]:
+    """Every step a fresh process would replay from ``directory``, in order."""
+    spool = Spool(directory, limit_bytes=10**7)
+    steps = []
+    while (head := spool.peek()) is not None:
+        steps.append(head.snapshot.step.global_step)
+        spool.pop()
+    return steps
+
+
+@pytest.mark.parametrize("before", [1, 4])
+def test_appends_after_a_restart_go_after_the_entries_left_on_disk(tmp_path, before):
+    first = Spool(tmp_path, limit_bytes=10**7)
+    for step in range(before):
+        assert first.append(batch(step))
+    second = Spool(tmp_path, limit_bytes=10**7)  # a new process finds `before` entries
+    assert len(second) == before
+    assert second.append(batch(before)) and second.append(batch(before + 1))
+    assert steps_on_disk(tmp_path) == list(range(before + 2))
+
+
+def test_files_that_are_not_entries_are_left_alone(tmp_path):
+    spool = Spool(tmp_path, limit_bytes=10**7)
+    for step in range(3):
+        spool.append(batch(step))
+    for name in ("0-x.json", "x-3.json", "notes.json"):  # "0-x" sorts before every entry
+        (tmp_path / name).write_text("{}")
+    reopened = Spool(tmp_path, limit_bytes=10**7)
+    assert len(reopened) == 3 and reopened.points == 9
+    assert steps_on_disk(tmp_path) == [0, 1, 2]
+    assert {p.name for p in tmp_path.iterdir()} == {"0-x.json", "x-3.json", "notes.json"}
+
+
+def test_a_batch_that_cannot_be_written_is_dropped_and_counted(tmp_path):
+    spool = Spool(tmp_path / "spool", limit_bytes=10**7)
+    assert spool.append(batch(0))
+    for path in (tmp_path / "spool").iterdir():  # the run directory was cleaned up
+        path.unlink()
+    (tmp_path / "spool").rmdir()
+    assert not spool.append(batch(1, n=4))
+    assert (spool.dropped_points, spool.dropped_batches, spool.spooled_points) == (4, 1, 3)
+
+
+def test_an_entry_removed_from_disk_is_dropped_and_the_next_one_replayed(tmp_path):
+    spool = Spool(tmp_path, limit_bytes=10**7)
+    for step in range(3):
+        spool.append(batch(step, n=step + 1))
+    sorted(tmp_path.glob("*.json"))[0].unlink()  # removed by hand
+    assert spool.peek() == batch(1, n=2)
+    assert (spool.dropped_points, spool.dropped_batches, len(spool)) == (1, 1, 2)
+
+
+def test_an_unreadable_entry_counts_one_dropped_batch(tmp_path):
+    spool = Spool(tmp_path, limit_bytes=10**6)
+    for step in range(3):
+        spool.append(batch(step, n=2))
+    for path in sorted(tmp_path.glob("*.json"))[:2]:
+        path.write_text("{not json")
+    assert spool.peek() == batch(2, n=2)
+    assert (spool.dropped_points, spool.dropped_batches) == (4, 2)
+
+
+# An entry as format 1 writes it on disk (kept verbatim: entries outlive the process,
+# so a spool must still read what an earlier run of this format left).
+FORMAT_1_ENTRY = (
+    '{"format":1,"window_start":4,"start":1,"cumulative_scalars":false,"time":5,'
+    '"stream":"train","resource":[["rltel.role","trainer"]],"step":[0,5,5],'
+    '"points":[{"metric":"g/0","unit":"","attributes":[],"kind":"gauge","value":500.0,'
+    '"count":1}]}'
+)
+
+
+def test_an_entry_of_format_1_reads_back_and_other_formats_are_refused():
+    back = batch_from_json(FORMAT_1_ENTRY)
+    assert back == batch(5, n=1)
+    for other in ('"format":0', '"format":2', '"format":null'):
+        with pytest.raises(ValueError, match="format"):
+            batch_from_json(FORMAT_1_ENTRY.replace('"format":1', other))
+
+
+@pytest.mark.parametrize("kind", ["aaa", "summary", "zzz", "exponential_histogram"])
+def test_an_unknown_point_kind_is_refused(kind):
+    text = FORMAT_1_ENTRY.replace('"kind":"gauge"', f'"kind":"{kind}"')
+    with pytest.raises(ValueError, match="unknown point kind"):
+        batch_from_json(text)

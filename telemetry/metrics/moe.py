@@ -35,7 +35,7 @@ import torch
 
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import Gauge, Point
-from telemetry.record.reduce import ReduceOp, State, StateLayout
+from telemetry.record.layout import ReduceOp, State, StateKind, StateLayout
 from telemetry.record.source import RegisteredSource
 
 PREFIX = "moe_balance/layer_"
@@ -146,7 +146,7 @@ class MoEBalance(RegisteredSource):
                 if counts is None
                 else counts[:experts].to(torch.float64)
             )
-            layout = StateLayout("moe_expert_counts", (ReduceOp.SUM,) * experts)
+            layout = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM,) * experts)
             states[f"{PREFIX}{layer}"] = (layout, values)
         return states
 

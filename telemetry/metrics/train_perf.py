@@ -36,7 +36,7 @@ from telemetry.metrics.flops import FlopsEstimator, estimate_batch_flops
 from telemetry.metrics.peak_flops import device_peak_flops
 from telemetry.model.errors import ConfigError, InvalidValueError, MaskTypeError
 from telemetry.model.snapshot import Counter, Gauge, Point
-from telemetry.record.reduce import PerRank, ReduceOp, State, StateLayout
+from telemetry.record.layout import PerRank, ReduceOp, State, StateKind, StateLayout
 from telemetry.record.source import RegisteredSource
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,7 +46,7 @@ _S, _M = ReduceOp.SUM, ReduceOp.MAX
 # batches, tokens, flops, seconds | total tokens, total flops, total seconds | ranks
 # Per rank, for the straggler view: its tokens and seconds, where it ran a batch.
 _PER_RANK = (PerRank("tokens", 1, present=0), PerRank("seconds", 3, present=0))
-_LAYOUT = StateLayout("train_perf", (_S, _S, _S, _M, _S, _S, _M, _S), _PER_RANK)
+_LAYOUT = StateLayout(StateKind.CUSTOM, (_S, _S, _S, _M, _S, _S, _M, _S), _PER_RANK)
 
 
 class TrainPerf(RegisteredSource):

@@ -25,13 +25,19 @@ COUNT_SUFFIX = "__count"
 
 
 class StatReduce(str, Enum):
-    """How a histogram point appears in AReaL's flat dict."""
+    """A recorded key's reduce type: how its point appears in AReaL's flat dict.
+
+    The one reduce-type enum; ``telemetry.stats_tracker.ReduceType`` is this enum under
+    AReaL's name. ``SCALAR`` is a scalar stream (a :class:`Gauge` with a count, its mean);
+    the others are a :class:`Histogram`'s (``AVG_MIN_MAX``: ``/avg``, ``/min``, ``/max``).
+    """
 
     AVG_MIN_MAX = "avg_min_max"
     AVG = "avg"
     SUM = "sum"
     MIN = "min"
     MAX = "max"
+    SCALAR = "scalar"
 
 
 def flat_key(metric: str, attributes: Attributes = ()) -> str:
@@ -91,7 +97,7 @@ class Histogram:
 
     ``min``/``max`` are ``None`` when ``count`` is 0. ``bucket_counts`` has one more entry
     than ``bounds`` (the last bucket is ``(bounds[-1], +inf]``), or both are empty.
-    ``reduce`` selects the keys of the flat view (AReaL's reduce type).
+    ``reduce`` selects the keys of the flat view (AReaL's reduce type; not ``SCALAR``).
     """
 
     metric: str
@@ -106,6 +112,8 @@ class Histogram:
     attributes: Attributes = ()
 
     def __post_init__(self) -> None:
+        if self.reduce is StatReduce.SCALAR:
+            raise ValueError(f"histogram {self.metric!r}: a scalar stream is a Gauge with a count")
         if self.bounds and len(self.bucket_counts) != len(self.bounds) + 1:
             raise ValueError(
                 f"histogram {self.metric!r}: {len(self.bounds)} bounds need "

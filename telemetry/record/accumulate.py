@@ -2,9 +2,9 @@
 
 A masked statistic keeps ``[sum, count, min, -max]`` as one float64 row of a per-device
 :class:`StatBank`, plus ``bucket_counts`` where bounds are configured. Storing ``-max``
-lets one ``minimum`` update both extrema; the layout tells the DP reduction which element
-takes which op. Nothing here reads a tensor value on the host, so recording never
-synchronises.
+lets one ``minimum`` update both extrema; the layout (:mod:`telemetry.record.layout`)
+tells the DP reduction which element takes which op. Nothing here reads a tensor value on
+the host, so recording never synchronises.
 """
 
 from __future__ import annotations
@@ -13,27 +13,10 @@ from collections.abc import Sequence
 
 import torch
 
-from telemetry.model.snapshot import StatReduce
 from telemetry.record import kernels
-from telemetry.record.reduce import PerRank, ReduceOp, StateLayout
 from telemetry.record.scratch import Scratch
 
 _INF = float("inf")
-STAT_OPS = (ReduceOp.SUM, ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MIN)
-MEAN = (PerRank("", 0, 1, present=1),)  # a rank's value in the per-rank spread: sum / count
-SCALAR_LAYOUT = StateLayout("scalar", STAT_OPS, MEAN)
-DENOMINATOR_LAYOUT = StateLayout("denominator", (ReduceOp.SUM,), (PerRank("", 0),))
-
-
-def stat_layout(reduce: str, n_buckets: int) -> StateLayout:
-    """Layout of a masked stat with ``n_buckets`` bucket counts (0 for none)."""
-    ops = STAT_OPS + (ReduceOp.SUM,) * n_buckets
-    return StateLayout(f"stat:{reduce}:b{n_buckets}", ops, MEAN)
-
-
-def stat_reduce(layout: StateLayout) -> StatReduce:
-    """The reduce type :func:`stat_layout` wrote into a masked stat's layout."""
-    return StatReduce(layout.kind.split(":")[1])
 
 
 def bucket_counts(x: torch.Tensor, mask: torch.Tensor, bounds: Sequence[float]) -> torch.Tensor:

@@ -18,7 +18,8 @@ import torch.distributed as dist
 from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import Point
 from telemetry.record import rank_spread, typed_keys
-from telemetry.record.reduce import State, reduce_with_spread
+from telemetry.record.layout import State
+from telemetry.record.reduce import reduce_with_spread
 from telemetry.record.stats import Stats
 
 __all__ = ["export_sources", "register_source", "registered_sources", "unregister_source"]

@@ -7,8 +7,7 @@ import logging
 import numpy as np
 
 from telemetry.model.snapshot import Gauge, Histogram, Point
-from telemetry.record import accumulate
-from telemetry.record.reduce import StateLayout
+from telemetry.record.layout import StateKind, StateLayout
 
 __all__ = ["point_for"]
 
@@ -25,14 +24,13 @@ def point_for(
     ``bounds`` are the key's bucket bounds on this rank; buckets whose bounds were set on
     other ranks only are dropped here, with one warning per key.
     """
-    if layout.kind == accumulate.DENOMINATOR_LAYOUT.kind:
+    if layout.kind is StateKind.DENOMINATOR:
         return Gauge(key, float(values[0]))
     total, count, low, negated_high = (float(v) for v in values[:4])
     n = int(count)
-    if layout.kind == accumulate.SCALAR_LAYOUT.kind:
+    if layout.kind is StateKind.SCALAR:
         unit = "s" if "/timeperf/" in f"/{key}" else ""
         return Gauge(key, total / count, n, unit=unit) if n > 0 else None
-    reduce = accumulate.stat_reduce(layout)
     buckets = tuple(int(c) for c in values[4:])
     if buckets and len(bounds) + 1 != len(buckets):  # bounds set on other ranks only
         if key not in _warned_bounds:
@@ -47,5 +45,5 @@ def point_for(
         max=-negated_high if n > 0 else None,
         bounds=bounds,
         bucket_counts=buckets,
-        reduce=reduce,
+        reduce=layout.reduce,
     )

@@ -1,9 +1,10 @@
 """Coalesced data-parallel reduction of accumulator states.
 
 Every producer of metrics (trackers, MoE balance, train_perf, Twinkle metrics) hands
-its states to :func:`reduce_states` as ``key -> (StateLayout, 1-D float64 tensor)``.
-Each element of a state has its own reduce op (``sum``/``min``/``max``), so a masked
-statistic ``[sum, count, min, max, *buckets]`` is one state.
+its states to :func:`reduce_states` as ``key -> (StateLayout, 1-D float64 tensor)``
+(:mod:`telemetry.record.layout`). Each element of a state has its own reduce op
+(``sum``/``min``/``max``), so a masked statistic ``[sum, count, min, -max, *buckets]`` is
+one state.
 
 Collectives per call, whatever the number of keys:
 
@@ -25,58 +26,21 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import Enum
-from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from telemetry.model.errors import KeyMismatchError
+from telemetry.record.layout import ReduceOp, State, StateLayout
 
-
-class ReduceOp(str, Enum):
-    """The reduction of one state element across calls and ranks."""
-
-    SUM = "sum"
-    MIN = "min"
-    MAX = "max"
-
-
-_IDENTITY = {ReduceOp.SUM: 0.0, ReduceOp.MIN: float("inf"), ReduceOp.MAX: float("-inf")}
-
-
-class PerRank(NamedTuple):
-    """A quantity of one rank's state, for the per-rank spread (the straggler view).
-
-    Its value is element ``numerator`` (divided by element ``denominator`` if given); a
-    rank takes part only where element ``present`` (if given) is positive.
-    """
-
-    suffix: str
-    numerator: int
-    denominator: int | None = None
-    present: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StateLayout:
-    """What a state is (``kind``, compared across ranks) and each element's reduce op;
-    ``per_rank``: the quantities compared across ranks where the spread is asked for."""
-
-    kind: str
-    ops: tuple[ReduceOp, ...]
-    per_rank: tuple[PerRank, ...] = ()
-
-    def identity(self) -> torch.Tensor:
-        """The state of a rank that recorded nothing for this key."""
-        return torch.tensor([_IDENTITY[op] for op in self.ops], dtype=torch.float64)
-
-    def describe(self) -> str:
-        return f"{self.kind}[{','.join(op.value for op in self.ops)}]"
-
-
-State = tuple[StateLayout, torch.Tensor]
+__all__ = [
+    "RankSpread",
+    "collectives_issued",
+    "reduce_states",
+    "reduce_states_with_layouts",
+    "reduce_with_spread",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,19 +107,20 @@ def _flat_payload(keys: list[str], states: Mapping[str, State], device: torch.de
     return torch.cat([moved[src][i] for src, i in order])
 
 
-def _check_layouts(all_specs: list[dict[str, str]]) -> dict[str, str]:
-    union: dict[str, str] = {}
+def _check_layouts(all_layouts: list[dict[str, StateLayout]]) -> dict[str, StateLayout]:
+    """The union of every rank's layouts; a key with different layouts raises."""
+    union: dict[str, StateLayout] = {}
     conflicts: dict[str, set[str]] = {}
-    for specs in all_specs:
-        for key, desc in specs.items():
-            seen = union.setdefault(key, desc)
-            if seen != desc:
-                conflicts.setdefault(key, {seen}).add(desc)
+    for layouts in all_layouts:
+        for key, layout in layouts.items():
+            seen = union.setdefault(key, layout)
+            if seen.description != layout.description:
+                conflicts.setdefault(key, {seen.description}).add(layout.description)
     if conflicts:
         details = "; ".join(
             f"{key!r}: {' vs '.join(sorted(descs))}" for key, descs in sorted(conflicts.items())
         )
-        raise KeyMismatchError(f"ranks recorded keys with different reduce types: {details}")
+        raise KeyMismatchError(f"ranks recorded keys with different layouts: {details}")
     return union
 
 
@@ -226,7 +191,8 @@ def reduce_with_spread(
     for key, (layout, tensor) in states.items():
         if tensor.numel() != len(layout.ops):
             raise KeyMismatchError(
-                f"{key!r}: state has {tensor.numel()} elements, layout {layout.describe()}"
+                f"{key!r}: state has {tensor.numel()} elements, layout {layout.description} "
+                f"has {len(layout.ops)}"
             )
     keys = sorted(states)
     world = _world(group)
@@ -236,24 +202,21 @@ def reduce_with_spread(
         return _split(keys, layouts, payload), _spreads(keys, layouts, payload[None], spread)
 
     device = _collective_device(group)
-    specs = {key: states[key][0].describe() for key in keys}
-    local = _flat_payload(keys, states, device)
-    header = torch.tensor([_digest(list(specs.items())), local.numel()], dtype=torch.int64)
-    headers = _gather(header.to(device), world, group).cpu()
     layouts = {key: states[key][0] for key in keys}
+    specs = [(key, layout.description) for key, layout in layouts.items()]
+    local = _flat_payload(keys, states, device)
+    header = torch.tensor([_digest(specs), local.numel()], dtype=torch.int64)
+    headers = _gather(header.to(device), world, group).cpu()
     if bool((headers == headers[0]).all()):
         union_keys = keys
     else:
-        all_specs: list[dict[str, str] | None] = [None] * world
-        dist.all_gather_object(all_specs, specs, group=group)
+        # The layouts themselves travel (frozen data): a key this rank lacks gets the
+        # layout, per-rank quantities included, that the ranks holding it recorded.
+        all_layouts: list[dict[str, StateLayout] | None] = [None] * world
+        dist.all_gather_object(all_layouts, layouts, group=group)
         _count_collectives(2)
-        union = _check_layouts([s for s in all_specs if s is not None])
-        union_keys = sorted(union)
-        layouts.update(
-            (key, _layout_from_description(desc))
-            for key, desc in union.items()
-            if key not in layouts
-        )
+        layouts = {**_check_layouts([s for s in all_layouts if s is not None]), **layouts}
+        union_keys = sorted(layouts)
         filled = {
             key: states.get(key, (layouts[key], layouts[key].identity())) for key in union_keys
         }
@@ -304,12 +267,6 @@ def _spreads(
                 float(np.nanmin(values)), float(values[slowest]), slowest, tuple(values.tolist())
             )
     return out
-
-
-def _layout_from_description(desc: str) -> StateLayout:
-    kind, _, rest = desc.rpartition("[")
-    ops = tuple(ReduceOp(op) for op in rest.rstrip("]").split(",") if op)
-    return StateLayout(kind, ops)
 
 
 def _split(keys: list[str], layouts: Mapping[str, StateLayout], flat: np.ndarray):

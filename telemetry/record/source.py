@@ -9,7 +9,7 @@ import numpy as np
 
 from telemetry.model.snapshot import Point
 from telemetry.record import export
-from telemetry.record.reduce import State
+from telemetry.record.layout import State
 
 
 @runtime_checkable

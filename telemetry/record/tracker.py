@@ -13,8 +13,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from enum import Enum
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,29 +24,13 @@ from telemetry.model.errors import (
 )
 from telemetry.model.snapshot import Point, StatReduce
 from telemetry.record import accumulate, checks, export, kernels
+from telemetry.record.layout import State, StateLayout
 from telemetry.record.points import point_for
-from telemetry.record.reduce import State, StateLayout
 from telemetry.record.stats import Stats
+from telemetry.record.window import Window
 
-
-class ReduceType(Enum):
-    """AReaL's reduce types; SCALAR is what ``scalar()`` records."""
-
-    AVG_MIN_MAX = "avg_min_max"
-    AVG = "avg"
-    SUM = "sum"
-    MIN = "min"
-    MAX = "max"
-    SCALAR = "scalar"
-
-
-_STAT_TYPES = {
-    ReduceType.AVG_MIN_MAX: StatReduce.AVG_MIN_MAX,
-    ReduceType.AVG: StatReduce.AVG,
-    ReduceType.SUM: StatReduce.SUM,
-    ReduceType.MIN: StatReduce.MIN,
-    ReduceType.MAX: StatReduce.MAX,
-}
+ReduceType = StatReduce
+"""AReaL's name for the reduce-type enum; ``SCALAR`` is what ``scalar()`` records."""
 
 
 class DistributedStatsTracker:
@@ -63,11 +45,7 @@ class DistributedStatsTracker:
         self._scope: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
             f"rltel_scope_{name or 'default'}_{id(self)}", default=()
         )
-        self._stats: dict[str, _StatEntry] = {}
-        self._banks: dict[torch.device, accumulate.StatBank] = {}
-        self._scalars: dict[str, accumulate.ScalarState] = {}
-        self._denominators: dict[str, torch.Tensor] = {}
-        self._masks: dict[str, kernels.MaskBits] = {}
+        self._window = Window()
         self._bounds: dict[str, tuple[float, ...]] = {}
 
     # -- keys and scopes -------------------------------------------------------------
@@ -107,7 +85,7 @@ class DistributedStatsTracker:
             return
         values = checks.bucket_bounds(key, bounds)
         with self._lock:
-            if key in self._stats:
+            if key in self._window.stats:
                 raise InvalidValueError(f"{key!r}: set bucket bounds before recording the stat")
             self._bounds[key] = values
 
@@ -125,10 +103,11 @@ class DistributedStatsTracker:
             mask = checks.mask(key, given)
             count = mask.sum().to(torch.float64).reshape(1)  # an integer sum: 3x faster
             with self._lock:
-                self._masks[key] = kernels.MaskBits(mask, count)
-                total = self._denominators.get(key)
+                window = self._window
+                window.masks[key] = kernels.MaskBits(mask, count)
+                total = window.denominators.get(key)
                 if total is None:
-                    self._denominators[key] = count
+                    window.denominators[key] = count
                 else:
                     total += count.to(total.device)
 
@@ -142,7 +121,7 @@ class DistributedStatsTracker:
 
         Args:
             denominator: name of a mask declared with :meth:`denominator` in this scope.
-            reduce_type: AVG_MIN_MAX (default), AVG, SUM, MIN or MAX.
+            reduce_type: AVG_MIN_MAX (default), AVG, SUM, MIN or MAX (not SCALAR).
             tensors: float tensors with the denominator's shape.
 
         Raises:
@@ -150,12 +129,12 @@ class DistributedStatsTracker:
         """
         reduce = self._stat_reduce(reduce_type, tensors)
         mask_key = self.full_key(denominator)
-        declared = self._masks.get(mask_key)
+        declared = self._window.masks.get(mask_key)
         if declared is None:
             first = self.full_key(next(iter(tensors), "?"))
             raise UnknownDenominatorError(
                 f"{first!r}: unknown denominator {mask_key!r}; declared: "
-                f"{sorted(self._masks) or 'none'}"
+                f"{sorted(self._window.masks) or 'none'}"
             )
         mask = declared.mask
         keys = [self.full_key(name) for name in tensors]
@@ -164,15 +143,14 @@ class DistributedStatsTracker:
             for key, value in zip(keys, tensors.values())
         ]
         with self._lock:
+            window = self._window
             for key in keys:  # every check before anything is recorded
-                self._check_entry(key, reduce, mask.device)
+                window.check_stat(key, reduce, mask.device)
             by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
             for key, value in zip(keys, values):
-                self._add_entry(key, reduce, mask.device)
+                window.add_stat(key, reduce, mask.device, self._bounds.get(key, ()))
                 by_dtype.setdefault(value.dtype, []).append((key, value.detach()))
-            bank = self._banks.get(mask.device)
-            if bank is None:
-                bank = self._banks[mask.device] = accumulate.StatBank(mask.device)
+            bank = window.bank(mask.device)
             for group in by_dtype.values():
                 bank.fold(
                     tuple(key for key, _ in group),
@@ -180,7 +158,7 @@ class DistributedStatsTracker:
                     [value.reshape(-1) for _, value in group],
                 )
             for key, value in zip(keys, values):
-                buckets = self._stats[key].buckets
+                buckets = window.stats[key].buckets
                 if buckets is not None:
                     buckets += accumulate.bucket_counts(value.detach(), mask, self._bounds[key])
 
@@ -214,17 +192,15 @@ class DistributedStatsTracker:
         if device is None:
             return
         with self._lock:
+            window = self._window
             for key in keys:
-                self._check_entry(key, reduce, device)
+                window.check_stat(key, reduce, device)
             for key in keys:
-                self._add_entry(key, reduce, device)
-            bank = self._banks.get(device)
-            if bank is None:
-                bank = self._banks[device] = accumulate.StatBank(device)
+                window.add_stat(key, reduce, device, self._bounds.get(key, ()))
             values = list(states.values())
-            bank.merge(tuple(keys), torch.stack([state[:4] for state in values]))
+            window.bank(device).merge(tuple(keys), torch.stack([state[:4] for state in values]))
             for key, state in zip(keys, values):
-                buckets = self._stats[key].buckets
+                buckets = window.stats[key].buckets
                 if buckets is not None:
                     buckets += state[4:]
 
@@ -239,7 +215,7 @@ class DistributedStatsTracker:
             UnknownDenominatorError: no such denominator was declared.
         """
         key = self.full_key(name)
-        declared = self._masks.get(key)
+        declared = self._window.masks.get(key)
         if declared is None:
             raise UnknownDenominatorError(f"unknown denominator {key!r}")
         return declared
@@ -262,73 +238,29 @@ class DistributedStatsTracker:
                     f"scalar {key!r}: expected a number, got {type(value).__name__}"
                 )
             with self._lock:
-                if key in self._stats:
+                if key in self._window.stats:
                     raise InvalidValueError(f"{key!r}: recorded as a stat, now as a scalar")
-                state = self._scalars.setdefault(key, accumulate.ScalarState())
+                state = self._window.scalars.setdefault(key, accumulate.ScalarState())
                 if isinstance(value, torch.Tensor):
                     state.add_tensor(value)
                 else:
                     state.add(float(value))
 
-    def _stat_reduce(self, reduce_type, tensors) -> StatReduce:
-        reduce_type = ReduceType.AVG_MIN_MAX if reduce_type is None else reduce_type
-        if reduce_type not in _STAT_TYPES:
+    def _stat_reduce(self, reduce_type: StatReduce | None, tensors: Mapping) -> StatReduce:
+        if reduce_type is None:
+            return StatReduce.AVG_MIN_MAX
+        if not isinstance(reduce_type, StatReduce) or reduce_type is StatReduce.SCALAR:
             first = self.full_key(next(iter(tensors), "?"))
             raise InvalidValueError(f"{first!r}: reduce type {reduce_type} is not valid for stat()")
-        return _STAT_TYPES[reduce_type]
-
-    def _check_entry(self, key: str, reduce: StatReduce, device: torch.device) -> None:
-        if key in self._scalars:
-            raise InvalidValueError(f"{key!r}: recorded as a scalar, now as a stat")
-        entry = self._stats.get(key)
-        if entry is not None and entry.reduce is not reduce:
-            raise InvalidValueError(
-                f"{key!r}: recorded with reduce type {entry.reduce.value}, now {reduce.value}"
-            )
-        if entry is not None and entry.device != device:
-            raise InvalidValueError(f"{key!r}: recorded on {entry.device}, now on {device}")
-
-    def _add_entry(self, key: str, reduce: StatReduce, device: torch.device) -> None:
-        if key in self._stats:
-            return
-        values = self._bounds.get(key, ())
-        buckets = None
-        if values:
-            buckets = torch.zeros(len(values) + 1, dtype=torch.float64, device=device)
-        self._stats[key] = _StatEntry(reduce, device, buckets)
+        return reduce_type
 
     # -- export -----------------------------------------------------------------------
 
     def collect_states(self, key: str | None = None, reset: bool = True) -> dict[str, State]:
         """This window's states (keys starting with ``key`` if given), cleared if ``reset``."""
         with self._lock:
-            stats, scalars, denoms = self._stats, self._scalars, self._denominators
-            kept_stats, kept_scalars, kept_denoms, kept_masks = {}, {}, {}, {}
-            if key is not None:
-                stats, kept_stats = _split_prefix(stats, key)
-                scalars, kept_scalars = _split_prefix(scalars, key)
-                denoms, kept_denoms = _split_prefix(denoms, key)
-                _, kept_masks = _split_prefix(self._masks, key)
-            taken: dict[str, torch.Tensor] = {}
-            for device, bank in self._banks.items():
-                keys = [k for k, entry in stats.items() if entry.device == device]
-                taken.update(bank.take(keys, reset))
-            if reset:
-                self._stats, self._scalars = kept_stats, kept_scalars
-                self._denominators, self._masks = kept_denoms, kept_masks
-            else:
-                denoms = {k: t.clone() for k, t in denoms.items()}
-        states: dict[str, State] = {}
-        for name, entry in stats.items():
-            state = taken[name]
-            if entry.buckets is not None:
-                state = torch.cat([state, entry.buckets.clone()])
-            states[name] = (accumulate.stat_layout(entry.reduce.value, state.numel() - 4), state)
-        for name, scalar in scalars.items():
-            states[name] = (accumulate.SCALAR_LAYOUT, scalar.state())
-        for name, count in denoms.items():
-            states[name] = (accumulate.DENOMINATOR_LAYOUT, count)
-        return states
+            taken = self._window.take(key, reset)
+        return taken.states()
 
     def build_points_with_layouts(
         self, reduced: Mapping[str, tuple[StateLayout, np.ndarray]]
@@ -356,17 +288,3 @@ class DistributedStatsTracker:
         Every rank of the group must call it; all receive the same result.
         """
         return export.export_sources([self], type(self), key, reduce_group, reset)
-
-
-class _StatEntry(NamedTuple):
-    """A masked stat of the current window: its reduce type, device and bucket counts."""
-
-    reduce: StatReduce
-    device: torch.device
-    buckets: torch.Tensor | None
-
-
-def _split_prefix(mapping: dict, prefix: str) -> tuple[dict, dict]:
-    taken = {k: v for k, v in mapping.items() if k == prefix or k.startswith(prefix + "/")}
-    kept = {k: v for k, v in mapping.items() if k not in taken}
-    return taken, kept

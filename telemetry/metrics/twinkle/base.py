@@ -1,12 +1,13 @@
 """The Twinkle ``Metric`` base: declared sum/min/max states, one coalesced DP reduction.
 
-A metric keeps every number it needs as float64 tensor states on the device of its
-inputs, each with its reduce op (sum, min or max), never a mean and never a string.
-``calculate()`` reduces all states of the metric across its ``process_group`` with
-:func:`telemetry.record.reduce.reduce_states` (2 collectives whatever the number of states),
-divides afterwards, and resets. ``attach()`` registers the metric as a
-:class:`telemetry.record.source.StateSource`, so the same states join the tracker's
-``export_all`` reduction and the results come out as gauges of the same export.
+A metric declares every number it needs in ``__init__`` with :meth:`Metric.add_state`
+(its name and reduce op, as torchmetrics' ``add_state``), keeps them as float64 tensor
+states on the device of its inputs (never a mean), and updates them with
+:meth:`Metric._update`. ``calculate()`` reduces the states updated in the window across
+its ``process_group`` with :func:`telemetry.record.reduce.reduce_states` (2 collectives
+whatever the number of states), divides afterwards, and resets. ``attach()`` registers the
+metric as a :class:`telemetry.record.source.StateSource`, so the same states join the
+tracker's ``export_all`` reduction and the results come out as gauges of the same export.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,7 +25,8 @@ import torch.distributed as dist
 
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import Gauge, Point
-from telemetry.record.reduce import ReduceOp, State, StateLayout, reduce_states
+from telemetry.record.layout import ReduceOp, State, StateKind, StateLayout
+from telemetry.record.reduce import reduce_states
 
 
 def field(obj: Any, name: str) -> Any:
@@ -60,6 +64,29 @@ def _global_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
+@cache
+def _layout(op: ReduceOp, n: int) -> StateLayout:
+    return StateLayout(StateKind.CUSTOM, (op,) * n)
+
+
+@dataclass(frozen=True, slots=True)
+class StateSpec:
+    """A declared state: its reduce op, size, and how an update changes it.
+
+    Until its first update in a window a state holds its default, the identity of
+    ``reduce``, and stays out of the reduction (a rank that never updated it has no say).
+    ``replace``: each update replaces the value (the latest; ranks hold the same one, so
+    ``MAX`` across ranks keeps it); otherwise updates fold in by ``reduce``. ``per_rank``:
+    a replaced vector that every rank contributes to its own slot of a gathered vector.
+    ``size`` is the number of elements, ``None`` where each update sets it.
+    """
+
+    reduce: ReduceOp
+    size: int | None = 1
+    replace: bool = False
+    per_rank: bool = False
+
+
 class Metric(ABC):
     """Base of Twinkle's metrics: ``accumulate`` / ``calculate`` / ``reset``.
 
@@ -68,9 +95,10 @@ class Metric(ABC):
     :class:`~telemetry.model.errors.InvalidValueError` naming the class, the keyword and
     the accepted ones, instead of being ignored.
 
-    Subclasses implement ``_accumulate(inputs, outputs, **kwargs)`` with the
-    ``_sum``/``_min``/``_max``/``_slots`` state updates (tensor ops only, no host sync)
-    and ``_finalize(states) -> dict[str, float]`` on the reduced host arrays.
+    Subclasses declare their states in ``__init__`` (:meth:`add_state`), implement
+    ``_accumulate(inputs, outputs, **kwargs)`` with :meth:`_update` calls (tensor ops
+    only, no host sync) and ``_finalize(states) -> dict[str, float]`` on the reduced host
+    arrays of the states updated in the window (a state no rank updated is absent).
 
     Args:
         device_mesh: kept for Twinkle compatibility; unused.
@@ -96,52 +124,74 @@ class Metric(ABC):
         self.process_group = process_group
         self.prefix = prefix
         self.name = name or _snake(type(self).__name__)
-        self._states: dict[str, tuple[StateLayout, torch.Tensor]] = {}
-        self._slotted: set[str] = set()
+        self._specs: dict[str, StateSpec] = {}
+        self._values: dict[str, torch.Tensor] = {}  # the states updated in this window
 
-    # -- state updates (hot path: tensor ops only) -------------------------------------
+    # -- states -----------------------------------------------------------------------------
 
-    def _update(self, name: str, op: ReduceOp, value: torch.Tensor) -> None:
-        value = value.detach().to(torch.float64).reshape(-1)
-        held = self._states.get(name)
-        if held is None:
-            self._states[name] = (StateLayout("twinkle", (op,) * value.numel()), value.clone())
-            return
-        layout, state = held
-        if layout.ops[0] is not op or state.numel() != value.numel():
-            raise InvalidValueError(f"{self.name}/{name}: state changed layout between calls")
-        value = value.to(state.device)
-        if op is ReduceOp.SUM:
-            state = state + value
-        elif op is ReduceOp.MIN:
-            state = torch.minimum(state, value)
-        else:
-            state = torch.maximum(state, value)
-        self._states[name] = (layout, state)
+    def add_state(
+        self,
+        name: str,
+        reduce: ReduceOp,
+        *,
+        size: int | None = 1,
+        replace: bool = False,
+        per_rank: bool = False,
+    ) -> None:
+        """Declare state ``name``: its reduce op across calls and ranks, and its size.
 
-    def _sum(self, name: str, value: torch.Tensor | float) -> None:
-        self._update(name, ReduceOp.SUM, torch.as_tensor(value, dtype=torch.float64))
+        Args:
+            name: the state's name, unique in the metric.
+            reduce: how updates (unless ``replace``) and ranks combine its elements.
+            size: its number of elements; ``None`` where the first update sets it.
+            replace: each update replaces the value instead of folding it in.
+            per_rank: a replaced vector gathered into this rank's slot (needs ``MAX``).
 
-    def _min(self, name: str, value: torch.Tensor | float) -> None:
-        self._update(name, ReduceOp.MIN, torch.as_tensor(value, dtype=torch.float64))
+        Raises:
+            ValueError: ``name`` is declared already, or the options do not fit.
+        """
+        if name in self._specs:
+            raise ValueError(f"{self.name}/{name}: state declared twice")
+        if per_rank and (reduce is not ReduceOp.MAX or not replace):
+            raise ValueError(f"{self.name}/{name}: a per-rank state is a replaced MAX state")
+        if not replace and size is None:
+            raise ValueError(f"{self.name}/{name}: a folded state needs a size")
+        self._specs[name] = StateSpec(ReduceOp(reduce), size, replace, per_rank)
 
-    def _max(self, name: str, value: torch.Tensor | float) -> None:
-        self._update(name, ReduceOp.MAX, torch.as_tensor(value, dtype=torch.float64))
+    def _update(self, name: str, value: torch.Tensor | float) -> None:
+        """Fold ``value`` into state ``name`` by its reduce op, or replace it (hot path:
+        tensor ops only).
 
-    def _last(self, name: str, value: torch.Tensor | float) -> None:
-        """Replace a state with the latest value (max across ranks: identical values)."""
+        Raises:
+            InvalidValueError: ``name`` was not declared, or ``value`` has the wrong size.
+        """
+        spec = self._specs.get(name)
+        if spec is None:
+            raise InvalidValueError(
+                f"{self.name}/{name}: state {name!r} of {type(self).__name__} was not declared "
+                f"(add_state in __init__); declared: {', '.join(sorted(self._specs)) or 'none'}"
+            )
         value = torch.as_tensor(value, dtype=torch.float64).detach().reshape(-1)
-        self._states[name] = (StateLayout("twinkle", (ReduceOp.MAX,) * value.numel()), value)
+        if spec.size is not None and value.numel() != spec.size:
+            raise InvalidValueError(
+                f"{self.name}/{name}: state has {spec.size} elements, update has {value.numel()}"
+            )
+        state = self._values.get(name)
+        if spec.replace:
+            state = value
+        elif state is None:  # the identity folded with value, on value's device
+            state = value.clone()
+        elif spec.reduce is ReduceOp.SUM:
+            state = state + value.to(state.device)
+        elif spec.reduce is ReduceOp.MIN:
+            state = torch.minimum(state, value.to(state.device))
+        else:
+            state = torch.maximum(state, value.to(state.device))
+        self._values[name] = state
 
-    def _slots(self, name: str, value: torch.Tensor) -> None:
-        """Replace a per-rank vector; it is gathered into this rank's slot (others -inf)."""
-        self._slotted.add(name)
-        value = value.detach().to(torch.float64).reshape(-1)
-        self._states[name] = (StateLayout("twinkle", (ReduceOp.MAX,) * value.numel()), value)
-
-    def _held(self, name: str) -> torch.Tensor | None:
-        held = self._states.get(name)
-        return None if held is None else held[1]
+    def _value(self, name: str) -> torch.Tensor | None:
+        """State ``name`` if updated since the last reset, else ``None`` (its default)."""
+        return self._values.get(name)
 
     # -- public API ----------------------------------------------------------------------
 
@@ -196,9 +246,9 @@ class Metric(ABC):
         return result
 
     def reset(self) -> None:
-        """Forget everything accumulated since the last ``calculate``/export."""
-        self._states.clear()
-        self._slotted.clear()
+        """Forget everything accumulated since the last ``calculate``/export: every
+        declared state is back to its default."""
+        self._values.clear()
 
     def attach(self, tracker: Any = None) -> Metric:
         """Register with ``tracker`` (default tracker if ``None``): joins ``export_all``."""
@@ -223,13 +273,14 @@ class Metric(ABC):
         self._on_collect()
         out: dict[str, State] = {}
         rank, world = _global_rank_world()
-        for name, (layout, tensor) in self._states.items():
-            if name in self._slotted:
+        for name, tensor in self._values.items():
+            spec = self._specs[name]
+            if spec.per_rank:
                 n = tensor.numel()
                 full = torch.full((n * world,), -np.inf, dtype=torch.float64, device=tensor.device)
                 full[rank * n : (rank + 1) * n] = tensor
-                layout, tensor = StateLayout("twinkle", (ReduceOp.MAX,) * (n * world)), full
-            out[prefix + name] = (layout, tensor)
+                tensor = full
+            out[prefix + name] = (_layout(spec.reduce, tensor.numel()), tensor)
         return out
 
     # -- subclass hooks ------------------------------------------------------------------------

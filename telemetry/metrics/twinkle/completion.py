@@ -11,6 +11,9 @@ import torch
 
 from telemetry.metrics.twinkle.base import Metric, as_tensor, put, ratio, scalar
 from telemetry.model.errors import InvalidValueError
+from telemetry.record.layout import ReduceOp
+
+_TIMINGS = ("generation_time", "weight_sync_time")
 
 
 class CompletionRewardMetric(Metric):
@@ -44,6 +47,22 @@ class CompletionRewardMetric(Metric):
         "weight_sync_time",
     )
 
+    def __init__(self, device_mesh: Any = None, process_group: Any = None, **kw: Any) -> None:
+        super().__init__(device_mesh, process_group, **kw)
+        for key in _TIMINGS:
+            self.add_state(key, ReduceOp.SUM)
+            self.add_state(f"{key}_calls", ReduceOp.SUM)
+        self.add_state("length_sum", ReduceOp.SUM)
+        self.add_state("length_n", ReduceOp.SUM)
+        self._add_moments("reward")
+
+    def _add_moments(self, key: str) -> None:
+        """Declare the moments of one reward: sum, sum of squares, count, min and max."""
+        for moment in ("sum", "sumsq", "n"):
+            self.add_state(f"{key}:{moment}", ReduceOp.SUM)
+        self.add_state(f"{key}:min", ReduceOp.MIN)
+        self.add_state(f"{key}:max", ReduceOp.MAX)
+
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
         if kwargs.get("generate_time") is not None:
             if kwargs.get("generation_time") is not None:
@@ -52,11 +71,11 @@ class CompletionRewardMetric(Metric):
                     "pass one of them"
                 )
             kwargs["generation_time"] = kwargs["generate_time"]
-        for key in ("generation_time", "weight_sync_time"):
+        for key in _TIMINGS:
             value = kwargs.get(key)
             if value is not None:
-                self._sum(key, float(value))
-                self._sum(f"{key}_calls", 1.0)
+                self._update(key, float(value))
+                self._update(f"{key}_calls", 1.0)
         rewards = kwargs.get("rewards")
         if rewards is not None:
             self._rewards(rewards)
@@ -65,8 +84,8 @@ class CompletionRewardMetric(Metric):
             lengths = [len(c) for c in kwargs["completions"]]
         if lengths is not None:
             lengths = as_tensor(lengths, f"{self.name}/completion_lengths").to(torch.float64)
-            self._sum("length_sum", lengths.sum())
-            self._sum("length_n", float(lengths.numel()))
+            self._update("length_sum", lengths.sum())
+            self._update("length_n", float(lengths.numel()))
 
     def _rewards(self, rewards: Any) -> None:
         if isinstance(rewards, Mapping):
@@ -78,6 +97,8 @@ class CompletionRewardMetric(Metric):
             if len(set(sizes.values())) > 1:
                 raise InvalidValueError(f"{self.name}: named rewards differ in length: {sizes}")
             for key, values in named.items():
+                if f"rewards/{key}:n" not in self._specs:  # a reward name seen the first time
+                    self._add_moments(f"rewards/{key}")
                 self._moments(f"rewards/{key}", values)
             total = torch.stack(list(named.values())).sum(0) if named else None
         else:
@@ -86,16 +107,16 @@ class CompletionRewardMetric(Metric):
             self._moments("reward", total)
 
     def _moments(self, key: str, values: torch.Tensor) -> None:
-        self._sum(f"{key}:sum", values.sum())
-        self._sum(f"{key}:sumsq", values.square().sum())
-        self._sum(f"{key}:n", float(values.numel()))
+        self._update(f"{key}:sum", values.sum())
+        self._update(f"{key}:sumsq", values.square().sum())
+        self._update(f"{key}:n", float(values.numel()))
         if values.numel():
-            self._min(f"{key}:min", values.min())
-            self._max(f"{key}:max", values.max())
+            self._update(f"{key}:min", values.min())
+            self._update(f"{key}:max", values.max())
 
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}
-        for key in ("generation_time", "weight_sync_time"):
+        for key in _TIMINGS:
             put(out, key, ratio(states, key, f"{key}_calls"))
         self._put_moments(out, states, "reward", "mean_reward", "reward_")
         names = sorted(

@@ -10,8 +10,17 @@ import torch
 
 from telemetry.metrics.twinkle.base import Metric, as_tensor, field, put, ratio
 from telemetry.model.errors import InvalidValueError
+from telemetry.record.layout import ReduceOp
 
 LAYOUTS = ("interleaved", "split")
+_REFERENCED = (  # sums over pairs with reference logps, divided by ref_pairs
+    "ref_chosen_logps",
+    "ref_rejected_logps",
+    "rewards/chosen",
+    "rewards/rejected",
+    "correct",
+    "margin",
+)
 
 
 class DPOMetric(Metric):
@@ -48,6 +57,8 @@ class DPOMetric(Metric):
         self.beta = float(beta)
         self.layout = layout
         self.ignore_index = ignore_index
+        for name in ("pairs", "chosen_logps", "rejected_logps", "ref_pairs", *_REFERENCED):
+            self.add_state(name, ReduceOp.SUM)
 
     def _seq_logps(self, logps: Any, labels: torch.Tensor, key: str) -> torch.Tensor:
         logps = as_tensor(logps, f"{self.name}/{key}", labels.device).to(torch.float64)
@@ -75,22 +86,22 @@ class DPOMetric(Metric):
                 f"pairs need an even number ({self.layout} layout)"
             )
         chosen, rejected = self._pairs(self._seq_logps(field(outputs, "logps"), labels, "logps"))
-        self._sum("pairs", float(chosen.numel()))
-        self._sum("chosen_logps", chosen.sum())
-        self._sum("rejected_logps", rejected.sum())
+        self._update("pairs", float(chosen.numel()))
+        self._update("chosen_logps", chosen.sum())
+        self._update("rejected_logps", rejected.sum())
         ref_logps = field(kwargs.get("ref_outputs"), "logps")
         if ref_logps is None:
             return
         ref_c, ref_r = self._pairs(self._seq_logps(ref_logps, labels, "ref_logps"))
         reward_c = self.beta * (chosen - ref_c)
         reward_r = self.beta * (rejected - ref_r)
-        self._sum("ref_pairs", float(chosen.numel()))
-        self._sum("ref_chosen_logps", ref_c.sum())
-        self._sum("ref_rejected_logps", ref_r.sum())
-        self._sum("rewards/chosen", reward_c.sum())
-        self._sum("rewards/rejected", reward_r.sum())
-        self._sum("correct", (reward_c > reward_r).sum())
-        self._sum("margin", (reward_c - reward_r).sum())
+        self._update("ref_pairs", float(chosen.numel()))
+        self._update("ref_chosen_logps", ref_c.sum())
+        self._update("ref_rejected_logps", ref_r.sum())
+        self._update("rewards/chosen", reward_c.sum())
+        self._update("rewards/rejected", reward_r.sum())
+        self._update("correct", (reward_c > reward_r).sum())
+        self._update("margin", (reward_c - reward_r).sum())
 
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}

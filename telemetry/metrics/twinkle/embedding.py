@@ -10,6 +10,7 @@ import torch
 
 from telemetry.metrics.twinkle.base import Metric, as_tensor, field, put, ratio, scalar
 from telemetry.model.errors import InvalidValueError
+from telemetry.record.layout import ReduceOp
 
 
 class EmbeddingMetric(Metric):
@@ -30,6 +31,14 @@ class EmbeddingMetric(Metric):
 
     keywords = ("grad_norm",)
 
+    def __init__(self, device_mesh: Any = None, process_group: Any = None, **kw: Any) -> None:
+        super().__init__(device_mesh, process_group, **kw)
+        for name in ("loss", "loss_calls", "pos_sum", "pos_n", "neg_sum", "neg_n", "unpaired"):
+            self.add_state(name, ReduceOp.SUM)
+        self.add_state("pos_min", ReduceOp.MIN)
+        self.add_state("pos_max", ReduceOp.MAX)
+        self.add_state("grad_norm", ReduceOp.MAX, size=None, replace=True)
+
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
         emb = field(outputs, "embeddings")
         if emb is None:
@@ -38,10 +47,10 @@ class EmbeddingMetric(Metric):
             self._similarities(as_tensor(emb, f"{self.name}/embeddings"), inputs)
         loss = field(outputs, "loss")
         if loss is not None:
-            self._sum("loss", as_tensor(loss, f"{self.name}/loss").sum())
-            self._sum("loss_calls", 1.0)
+            self._update("loss", as_tensor(loss, f"{self.name}/loss").sum())
+            self._update("loss_calls", 1.0)
         if kwargs.get("grad_norm") is not None:
-            self._last("grad_norm", as_tensor(kwargs["grad_norm"], f"{self.name}/grad_norm"))
+            self._update("grad_norm", as_tensor(kwargs["grad_norm"], f"{self.name}/grad_norm"))
 
     def _similarities(self, emb: torch.Tensor, inputs: Any) -> None:
         if emb.dim() == 3:
@@ -56,16 +65,16 @@ class EmbeddingMetric(Metric):
         unit = torch.nn.functional.normalize(emb.to(torch.float64), dim=-1)
         heads, tails = unit[:-1], unit[1:]
         pos = (heads * tails).sum(-1)
-        self._sum("pos_sum", torch.where(anchor, pos, 0.0).sum())
-        self._sum("pos_n", anchor.sum())
+        self._update("pos_sum", torch.where(anchor, pos, 0.0).sum())
+        self._update("pos_n", anchor.sum())
         if pos.numel():
-            self._min("pos_min", torch.where(anchor, pos, torch.inf).amin())
-            self._max("pos_max", torch.where(anchor, pos, -torch.inf).amax())
+            self._update("pos_min", torch.where(anchor, pos, torch.inf).amin())
+            self._update("pos_max", torch.where(anchor, pos, -torch.inf).amax())
         pair = anchor[:, None] & anchor[None, :]
         pair.fill_diagonal_(False)
-        self._sum("neg_sum", torch.where(pair, heads @ tails.T, 0.0).sum())
-        self._sum("neg_n", pair.sum())
-        self._sum("unpaired", (labels[-1:] != 0).sum())
+        self._update("neg_sum", torch.where(pair, heads @ tails.T, 0.0).sum())
+        self._update("neg_n", pair.sum())
+        self._update("unpaired", (labels[-1:] != 0).sum())
 
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -11,6 +11,7 @@ import torch
 
 from telemetry.metrics.twinkle.base import Metric, as_tensor, field, put, ratio, scalar
 from telemetry.model.errors import InvalidValueError
+from telemetry.record.layout import ReduceOp
 
 TOP_KL_FIELDS = ("kl", "token_id", "rank", "sequence", "position")
 
@@ -62,6 +63,12 @@ class GRPOMetric(Metric):
         self.top_k_kl = int(top_k_kl)
         self.ignore_index = ignore_index
         self._sequences = 0
+        for name in ("n", "new_sum", "old_sum", "kl_sum", "old_n", "entropy_sum", "entropy_n"):
+            self.add_state(name, ReduceOp.SUM)
+        for name in ("clip_low", "clip_high", "clip_n"):
+            self.add_state(name, ReduceOp.SUM)
+        # this rank's top-k rows [k, len(TOP_KL_FIELDS)], in its slot of the gathered vector
+        self.add_state("top_kl", ReduceOp.MAX, size=None, replace=True, per_rank=True)
 
     def reset(self) -> None:
         super().reset()
@@ -85,23 +92,23 @@ class GRPOMetric(Metric):
         mask = labels != self.ignore_index
         zero = torch.zeros((), dtype=torch.float64, device=labels.device)
         new = self._aligned(field(outputs, "logps"), "logps", labels)
-        self._sum("n", mask.sum())
-        self._sum("new_sum", torch.where(mask, new * self.temperature, zero).sum())
+        self._update("n", mask.sum())
+        self._update("new_sum", torch.where(mask, new * self.temperature, zero).sum())
         self._entropy(outputs, labels, mask, zero)
         old_value = kwargs.get("old_logps")
         if old_value is not None:
             old = self._aligned(old_value, "old_logps", labels)
             d = new - old
             kl = torch.expm1(d) - d
-            self._sum("old_sum", torch.where(mask, old * self.temperature, zero).sum())
-            self._sum("kl_sum", torch.where(mask, kl, zero).sum())
-            self._sum("old_n", mask.sum())
+            self._update("old_sum", torch.where(mask, old * self.temperature, zero).sum())
+            self._update("kl_sum", torch.where(mask, kl, zero).sum())
+            self._update("old_n", mask.sum())
             advantages = kwargs.get("advantages")
             if advantages is not None:
                 low, high, n = self._clip(d, self._aligned(advantages, "advantages", labels), mask)
-                self._sum("clip_low", low)
-                self._sum("clip_high", high)
-                self._sum("clip_n", n)
+                self._update("clip_low", low)
+                self._update("clip_high", high)
+                self._update("clip_n", n)
             if self.top_k_kl:
                 self._top_kl(torch.where(mask, kl, -math.inf), labels)
         self._sequences += labels.shape[0]
@@ -118,8 +125,8 @@ class GRPOMetric(Metric):
             entropies = -torch.where(p > 0, p * logp, 0.0).sum(-1)
         if entropies is not None:
             entropies = self._aligned(entropies, "entropies", labels)
-            self._sum("entropy_sum", torch.where(mask, entropies, zero).sum())
-            self._sum("entropy_n", mask.sum())
+            self._update("entropy_sum", torch.where(mask, entropies, zero).sum())
+            self._update("entropy_n", mask.sum())
 
     def _clip(self, d: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor):
         """Token-level clip counts gated by advantage sign: (low, high, denominator)."""
@@ -144,11 +151,11 @@ class GRPOMetric(Metric):
             ],
             dim=1,
         )
-        held = self._held("top_kl")
+        held = self._value("top_kl")
         if held is not None:
             rows = torch.cat([held.reshape(-1, len(TOP_KL_FIELDS)), rows])
         keep = torch.topk(rows[:, 0], min(self.top_k_kl, rows.shape[0])).indices
-        self._slots("top_kl", rows[keep])
+        self._update("top_kl", rows[keep])
 
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}

@@ -11,6 +11,7 @@ import torch
 
 from telemetry.metrics.twinkle.base import Metric, as_tensor, field, put, ratio, scalar
 from telemetry.model.errors import InvalidValueError
+from telemetry.record.layout import ReduceOp
 
 
 class TrainMetric(Metric):
@@ -32,26 +33,29 @@ class TrainMetric(Metric):
         self._step = 0
         self._last_step = 0
         self._gas = 1
+        self.add_state("lr", ReduceOp.MAX, size=None, replace=True)  # one per param group
+        for name in ("step", "elapsed", "interval", "steps_done"):
+            self.add_state(name, ReduceOp.MAX, replace=True)
 
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
         lr = kwargs.get("lr")
         if lr is not None:
             values = list(lr) if isinstance(lr, Sequence) else [lr]
-            self._last("lr", torch.tensor([float(v) for v in values], dtype=torch.float64))
+            self._update("lr", torch.tensor([float(v) for v in values], dtype=torch.float64))
         step = kwargs.get("step")
         if step is not None:
             self._step = int(step)
             self._gas = int(kwargs.get("gradient_accumulation_steps", self._gas))
             if self._gas < 1:
                 raise InvalidValueError(f"{self.name}: gradient_accumulation_steps must be >= 1")
-            self._last("step", float(self._step // self._gas))
+            self._update("step", float(self._step // self._gas))
 
     def _on_collect(self) -> None:
-        if "step" in self._states:
+        if self._value("step") is not None:
             now = time.monotonic()
-            self._last("elapsed", now - self._start)
-            self._last("interval", now - self._window_start)
-            self._last("steps_done", (self._step - self._last_step) / self._gas)
+            self._update("elapsed", now - self._start)
+            self._update("interval", now - self._window_start)
+            self._update("steps_done", (self._step - self._last_step) / self._gas)
 
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -112,6 +116,9 @@ class LossMetric(Metric):
     ) -> None:
         super().__init__(device_mesh, process_group, **kw)
         self.ignore_index = ignore_index
+        for name in ("sum_loss", "tokens", "mean_loss", "calls"):
+            self.add_state(name, ReduceOp.SUM)
+        self.add_state("grad_norm", ReduceOp.MAX, size=None, replace=True)
 
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
         loss = field(outputs, "loss")
@@ -127,20 +134,20 @@ class LossMetric(Metric):
             loss = as_tensor(loss, f"{self.name}/loss").sum()
             if reduction == "sum":
                 self._no_mix("sum_loss", "mean_loss")
-                self._sum("sum_loss", loss)
-                self._sum("tokens", self._tokens(inputs, num_tokens))
+                self._update("sum_loss", loss)
+                self._update("tokens", self._tokens(inputs, num_tokens))
             else:
                 self._no_mix("mean_loss", "sum_loss")
-                self._sum("mean_loss", loss)
-                self._sum("calls", 1.0)
+                self._update("mean_loss", loss)
+                self._update("calls", 1.0)
         grad_norm = kwargs.get("grad_norm")
         if grad_norm is None:
             grad_norm = field(outputs, "grad_norm")
         if grad_norm is not None:
-            self._last("grad_norm", as_tensor(grad_norm, f"{self.name}/grad_norm"))
+            self._update("grad_norm", as_tensor(grad_norm, f"{self.name}/grad_norm"))
 
     def _no_mix(self, mine: str, other: str) -> None:
-        if other in self._states:
+        if self._value(other) is not None:
             raise InvalidValueError(
                 f"{self.name}: a {mine.split('_')[0]}-reduced loss after "
                 f"{other.split('_')[0]}-reduced ones in the same window; calculate() "
@@ -192,6 +199,8 @@ class Accuracy(Metric):
     ) -> None:
         super().__init__(device_mesh, process_group, **kw)
         self.ignore_index = ignore_index
+        self.add_state("correct", ReduceOp.SUM)
+        self.add_state("total", ReduceOp.SUM)
 
     def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
         logits = as_tensor(field(outputs, "logits"), f"{self.name}/logits")
@@ -212,8 +221,8 @@ class Accuracy(Metric):
                     f"{self.name}: completion_mask {tuple(mask.shape)} does not match labels "
                     f"{tuple(labels.shape)}"
                 )
-        self._sum("correct", ((predicted == labels) & mask).sum())
-        self._sum("total", mask.sum())
+        self._update("correct", ((predicted == labels) & mask).sum())
+        self._update("total", mask.sum())
 
     def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
         out: dict[str, float] = {}

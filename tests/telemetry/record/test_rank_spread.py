@@ -10,7 +10,8 @@ import torch
 
 from telemetry.model.snapshot import Gauge
 from telemetry.record import rank_spread
-from telemetry.record.reduce import PerRank, ReduceOp, StateLayout, reduce_with_spread
+from telemetry.record.layout import PerRank, ReduceOp, StateKind, StateLayout
+from telemetry.record.reduce import reduce_with_spread
 from tests.distributed import run_ranks
 
 SLOW_RANK = 2
@@ -52,7 +53,9 @@ def test_four_gloo_ranks_name_the_slow_rank_with_no_extra_collective():
 
 
 LAYOUT = StateLayout(
-    "t", (ReduceOp.SUM, ReduceOp.SUM), (PerRank("", 0, 1, present=1), PerRank("n", 1))
+    StateKind.CUSTOM,
+    (ReduceOp.SUM, ReduceOp.SUM),
+    (PerRank("", 0, 1, present=1), PerRank("n", 1)),
 )
 
 

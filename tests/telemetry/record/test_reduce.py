@@ -9,7 +9,16 @@ import pytest
 import torch
 
 from telemetry.model.errors import KeyMismatchError
-from telemetry.record.reduce import ReduceOp, StateLayout, collectives_issued, reduce_states
+from telemetry.model.snapshot import StatReduce
+from telemetry.record.layout import (
+    DENOMINATOR_LAYOUT,
+    SCALAR_LAYOUT,
+    ReduceOp,
+    StateKind,
+    StateLayout,
+    stat_layout,
+)
+from telemetry.record.reduce import collectives_issued, reduce_states, reduce_with_spread
 from tests.distributed import run_ranks
 
 
@@ -100,7 +109,8 @@ def test_reduce_type_conflict_raises_on_every_rank():
     for message in messages:
         assert message is not None
         assert "'x'" in message
-        assert "stat:avg" in message and "stat:sum" in message
+        assert "stat(reduce=avg, buckets=0)" in message
+        assert "stat(reduce=sum, buckets=0)" in message
         assert "fine" not in message
 
 
@@ -120,7 +130,7 @@ def test_nan_on_one_rank_propagates_everywhere():
 
 
 def _raw_states(rank: int, world: int):
-    layout = StateLayout("custom", (ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX))
+    layout = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX))
     states = {
         "k": (layout, torch.tensor([rank + 1.0, 10.0 - rank, float(rank)], dtype=torch.float64))
     }
@@ -137,7 +147,7 @@ def test_raw_state_ops_and_identity_for_missing_keys():
 
 
 def test_single_process_has_no_collectives():
-    layout = StateLayout("custom", (ReduceOp.SUM,))
+    layout = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM,))
     before = collectives_issued()
     out = reduce_states({"a": (layout, torch.tensor([2.0], dtype=torch.float64))})
     assert out["a"].tolist() == [2.0]
@@ -145,7 +155,7 @@ def test_single_process_has_no_collectives():
 
 
 def test_wrong_state_size_is_rejected():
-    layout = StateLayout("custom", (ReduceOp.SUM, ReduceOp.SUM))
+    layout = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM, ReduceOp.SUM))
     with pytest.raises(KeyMismatchError, match="'a'"):
         reduce_states({"a": (layout, torch.zeros(3, dtype=torch.float64))})
 
@@ -167,4 +177,84 @@ def _bounds_on_rank_one_only(rank: int, world: int):
 
 def test_bucket_bounds_on_some_ranks_only_is_a_layout_conflict():
     for message in run_ranks(_bounds_on_rank_one_only, 2):
-        assert message is not None and "'x'" in message and "b3" in message and "b0" in message
+        assert message is not None and "'x'" in message
+        assert "buckets=3" in message and "buckets=0" in message
+
+
+def _scalar_here_stat_there(rank: int, world: int):
+    from telemetry.stats_tracker import DistributedStatsTracker
+
+    tracker = DistributedStatsTracker()
+    if rank == 0:
+        tracker.scalar(x=1.0)
+    else:
+        tracker.denominator(valid=torch.ones(2, dtype=torch.bool))
+        tracker.stat(x=torch.ones(2), denominator="valid")
+    try:
+        tracker.export()
+    except KeyMismatchError as exc:
+        return str(exc)
+    return None
+
+
+def test_scalar_on_one_rank_and_stat_on_another_is_a_layout_conflict():
+    for message in run_ranks(_scalar_here_stat_there, 2):
+        assert message is not None and "'x'" in message
+        assert "scalar" in message and "stat(reduce=avg_min_max, buckets=0)" in message
+
+
+def test_layout_descriptions_tell_every_layout_apart():
+    layouts = [
+        SCALAR_LAYOUT,
+        DENOMINATOR_LAYOUT,
+        StateLayout(StateKind.CUSTOM, (ReduceOp.SUM,)),
+        StateLayout(StateKind.CUSTOM, (ReduceOp.MAX,)),
+        StateLayout(StateKind.CUSTOM, (ReduceOp.SUM, ReduceOp.SUM)),
+        *(
+            stat_layout(reduce, n)
+            for reduce in StatReduce
+            if reduce is not StatReduce.SCALAR
+            for n in (0, 1, 4)
+        ),
+    ]
+    assert len({layout.description for layout in layouts}) == len(layouts)
+    assert stat_layout(StatReduce.AVG, 3).n_buckets == 3
+    assert stat_layout(StatReduce.AVG, 3).ops[4:] == (ReduceOp.SUM,) * 3
+
+
+@pytest.mark.parametrize(
+    "kind, ops, reduce",
+    [
+        (StateKind.STAT, SCALAR_LAYOUT.ops, None),  # a stat needs its reduce type
+        (StateKind.STAT, SCALAR_LAYOUT.ops, StatReduce.SCALAR),  # scalar is not a stat's
+        (StateKind.STAT, (ReduceOp.SUM,) * 4, StatReduce.AVG),  # not [sum, count, min, -max]
+        (StateKind.STAT, (*SCALAR_LAYOUT.ops, ReduceOp.MIN), StatReduce.AVG),  # a bucket is a sum
+        (StateKind.SCALAR, SCALAR_LAYOUT.ops, StatReduce.AVG),  # only a stat has a reduce type
+        (StateKind.DENOMINATOR, (ReduceOp.SUM, ReduceOp.SUM), None),
+        ("stat", SCALAR_LAYOUT.ops, StatReduce.AVG),  # a kind is a StateKind, not a string
+    ],
+)
+def test_inconsistent_layouts_are_refused(kind, ops, reduce):
+    with pytest.raises(ValueError):
+        StateLayout(kind, ops, reduce=reduce)
+
+
+def _timing_on_rank_one_only(rank: int, world: int):
+    from telemetry.stats_tracker import DistributedStatsTracker
+
+    tracker = DistributedStatsTracker()
+    if rank == 1:
+        tracker.scalar(**{"timeperf/step": 2.0})
+    states = tracker.collect_states()
+    reduced, spreads = reduce_with_spread(states, spread=lambda key: True)
+    return {k: v.tolist() for k, (_, v) in reduced.items()}, {
+        k: {q: (s.low, s.high, s.slowest_rank) for q, s in by.items()} for k, by in spreads.items()
+    }
+
+
+def test_a_key_missing_on_a_rank_gets_the_holders_layout_with_its_per_rank_spread():
+    results = run_ranks(_timing_on_rank_one_only, 2)
+    assert results[0] == results[1]
+    reduced, spreads = results[0]
+    assert reduced == {"timeperf/step": [2.0, 1.0, 2.0, -2.0]}
+    assert spreads == {"timeperf/step": {"": (2.0, 2.0, 1)}}

@@ -1,0 +1,118 @@
+"""The Twinkle Metric base: declared states, their reset, and one 2-collective reduction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+from telemetry.metrics.twinkle import CompletionRewardMetric, GRPOMetric, LossMetric
+from telemetry.metrics.twinkle.base import Metric
+from telemetry.model.errors import InvalidValueError
+from telemetry.record.layout import ReduceOp
+from tests.distributed import run_ranks
+
+
+class Extremes(Metric):
+    """Sum, count, min, max and the latest value of its ``value=`` keyword."""
+
+    keywords = ("value", "typo")
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.add_state("total", ReduceOp.SUM)
+        self.add_state("n", ReduceOp.SUM)
+        self.add_state("low", ReduceOp.MIN)
+        self.add_state("high", ReduceOp.MAX)
+        self.add_state("latest", ReduceOp.MAX, replace=True)
+
+    def _accumulate(self, inputs: Any, outputs: Any, **kwargs: Any) -> None:
+        if "typo" in kwargs:
+            self._update("totl", 1.0)
+        value = torch.as_tensor(kwargs["value"], dtype=torch.float64)
+        self._update("total", value)
+        self._update("n", 1.0)
+        self._update("low", value)
+        self._update("high", value)
+        self._update("latest", value)
+
+    def _finalize(self, states: Mapping[str, np.ndarray]) -> dict[str, float]:
+        return {name: float(values[0]) for name, values in states.items()}
+
+
+def test_declared_states_fold_by_their_reduce_op():
+    metric = Extremes()
+    for value in (3.0, -1.0, 2.0):
+        metric.accumulate(None, value=value)
+    assert metric.calculate() == {"total": 4.0, "n": 3.0, "low": -1.0, "high": 3.0, "latest": 2.0}
+
+
+def test_reset_returns_every_state_to_its_default_and_keeps_the_declarations():
+    metric = Extremes()
+    metric.accumulate(None, value=5.0)
+    metric.reset()
+    assert metric.calculate() == {}  # nothing updated: no state joins the reduction
+    metric.accumulate(None, value=-2.0)
+    assert metric.calculate() == {
+        "total": -2.0,
+        "n": 1.0,
+        "low": -2.0,
+        "high": -2.0,
+        "latest": -2.0,
+    }
+
+
+def test_an_undeclared_state_names_the_metric_and_the_state():
+    metric = Extremes(name="extremes_eval")
+    with pytest.raises(InvalidValueError, match=r"extremes_eval/totl.*Extremes.*not declared"):
+        metric.accumulate(None, value=1.0, typo=True)
+
+
+def test_a_state_update_of_the_wrong_size_names_the_state():
+    metric = Extremes()
+    with pytest.raises(InvalidValueError, match=r"extremes/total: state has 1 elements"):
+        metric._update("total", torch.ones(3))
+
+
+def test_declarations_are_checked():
+    metric = Extremes()
+    with pytest.raises(ValueError, match="declared twice"):
+        metric.add_state("total", ReduceOp.SUM)
+    with pytest.raises(ValueError, match="per-rank"):
+        metric.add_state("slots", ReduceOp.SUM, size=None, replace=True, per_rank=True)
+    with pytest.raises(ValueError, match="needs a size"):
+        metric.add_state("open", ReduceOp.SUM, size=None)
+
+
+def test_every_metric_declares_its_states_in_init():
+    grpo = GRPOMetric(top_k_kl=2)
+    assert {"n", "new_sum", "kl_sum", "clip_n", "top_kl"} <= set(grpo._specs)
+    assert grpo._specs["top_kl"].per_rank
+    loss = LossMetric()
+    assert loss._specs["grad_norm"].replace and loss._specs["tokens"].reduce is ReduceOp.SUM
+    rewards = CompletionRewardMetric()
+    assert rewards._specs["reward:min"].reduce is ReduceOp.MIN
+    rewards.accumulate(None, rewards={"format": [1.0, 0.0]})  # a named reward: its moments
+    assert rewards._specs["rewards/format:max"].reduce is ReduceOp.MAX
+
+
+def _collectives_per_calculate(rank: int, world: int) -> tuple[dict, int]:
+    from telemetry.record.reduce import collectives_issued
+
+    metric = Extremes(process_group=dist.group.WORLD)
+    for value in [(1.0, 7.0), (-3.0,)][rank]:
+        metric.accumulate(None, value=value)
+    before = collectives_issued()
+    result = metric.calculate()
+    return result, collectives_issued() - before
+
+
+def test_two_ranks_reduce_every_state_in_two_collectives():
+    results = run_ranks(_collectives_per_calculate, 2)
+    for result, collectives in results:
+        assert collectives == 2
+        assert result == {"total": 5.0, "n": 3.0, "low": -3.0, "high": 7.0, "latest": 7.0}

@@ -1,33 +1,16 @@
 """OTLP ``ExportMetricsServiceRequest`` -> Snapshots, for rltel's encoder and any OTel sender.
 
-One Snapshot per ``ResourceMetrics``. The mapping:
-
-=====================================  ==============================================
-OTLP                                   Snapshot point
-=====================================  ==============================================
-Gauge (int or double)                  ``Gauge``
-Sum, monotonic, cumulative             ``Counter`` (value and start time as sent)
-Sum, monotonic, delta                  ``Counter``: running total per series
-Sum, non-monotonic (either)            ``Gauge``: the level (delta: running total)
-Histogram, delta                       ``Histogram`` window
-Histogram, cumulative                  ``Histogram`` window: difference to the last point
-ExponentialHistogram                   ``Histogram`` with explicit bounds from its buckets
-Summary                                ``Gauge`` per quantile (attribute ``quantile``),
-                                       ``Counter`` ``<name>_count`` and ``<name>_sum``
-=====================================  ==============================================
-
-rltel's wire contract on top: a description ``rltel.reduce=<type>`` restores a histogram's
-reduce type, and ``rltel.reduce=scalar`` turns the window into a scalar-stream ``Gauge``
-(value = sum/count, count). Gauges ``train.step``, ``train.epoch``, ``train.epoch_step``
-become ``Snapshot.step``; resource attribute ``rltel.stream`` becomes ``Snapshot.stream``.
-Points that cannot be mapped (no value, a negative monotonic sum, inconsistent buckets,
-a series past its limit) are counted as rejected with a reason, never raised.
+One Snapshot per ``ResourceMetrics``; each data point is mapped by its metric kind
+(:mod:`telemetry.otlp.mapping`, which holds the table). Gauges ``train.step``,
+``train.epoch``, ``train.epoch_step`` become ``Snapshot.step``; resource attribute
+``rltel.stream`` becomes ``Snapshot.stream``. Points that cannot be mapped (no value, a
+negative monotonic sum, inconsistent buckets, a series past its limit, a name or
+attribute over its limit) are counted as rejected with a reason, never raised.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,35 +21,15 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from telemetry.model import names
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce, Step
-from telemetry.otlp.fast_points import trusted_counter, trusted_gauge, trusted_histogram
-from telemetry.otlp.temporality import HistogramState, SumState, histogram_window
-from telemetry.otlp.values import (
-    LabelLimits,
-    OverLimit,
-    Rejected,
-    attributes,
-    explicit,
-    exponential,
-    number,
-)
+from telemetry.model.snapshot import Point, Snapshot, Step
+from telemetry.otlp.mapping import DELTA, PointMapper
+from telemetry.otlp.series import SeriesTable
+from telemetry.otlp.values import LabelLimits, OverLimit, Rejected, attributes
 
-DELTA, CUMULATIVE = 1, 2
+__all__ = ["DecodeResult", "Decoder", "Staged"]
+
 NO_RECORDED_VALUE = 1
-REDUCE_PREFIX = "rltel.reduce="
-SCALAR = "scalar"
-STEP_GAUGES = {
-    "train.step": "global_step",
-    "train.epoch": "epoch",
-    "train.epoch_step": "epoch_step",
-}
 MAX_REASONS = 5
-_REDUCES = {r.value: r for r in StatReduce}
-_REDUCE_OF: dict[str, StatReduce | str] = {
-    "": StatReduce.AVG_MIN_MAX,
-    REDUCE_PREFIX + SCALAR: SCALAR,
-    **{REDUCE_PREFIX + r.value: r for r in StatReduce},
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,23 +87,13 @@ class Decoder:
         self.max_series_total = max_series_total
         self.started_ns = time.time_ns() if started_ns is None else started_ns
         self._lock = threading.Lock()
-        self._state: dict[tuple, HistogramState | SumState] = {}
-        self._per_metric: dict[str, int] = {}
-        self._overlay: dict[tuple, HistogramState | SumState] = {}  # staged changes
-        self._added: dict[str, int] = {}  # staged new series per metric
-        self._new = 0  # staged new series
-        self._handlers = {
-            "gauge": self._gauge,
-            "sum": self._sum,
-            "histogram": self._explicit_histogram,
-            "exponential_histogram": self._exponential_histogram,
-            "summary": self._summary,
-        }
+        self._series = SeriesTable(max_series_per_metric, max_series_total)
+        self._points = PointMapper(self.label_limits, self._series, self.started_ns)
 
     @property
     def series(self) -> int:
         """Stateful series currently tracked."""
-        return len(self._state)
+        return len(self._series)
 
     def decode(self, request: ExportMetricsServiceRequest) -> DecodeResult:
         """Map every data point of ``request`` and keep its state; never raises for bad data."""
@@ -156,7 +109,8 @@ class Decoder:
         other requests wait meanwhile, so admit (or refuse) quickly.
         """
         with self._lock:
-            self._overlay, self._added, self._new, self._over = {}, {}, 0, {}
+            self._series.discard()
+            self._over = {}
             try:
                 snapshots: list[Snapshot] = []
                 counts = [0, 0]
@@ -170,19 +124,9 @@ class Decoder:
                     tuple(reasons)[:MAX_REASONS],
                     tuple(self._over.items()),
                 )
-                yield Staged(result, self._commit)
+                yield Staged(result, self._series.commit)
             finally:
-                self._overlay, self._added, self._new = {}, {}, 0
-
-    def _commit(self) -> None:
-        self._state.update(self._overlay)
-        for metric, n in self._added.items():
-            self._per_metric[metric] = self._per_metric.get(metric, 0) + n
-        self._overlay, self._added, self._new = {}, {}, 0
-
-    def _get(self, key: tuple) -> HistogramState | SumState | None:
-        staged = self._overlay.get(key)
-        return staged if staged is not None else self._state.get(key)
+                self._series.discard()
 
     def _over_limit(self, exc: OverLimit, n: int, counts: list[int], reasons, what: str) -> None:
         counts[1] += n
@@ -206,7 +150,8 @@ class Decoder:
         points: list[Point] = []
         step: dict[str, int] = {}
         latest = accepted = 0
-        handlers = self._handlers
+        handlers = self._points.handlers
+        delta_histogram = self._points.delta_histogram
         for scope_metrics in rm.scope_metrics:
             for metric in scope_metrics.metrics:
                 kind = metric.WhichOneof("data")
@@ -225,7 +170,7 @@ class Decoder:
                     self._over_limit(exc, len(data.data_points), counts, reasons, repr(name[:64]))
                     continue
                 if kind == "histogram" and data.aggregation_temporality == DELTA:
-                    handle = self._delta_histogram
+                    handle = delta_histogram
                 else:
                     handle = handlers[kind]
                 # upb containers have no __iter__: iterating one ends in an IndexError;
@@ -259,153 +204,6 @@ class Decoder:
             time_unix_nano=latest,
             stream=str(stream),
         )
-
-    # Handlers: (metric, name, data, point, out, step, resource); each appends the points
-    # of one data point to ``out`` (or the step to ``step``), or raises Rejected.
-
-    def _gauge(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
-        value = number(point)
-        if name in STEP_GAUGES:
-            if not math.isfinite(value):
-                raise Rejected(f"step value {value!r} is not finite")
-            step[STEP_GAUGES[name]] = int(value)
-            return
-        kvs = point.attributes
-        attrs = attributes(kvs, self.label_limits) if kvs else ()
-        out.append(trusted_gauge(name, value, None, metric.unit, attrs))
-
-    def _sum(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
-        value = number(point)
-        kvs = point.attributes
-        attrs = attributes(kvs, self.label_limits) if kvs else ()
-        monotonic = data.is_monotonic
-        if data.aggregation_temporality == DELTA:
-            key = ("sum", resource, name, attrs)
-            state = self._get(key)
-            if state is None:
-                state = self._remember(key, name, SumState(point.start_time_unix_nano, 0.0))
-            if monotonic and value < 0:
-                raise Rejected("negative delta in a monotonic sum")
-            start = state.start_time_unix_nano
-            value = state.total + value
-            self._overlay[key] = SumState(start, value)
-        else:
-            start = point.start_time_unix_nano
-        if not monotonic:
-            out.append(trusted_gauge(name, value, None, metric.unit, attrs))
-            return
-        if not math.isfinite(value) or value < 0:
-            raise Rejected(f"monotonic sum value {value!r} is not a finite total >= 0")
-        out.append(trusted_counter(name, value, metric.unit, attrs, start))
-
-    def _delta_histogram(self, metric, name: str, data, point, out, step, resource) -> None:
-        """The hot path: rltel's trainer histograms and scalar windows (delta, no buckets)."""
-        if point.explicit_bounds:
-            self._explicit_histogram(metric, name, data, point, out, step, resource)
-            return
-        kvs = point.attributes
-        attrs = attributes(kvs, self.label_limits) if kvs else ()
-        description = metric.description
-        reduce = _REDUCE_OF.get(description) or _reduce(description)
-        count, total = point.count, point.sum
-        if not math.isfinite(total):
-            raise Rejected(f"histogram sum {total!r} is not finite")
-        if reduce == SCALAR:
-            if count > 0:
-                out.append(trusted_gauge(name, total / count, count, metric.unit, attrs))
-            return
-        if count == 0:
-            out.append(
-                trusted_histogram(name, 0, total, None, None, (), (), reduce, metric.unit, attrs)
-            )
-            return
-        # optional fields read 0.0 when unset: ask HasField only then
-        if total == 0.0 and not point.HasField("sum"):
-            total = math.nan
-        low, high = point.min, point.max
-        if low == 0.0 and not point.HasField("min"):
-            low = None
-        if high == 0.0 and not point.HasField("max"):
-            high = None
-        # no bounds, no buckets: the Histogram invariant holds without its check
-        out.append(
-            trusted_histogram(name, count, total, low, high, (), (), reduce, metric.unit, attrs)
-        )
-
-    def _explicit_histogram(self, metric, name, data, point, out, step, resource) -> None:
-        self._histogram(metric, name, data, point, out, resource, explicit(point))
-
-    def _exponential_histogram(self, metric, name, data, point, out, step, resource) -> None:
-        self._histogram(metric, name, data, point, out, resource, exponential(point))
-
-    def _histogram(self, metric, name, data, point, out, resource, current) -> None:
-        kvs = point.attributes
-        attrs = attributes(kvs, self.label_limits) if kvs else ()
-        reduce = _reduce(metric.description)
-        if data.aggregation_temporality != DELTA:
-            key = ("histogram", resource, name, attrs)
-            previous = self._get(key)
-            if previous is None:
-                self._remember(key, name, current)
-            else:
-                self._overlay[key] = current
-            window = histogram_window(previous, current, self.started_ns)
-            if window is None:
-                return
-            current = window
-        if reduce == SCALAR:
-            if current.count > 0:
-                value = current.sum / current.count
-                out.append(Gauge(name, value, current.count, metric.unit, attrs))
-            return
-        out.append(
-            Histogram(
-                name,
-                current.count,
-                current.sum,
-                current.min if current.count else None,
-                current.max if current.count else None,
-                current.bounds,
-                current.bucket_counts,
-                reduce,
-                metric.unit,
-                attrs,
-            )
-        )
-
-    def _summary(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
-        attrs = attributes(point.attributes, self.label_limits)
-        for quantile in point.quantile_values:
-            labels = (*attrs, ("quantile", repr(float(quantile.quantile))))
-            out.append(Gauge(name, quantile.value, None, metric.unit, labels))
-        start = point.start_time_unix_nano
-        out.append(Counter(name + "_count", float(point.count), "", attrs, start))
-        if math.isfinite(point.sum) and point.sum >= 0:
-            out.append(Counter(name + "_sum", point.sum, metric.unit, attrs, start))
-
-    def _remember(self, key: tuple, metric: str, state):
-        added = self._added.get(metric, 0)
-        if self._per_metric.get(metric, 0) + added >= self.max_series_per_metric:
-            raise Rejected(f"series limit {self.max_series_per_metric} reached")
-        if len(self._state) + self._new >= self.max_series_total:
-            raise Rejected(f"total series limit {self.max_series_total} reached")
-        self._added[metric] = added + 1
-        self._new += 1
-        self._overlay[key] = state
-        return state
-
-
-def _reduce(description: str) -> StatReduce | str:
-    known = _REDUCE_OF.get(description)
-    if known is not None:
-        return known
-    if description.startswith(REDUCE_PREFIX):
-        words = description[len(REDUCE_PREFIX) :].split()
-        name = words[0] if words else ""
-        if name == SCALAR:
-            return SCALAR
-        return _REDUCES.get(name, StatReduce.AVG_MIN_MAX)
-    return StatReduce.AVG_MIN_MAX
 
 
 def _step(values: dict[str, int]) -> Step | None:

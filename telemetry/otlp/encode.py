@@ -39,12 +39,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from telemetry.model import names
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce
+from telemetry.otlp import wire
 
 __all__ = [
-    "REDUCE_PREFIX",
-    "SCALAR_REDUCE",
-    "STEP_METRICS",
     "Batch",
     "count_nonfinite",
     "encode",
@@ -54,9 +52,7 @@ __all__ = [
 ]
 
 SCOPE = InstrumentationScope("rltel", "0.1.0")
-REDUCE_PREFIX = "rltel.reduce="
-SCALAR_REDUCE = "scalar"
-STEP_METRICS = ("train.step", "train.epoch", "train.epoch_step")
+_SCALAR = wire.description(StatReduce.SCALAR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +82,7 @@ def split(batch: Batch, max_points: int) -> list[Batch]:
     Raises:
         ValueError: ``max_points`` leaves no room for a data point beside the step gauges.
     """
-    overhead = len(STEP_METRICS) if batch.snapshot.step is not None else 0
+    overhead = len(wire.STEP_METRICS) if batch.snapshot.step is not None else 0
     room = max_points - overhead
     if room < 1:
         raise ValueError(f"max_points must be > {overhead}, got {max_points}")
@@ -135,7 +131,7 @@ def encode_batch(batch: Batch) -> MetricsData:
     if snapshot.step is not None:
         step = snapshot.step
         values = (step.global_step, step.epoch, step.epoch_step)
-        for name, value in zip(STEP_METRICS, values, strict=True):
+        for name, value in zip(wire.STEP_METRICS, values, strict=True):
             data_point = NumberDataPoint({}, 0, now, int(value))
             out.append(Metric(name, "", "", otel.Gauge([data_point])))
     resource = {name: plain_attribute(value) for name, value in snapshot.resource}
@@ -151,7 +147,7 @@ def _data_point(point: Point, batch: Batch, now: int):
         empty = count <= 0
         return (
             "histogram",
-            REDUCE_PREFIX + point.reduce.value,
+            wire.description(point.reduce),
             HistogramDataPoint(
                 attributes=attributes,
                 start_time_unix_nano=int(batch.window_start_unix_nano),
@@ -172,7 +168,7 @@ def _data_point(point: Point, batch: Batch, now: int):
         start = batch.start_unix_nano if batch.cumulative_scalars else batch.window_start_unix_nano
         return (
             "scalar",
-            REDUCE_PREFIX + SCALAR_REDUCE,
+            _SCALAR,
             HistogramDataPoint(
                 attributes=attributes,
                 start_time_unix_nano=int(start),

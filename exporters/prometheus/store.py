@@ -34,7 +34,8 @@ from exporters.prometheus.naming import (
     unit_suffix,
 )
 from telemetry.model import names
-from telemetry.model.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot
+from telemetry.model.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot, StatReduce
+from telemetry.otlp.wire import description
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -329,9 +330,9 @@ def _key_of(point) -> MetricKey:
 
 def _help(point) -> str:
     if isinstance(point, Histogram):
-        return f"{point.metric} (rltel.reduce={point.reduce.value})"
+        return f"{point.metric} ({description(point.reduce)})"
     if isinstance(point, Gauge) and point.count is not None:
-        return f"{point.metric} (rltel.reduce=scalar)"
+        return f"{point.metric} ({description(StatReduce.SCALAR)})"
     return point.metric
 
 

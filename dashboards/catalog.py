@@ -133,7 +133,7 @@ TRANSPORT_EXPORTED = Metric("rltel/otlp/points_exported", "counter", "{point}")
 TRANSPORT_FAILED = Metric("rltel/otlp/points_failed", "counter", "{point}")
 TRANSPORT_SPOOLED = Metric("rltel/otlp/points_spooled", "counter", "{point}")
 TRANSPORT_DROPPED = Metric("rltel/otlp/points_dropped", "counter", "{point}")
-TRANSPORT_QUEUE_DEPTH = Metric("rltel/otlp/queue_depth", "gauge", "{request}")
+TRANSPORT_QUEUE_DEPTH = Metric("rltel/otlp/queue_depth", "gauge", "{snapshot}")
 TRANSPORT_SPOOL_BYTES = Metric("rltel/otlp/spool_bytes", "gauge", "By")
 TRANSPORT_LATENCY = Metric("rltel/otlp/export_latency", "histogram", "s", StatReduce.AVG_MIN_MAX)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 
 from telemetry.model.snapshot import Snapshot
@@ -18,14 +20,61 @@ class ExportResult(Enum):
     PERMANENT_FAILURE = "permanent_failure"  # retrying the same snapshot cannot help
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """A sink's own queue policy, used by the queue in front of it instead of the defaults.
+
+    Attributes:
+        queue_size: snapshots waiting in memory at most.
+        timeout_s: seconds one call into the sink may take before it is abandoned.
+        max_retries: retries of an export answered FAILURE (without an overflow).
+        backoff_s: first retry delay; doubles per retry up to ``max_backoff_s``.
+        max_backoff_s: the longest delay between two attempts.
+        jitter: each delay is drawn from [delay / 2, delay] (many senders, one receiver).
+        spill_after_s: with an overflow, how long failures last before the queue moves there.
+    """
+
+    queue_size: int
+    timeout_s: float
+    max_retries: int = 3
+    backoff_s: float = 0.05
+    max_backoff_s: float = 1.0
+    jitter: bool = False
+    spill_after_s: float = 2.0
+
+
+class Overflow(ABC):
+    """Where a sink's queue puts what it cannot hold or deliver now: kept, replayed in order.
+
+    The queue spills a snapshot (and everything queued after it) here when it fills up or
+    the sink keeps failing, and replays the oldest entry before anything still queued.
+    """
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Entries waiting."""
+
+    @abstractmethod
+    def spill(self, snapshot: Snapshot) -> None:
+        """Keep ``snapshot`` at the tail; what does not fit is dropped and counted here."""
+
+    @abstractmethod
+    def replay(self, timeout_s: float) -> ExportResult:
+        """Export the oldest entry; it is removed unless the answer is FAILURE."""
+
+
 class Sink(ABC):
-    """A destination for Snapshots (Prometheus, W&B, SwanLab, TensorBoard, console, ...).
+    """A destination for Snapshots (Prometheus, W&B, SwanLab, TensorBoard, console, OTLP).
 
     ``export`` is called from one thread at a time, with a snapshot it must not mutate.
-    ``shutdown`` is idempotent and safe on a sink that never exported.
+    ``shutdown`` is idempotent and safe on a sink that never exported; it may come while an
+    export is still running on another thread (past the queue's deadline), and should end it.
+    A sink may declare its own :attr:`delivery` policy and an :attr:`overflow`.
     """
 
     name: str = "sink"
+    delivery: Delivery | None = None
+    overflow: Overflow | None = None
 
     @abstractmethod
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
@@ -39,6 +88,14 @@ class Sink(ABC):
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush and release resources; safe to call twice."""
         self.force_flush(timeout_s)
+
+    def attach(self, depth: Callable[[], int]) -> None:
+        """Called once by the queue in front of this sink with a reader of its depth."""
+        del depth
+
+    def discard(self, snapshot: Snapshot) -> None:
+        """The queue gave ``snapshot`` up unexported (full, closed, out of retries or time)."""
+        del snapshot
 
 
 class RunSink(Sink):

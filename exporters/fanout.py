@@ -1,5 +1,6 @@
 """The fan-out over sinks: the same frozen Snapshot to every sink, each behind its own
-:class:`~exporters.queued.QueuedSink`, never raising into the caller.
+:class:`~exporters.queued.QueuedSink`, never raising into the caller. Every sink goes the
+same way, OTLP included (its queue overflows into its spool).
 
 Admission (the collector's "accepted means kept"): :meth:`FanOut.reserve` takes queue slots
 in every healthy sink before a request is answered, so the snapshots it then exports are
@@ -14,7 +15,8 @@ import time
 from collections.abc import Iterable
 
 from exporters.base import Sink
-from exporters.queued import Charge, QueuedSink, SinkStats
+from exporters.charge import Charge
+from exporters.queued import QueuedSink, SinkStats
 from telemetry.model.snapshot import Snapshot
 
 __all__ = ["Charge", "FanOut", "QueuedSink", "Reservation", "SinkStats"]
@@ -49,8 +51,8 @@ class FanOut:
 
     Args:
         sinks: the sinks; names that repeat get ``#2``, ``#3`` suffixes in :meth:`stats`.
-        queue_size: per-sink queue bound.
-        timeout_s: per-export timeout of each sink.
+        queue_size: per-sink queue bound (a sink's own ``delivery`` policy wins).
+        timeout_s: per-export timeout of each sink (likewise).
     """
 
     def __init__(
@@ -62,7 +64,7 @@ class FanOut:
             base = getattr(sink, "name", type(sink).__name__)
             seen[base] = seen.get(base, 0) + 1
             name = base if seen[base] == 1 else f"{base}#{seen[base]}"
-            self.queued.append(QueuedSink(sink, queue_size, timeout_s, name=name))
+            self.queued.append(QueuedSink.of(sink, queue_size, timeout_s, name=name))
 
     def export(
         self,
@@ -104,7 +106,7 @@ class FanOut:
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Flush every sink concurrently within one deadline; True when all succeeded."""
         deadline = time.monotonic() + timeout_s
-        markers = [queued._request_flush(timeout_s) for queued in self.queued]
+        markers = [queued.request_flush(timeout_s) for queued in self.queued]
         ok = True
         for marker in markers:
             remaining = max(0.0, deadline - time.monotonic())

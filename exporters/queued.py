@@ -1,34 +1,39 @@
-"""Queue, retry and timeout written once around every sink.
+"""Queue, retry, timeout and overflow written once around every sink.
 
 :class:`QueuedSink` gives one sink its own bounded queue and a named daemon worker:
 ``submit`` never blocks (a full queue drops the snapshot and counts it), each export runs
-under a timeout on a separate call thread, so a sink that stalls is counted as failed and
-abandoned (marked degraded) while the worker keeps draining its queue. Only
-``ExportResult.FAILURE`` is retried, with exponential backoff. Whatever a sink raises,
-``BaseException`` included (``SystemExit``, ``KeyboardInterrupt``), is caught, logged,
-counted as failed and marks the sink degraded; the worker lives on. Only the interpreter's
-own shutdown ends a worker. A :class:`Charge` travels with queued snapshots and releases
-its bytes when the last sink is done with them.
+under a timeout on a separate call thread (:mod:`exporters.calls`), so a sink that stalls
+is counted as failed and abandoned (marked degraded) while the worker keeps draining its
+queue. Only ``ExportResult.FAILURE`` is retried, with exponential backoff. A sink with an
+:class:`~exporters.base.Overflow` (OTLP's spool) never loses what it cannot deliver now:
+when its queue fills past half or failures last, queued snapshots move there and are
+replayed, in order, before anything queued later. Whatever a sink raises,
+``BaseException`` included, is caught, logged and counted; only the interpreter's own
+shutdown ends a worker. A copy in a forked child is disabled: it neither exports the
+parent's queue nor blocks on the parent's locks.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
-from exporters.base import ExportResult, Sink
+from exporters.base import Sink
+from exporters.calls import TimedCaller, reraise_at_exit
+from exporters.charge import Charge
+from exporters.drain import Drain, Flush
 from telemetry.model.snapshot import Snapshot
+
+__all__ = ["QueuedSink", "SinkStats"]
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
+CANCEL_GRACE_S = 0.5
+"""How long shutdown waits for a worker whose call the sink's shutdown ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,62 +51,19 @@ class SinkStats:
     degraded: bool
 
 
-class Charge:
-    """Bytes held while any sink still holds one request's snapshots; released once.
-
-    Starts with one hold (the admitting caller's); every queued copy adds one.
-    """
-
-    __slots__ = ("_holds", "_lock", "_release", "nbytes")
-
-    def __init__(self, nbytes: int, release: Callable[[int], None]) -> None:
-        self.nbytes = nbytes
-        self._release = release
-        self._holds = 1
-        self._lock = threading.Lock()
-
-    def hold(self) -> None:
-        with self._lock:
-            self._holds += 1
-
-    def done(self) -> None:
-        """Drop one hold; the last one releases ``nbytes``."""
-        with self._lock:
-            self._holds -= 1
-            last = self._holds == 0
-        if last:
-            self._release(self.nbytes)
-
-
-class _Flush:
-    """A flush request travelling through the queue behind earlier snapshots."""
-
-    __slots__ = ("done", "ok", "timeout_s")
-
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.ok = False
-        self.done = threading.Event()
-
-
-class _Stalled(Exception):
-    """A sink call did not finish within its timeout; it keeps running, abandoned."""
-
-
-class _Degraded(Exception):
-    """An abandoned call is still running; the sink is not entered concurrently."""
-
-
-class QueuedSink:
+class QueuedSink(Drain):
     """One sink behind a bounded queue, a worker thread, a per-export timeout and retries.
 
     Args:
         sink: the sink to drive; ``export`` is only ever called from one thread at a time.
         queue_size: snapshots waiting at most; more are dropped and counted.
         timeout_s: seconds one export may take before it is abandoned and counted failed.
-        max_retries: retries of an export that returned ``ExportResult.FAILURE``.
+        max_retries: retries of an export that returned ``ExportResult.FAILURE`` (a sink
+            with an overflow retries until failures last ``spill_after_s``, then spills).
         backoff_s: first retry delay; doubles per retry up to ``max_backoff_s``.
         max_backoff_s: the longest delay between two retries.
+        jitter: draw each delay from [delay / 2, delay].
+        spill_after_s: with an overflow, how long failures last before the queue moves there.
         name: label for stats and thread names; defaults to ``sink.name``.
 
     Raises:
@@ -117,6 +79,8 @@ class QueuedSink:
         max_retries: int = 3,
         backoff_s: float = 0.05,
         max_backoff_s: float = 1.0,
+        jitter: bool = False,
+        spill_after_s: float = 2.0,
         name: str | None = None,
     ) -> None:
         if queue_size < 1:
@@ -132,24 +96,52 @@ class QueuedSink:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.jitter = jitter
+        self.spill_after_s = spill_after_s
+        self.overflow = getattr(sink, "overflow", None)
         self._exported = self._failed = self._dropped = self._retried = self._timed_out = 0
         self._last_latency: float | None = None
         self._init_state()
+        self._forked = False
+        getattr(sink, "attach", lambda depth: None)(self.depth)
+
+    @classmethod
+    def of(
+        cls, sink: Sink, queue_size: int = 1024, timeout_s: float = 10.0, name: str | None = None
+    ) -> QueuedSink:
+        """``sink`` behind a queue with the sink's own :class:`~exporters.base.Delivery`
+        policy when it declares one, else with ``queue_size`` and ``timeout_s``."""
+        policy = getattr(sink, "delivery", None)
+        if policy is None:
+            return cls(sink, queue_size, timeout_s, name=name)
+        return cls(
+            sink,
+            policy.queue_size,
+            policy.timeout_s,
+            max_retries=policy.max_retries,
+            backoff_s=policy.backoff_s,
+            max_backoff_s=policy.max_backoff_s,
+            jitter=policy.jitter,
+            spill_after_s=policy.spill_after_s,
+            name=name,
+        )
 
     def _init_state(self) -> None:
         self._pid = os.getpid()
         self._cond = threading.Condition()
-        self._queue: deque[tuple[Snapshot, Charge | None] | _Flush] = deque()
+        self._spill_lock = threading.Lock()
+        self._queue: deque[tuple[Snapshot, Charge | None] | Flush] = deque()
         self._depth = 0  # snapshots in the queue
         self._reserved = 0  # slots promised to admitted requests, not yet filled
         self._closed = False
         self._drain_deadline: float | None = None
-        self._wake = threading.Event()  # cuts a retry backoff short on shutdown
-        self._stalled: threading.Thread | None = None
+        self._caller = TimedCaller(f"rltel-sink-{self.name}")
         self._worker: threading.Thread | None = None
         self._streak = 0  # consecutive failed snapshots: degraded while > 0
         self._failure_kind = ""
-        self._shutdown_done = False
+        self._failing_since: float | None = None  # a run of FAILURE answers began
+        self._give_up = False  # closing with the sink failing: the overflow keeps the rest
+        self._shutdown_done = self._sink_shut = False
 
     # -- caller side -------------------------------------------------------------------
 
@@ -164,21 +156,25 @@ class QueuedSink:
             reserved: fill a slot taken by :meth:`reserve` (never refused for space).
         """
         with self._lock_after_fork():
+            if self._forked:
+                return False  # the sink belongs to the parent: not even its counters
             if reserved and self._reserved > 0:
                 self._reserved -= 1
-            elif self._depth + self._reserved >= self.queue_size:
+                refused = self._closed
+            else:
+                refused = self._depth + self._reserved >= self.queue_size or self._closed
+            if refused:
                 self._dropped += 1
-                return False
-            if self._closed:
-                self._dropped += 1
-                return False
-            if charge is not None:
-                charge.hold()
-            self._queue.append((snapshot, charge))
-            self._depth += 1
-            self._ensure_worker()
-            self._cond.notify()
-            return True
+            else:
+                if charge is not None:
+                    charge.hold()
+                self._queue.append((snapshot, charge))
+                self._depth += 1
+                self._ensure_worker()
+                self._cond.notify()
+        if refused:
+            self._discard(snapshot)
+        return not refused
 
     def reserve(self, n: int) -> int | None:
         """Take ``n`` queue slots for an admitted request; None when they are not free.
@@ -188,7 +184,7 @@ class QueuedSink:
         counted, so a failing sink never makes the collector refuse.
         """
         with self._lock_after_fork():
-            if self._closed:
+            if self._closed or self._forked:
                 return None
             if self._is_degraded():
                 return 0
@@ -203,23 +199,27 @@ class QueuedSink:
         with self._cond:
             self._reserved = max(0, self._reserved - n)
 
-    def _is_degraded(self) -> bool:
-        return self._streak > 0 or (self._stalled is not None and self._stalled.is_alive())
+    def depth(self) -> int:
+        """Snapshots queued now."""
+        return self._depth
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything queued before this call was exported, then flush the sink.
 
+        With an overflow, what was spilled is replayed first: True means delivered.
+
         Returns:
             True when the queue drained and the sink's ``force_flush`` returned True in time.
         """
-        marker = self._request_flush(timeout_s)
+        marker = self.request_flush(timeout_s)
         return marker is not None and marker.done.wait(timeout_s) and marker.ok
 
-    def _request_flush(self, timeout_s: float) -> _Flush | None:
+    def request_flush(self, timeout_s: float) -> Flush | None:
+        """Queue a flush behind everything queued now; None when closed."""
         with self._lock_after_fork():
-            if self._closed:
+            if self._closed or self._forked:
                 return None
-            marker = _Flush(timeout_s)
+            marker = Flush(timeout_s)
             self._queue.append(marker)  # control items may exceed queue_size
             self._ensure_worker()
             self._cond.notify()
@@ -228,45 +228,41 @@ class QueuedSink:
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop accepting snapshots; the worker drains until ``timeout_s`` from now."""
         with self._lock_after_fork():
-            if self._closed:
+            if self._closed or self._forked:
                 return
             self._closed = True
             self._drain_deadline = time.monotonic() + timeout_s
             self._cond.notify_all()
-        self._wake.set()
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Drain the queue with a deadline, then shut the sink down; safe to call twice.
 
-        Snapshots still queued at the deadline are dropped and counted.
+        Snapshots still queued at the deadline are dropped and counted, or go to the
+        overflow. A worker still inside a call at the deadline is ended by the sink's own
+        shutdown (OTLP closes its channel), and then spills what it holds, in order.
         """
+        if self._forked or self._pid != os.getpid():
+            return
         deadline = time.monotonic() + timeout_s
         self.close(timeout_s)
         worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             worker.join(max(0.0, deadline - time.monotonic()))
+            if worker.is_alive() and self.overflow is not None:
+                self._shutdown_sink(deadline)
+                worker.join(CANCEL_GRACE_S)
         with self._cond:
             if self._shutdown_done:
                 return
             self._shutdown_done = True
-            left = [item for item in self._queue if not isinstance(item, _Flush)]
-            self._dropped += len(left)
-            self._queue.clear()
-            self._depth = 0
-            stalled = self._stalled
-        for _, charge in left:
-            if charge is not None:
-                charge.done()
-        if stalled is not None:
+        if self.overflow is not None:
+            self._spill_queue()
+        self._drop_queue()
+        if self._caller.stalled:
             # A slow export abandoned earlier may still finish within the deadline; the
             # sink must still be shut down then (a W&B/SwanLab run left open is incomplete).
-            stalled.join(max(0.0, deadline - time.monotonic()))
-        remaining = max(0.05, deadline - time.monotonic())
-        try:
-            self._call(lambda: self.sink.shutdown(remaining), remaining)
-        except BaseException as exc:  # a sink's shutdown failing must not reach the caller
-            _reraise_at_exit(exc)
-            logger.warning("sink %s: shutdown raised %s: %s", self.name, type(exc).__name__, exc)
+            self._caller.join_stalled(deadline - time.monotonic())
+        self._shutdown_sink(deadline)
 
     def stats(self) -> SinkStats:
         """A consistent copy of this sink's counters."""
@@ -283,9 +279,14 @@ class QueuedSink:
                 degraded=self._is_degraded(),
             )
 
+    def _is_degraded(self) -> bool:
+        failing = self.overflow is not None and self._failing_since is not None
+        return self._streak > 0 or failing or self._caller.stalled
+
     def _lock_after_fork(self) -> threading.Condition:
         if self._pid != os.getpid():  # the parent's threads and queue do not exist here
             self._init_state()
+            self._forked = True
         return self._cond
 
     def _ensure_worker(self) -> None:
@@ -295,152 +296,31 @@ class QueuedSink:
             )
             self._worker.start()
 
-    # -- worker side -------------------------------------------------------------------
+    def _drop_queue(self) -> None:
+        """Count what is still queued as dropped; answer pending flushes."""
+        with self._cond:
+            left = list(self._queue)
+            self._queue.clear()
+            self._depth = 0
+            snapshots = [item for item in left if not isinstance(item, Flush)]
+            self._dropped += len(snapshots)
+        for item in left:
+            if isinstance(item, Flush):
+                item.done.set()
+        for snapshot, charge in snapshots:
+            if charge is not None:
+                charge.done()
+            self._discard(snapshot)
 
-    def _run(self) -> None:
-        while True:
-            try:
-                return self._drain()
-            except BaseException as exc:  # a bug of ours: log it, keep draining
-                _reraise_at_exit(exc)
-                logger.exception("sink %s: worker error", self.name)
-
-    def _drain(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                if self._drain_deadline is not None and time.monotonic() > self._drain_deadline:
-                    return  # shutdown counts what is left as dropped
-                item = self._queue.popleft()
-                if not isinstance(item, _Flush):
-                    self._depth -= 1
-            if isinstance(item, _Flush):
-                self._flush(item)
-                continue
-            snapshot, charge = item
-            try:
-                self._export(snapshot)
-            finally:
-                if charge is not None:
-                    charge.done()
-
-    def _flush(self, marker: _Flush) -> None:
+    def _shutdown_sink(self, deadline: float) -> None:
+        """Call the sink's shutdown once, within what is left of ``deadline``."""
+        with self._cond:
+            if self._sink_shut:
+                return
+            self._sink_shut = True
+        remaining = max(0.05, deadline - time.monotonic())
         try:
-            marker.ok = bool(
-                self._call(lambda: self.sink.force_flush(marker.timeout_s), marker.timeout_s)
-            )
-        except _Degraded:
-            pass  # an abandoned export is still running; the flush fails
-        except BaseException as exc:
-            _reraise_at_exit(exc)
-            logger.warning("sink %s: force_flush raised %s: %s", self.name, type(exc).__name__, exc)
-        finally:
-            marker.done.set()
-
-    def _export(self, snapshot: Snapshot) -> None:
-        delay = self.backoff_s
-        for attempt in range(self.max_retries + 1):
-            start = time.monotonic()
-            try:
-                result = self._call(
-                    lambda: self.sink.export(snapshot, self.timeout_s), self.timeout_s
-                )
-            except _Degraded:
-                self._failure("still stalled in an earlier call")
-                return
-            except _Stalled:
-                self._count(timed_out=1)
-                self._failure(f"stalled past {self.timeout_s:.3g}s; call abandoned")
-                return
-            except BaseException as exc:  # SystemExit too: a sink must not end the worker
-                _reraise_at_exit(exc)
-                self._failure(f"raised {type(exc).__name__}: {exc}", type(exc).__name__)
-                return
-            if result is ExportResult.SUCCESS:
-                self._count(exported=1, latency=time.monotonic() - start)
-                with self._cond:
-                    streak, self._streak = self._streak, 0
-                if streak:
-                    logger.info("sink %s: recovered after %d failures", self.name, streak)
-                return
-            if result is not ExportResult.FAILURE or attempt == self.max_retries:
-                break
-            if self._wait_backoff(delay):
-                break
-            self._count(retried=1)
-            delay = min(delay * 2, self.max_backoff_s)
-        self._failure(f"returned {result}")
-
-    def _failure(self, why: str, kind: str = "") -> None:
-        """Count one failed snapshot; log the first of a run of failures, and each new kind."""
-        with self._cond:
-            self._failed += 1
-            self._streak += 1
-            new = self._streak == 1 or kind != self._failure_kind
-            self._failure_kind = kind
-        if new:
-            logger.warning("sink %s: export failed: %s (further failures counted)", self.name, why)
-
-    def _wait_backoff(self, delay: float) -> bool:
-        """Sleep ``delay`` unless shutdown's drain deadline comes first; True means give up."""
-        end = time.monotonic() + delay
-        self._wake.wait(delay)  # set by close(): re-check the deadline at once
-        deadline = self._drain_deadline
-        if deadline is not None and end > deadline:
-            return True
-        time.sleep(max(0.0, end - time.monotonic()))
-        return False
-
-    def _call(self, fn: Callable[[], T], timeout_s: float) -> T:
-        """Run ``fn`` on a call thread; raise :class:`_Stalled` if it outlives ``timeout_s``.
-
-        While an abandoned call is still running the sink is degraded: further calls fail
-        at once instead of entering the sink concurrently.
-        """
-        if self._stalled is not None:
-            if self._stalled.is_alive():
-                raise _Degraded
-            self._stalled = None
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["value"] = fn()
-            except BaseException as exc:
-                box["error"] = exc
-
-        thread = threading.Thread(target=target, name=f"rltel-sink-{self.name}-call", daemon=True)
-        thread.start()
-        thread.join(timeout_s)
-        if thread.is_alive():
-            self._stalled = thread
-            raise _Stalled
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-    def _count(
-        self,
-        *,
-        exported: int = 0,
-        failed: int = 0,
-        retried: int = 0,
-        timed_out: int = 0,
-        latency: float | None = None,
-    ) -> None:
-        with self._cond:
-            self._exported += exported
-            self._failed += failed
-            self._retried += retried
-            self._timed_out += timed_out
-            if latency is not None:
-                self._last_latency = latency
-
-
-def _reraise_at_exit(exc: BaseException) -> None:
-    """Re-raise ``exc`` only while the interpreter itself is shutting down."""
-    if sys.is_finalizing():
-        raise exc
+            self._caller.call(lambda: self.sink.shutdown(remaining), remaining)
+        except BaseException as exc:  # a sink's shutdown failing must not reach the caller
+            reraise_at_exit(exc)
+            logger.warning("sink %s: shutdown raised %s: %s", self.name, type(exc).__name__, exc)

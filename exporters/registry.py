@@ -4,7 +4,9 @@ Each sink package exposes a :class:`SinkFactory` as ``FACTORY``; :func:`build_si
 finds them through :data:`SINK_MODULES` (construction order) and builds the enabled ones.
 A sink's package is imported only to ask it, and its optional library (``wandb``,
 ``swanlab``, ``tensorboard``) only when the sink is built, so a missing library fails only
-for the configuration that enables it.
+for the configuration that enables it. A remote sink (OTLP, with ``otlp.endpoint`` set)
+sends to the collector, which runs the other sinks: when one is enabled, only the remote
+ones are built here.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ SINK_MODULES = (
     "exporters.wandb",
     "exporters.swanlab",
     "exporters.tensorboard",
+    "exporters.otlp",
 )
 
 
@@ -39,29 +42,46 @@ class BuildContext:
             several runs, like the collector: SwanLab allows one run per process).
         experiment: the experiment config W&B and SwanLab log with the run, secrets
             removed (AReaL logs the whole experiment config); default: the config's own.
+        role: the sender's role (``trainer``, ``rollout``, ``eval``): a rollout or eval
+            worker sends running totals over OTLP, and has a spool of its own.
+        worker: the worker id (or rank) that names a rollout or eval worker's spool.
+        start_unix_nano: the sender's start (OTLP health counters, running totals).
+        otlp_options: extra :class:`~exporters.otlp.sink.OtlpSink` arguments (backoff,
+            spool timing).
     """
 
     run_name_suffix: str | None = None
     swanlab_process: bool = False
     experiment: Mapping[str, Any] | None = None
+    role: str = "trainer"
+    worker: str = "0"
+    start_unix_nano: int | None = None
+    otlp_options: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class SinkFactory:
-    """A sink's entry in the registry: its name, when the config enables it, how to build it."""
+    """A sink's entry in the registry: its name, when the config enables it, how to build it.
+
+    ``remote``: the sink sends to the collector, which runs the others.
+    """
 
     name: str
     enabled: Callable[[StatsLoggerConfig], bool]
     create: Callable[[StatsLoggerConfig, BuildContext], Sink]
+    remote: bool = False
 
 
-def _factories() -> list[SinkFactory]:
-    return [importlib.import_module(module).FACTORY for module in SINK_MODULES]
+def _enabled(config: StatsLoggerConfig) -> list[SinkFactory]:
+    found = [importlib.import_module(module).FACTORY for module in SINK_MODULES]
+    found = [factory for factory in found if factory.enabled(config)]
+    return [factory for factory in found if factory.remote] or found
 
 
 def enabled_sinks(config: StatsLoggerConfig) -> list[str]:
-    """Names of the sinks ``config`` enables, in construction order."""
-    return [factory.name for factory in _factories() if factory.enabled(config)]
+    """Names of the sinks ``config`` enables, in construction order (only ``otlp`` when
+    ``otlp.endpoint`` is set: the collector runs the others)."""
+    return [factory.name for factory in _enabled(config)]
 
 
 def build_sinks(config: StatsLoggerConfig, context: BuildContext | None = None) -> list[Sink]:
@@ -72,4 +92,4 @@ def build_sinks(config: StatsLoggerConfig, context: BuildContext | None = None) 
             the ``pip install rltel[...]`` extra).
     """
     context = context or BuildContext()
-    return [f.create(config, context) for f in _factories() if f.enabled(config)]
+    return [factory.create(config, context) for factory in _enabled(config)]

@@ -1,33 +1,31 @@
 """StatsLogger: AReaL's ``commit(epoch, epoch_step, global_step, data)`` on rltel's pipeline.
 
-One commit becomes one :class:`~telemetry.model.snapshot.Snapshot` per step. With
-``otlp.endpoint`` set it goes to the background OTLP transport (the collector fans it out);
-without one (the embedded default) it is handed to the in-process sinks through
-:class:`exporters.fanout.FanOut`. Either way ``commit`` returns without waiting on a
-sink or the network. Trainers log on rank 0 only; rollout and eval workers each log their
-own streams and send scalar streams as cumulative totals since the worker's start, so a
-lost request loses nothing (the collector diffs them back to windows).
+One commit becomes one :class:`~telemetry.model.snapshot.Snapshot` per step, handed to
+the logger's one :class:`exporters.fanout.FanOut`, every sink behind its own bounded queue.
+With ``otlp.endpoint`` set its sink list is the OTLP sink (the collector runs the other
+sinks); without one (the embedded default) it is the in-process sinks the config enables.
+Either way ``commit`` returns without waiting on a sink or the network. Trainers log on
+rank 0 only; rollout and eval workers each log their own streams (over OTLP their scalar
+streams go as running totals since the worker's start, so a lost request loses nothing).
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from exporters.fanout import FanOut
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
 from telemetry.model import names
 from telemetry.model.errors import ConfigError, InvalidValueError
 from telemetry.model.snapshot import Gauge, Point, Snapshot, Step
-from telemetry.otlp.encode import Batch
 from telemetry.progress import progress_line
 from telemetry.record.stats import Stats
 from telemetry.record.typed_keys import points_for
@@ -45,7 +43,7 @@ _STREAMS = {"trainer": "train", "rollout": "rollout", "eval": "eval"}
 
 
 class StatsLogger:
-    """Logs committed stats to the collector (OTLP) or to in-process sinks.
+    """Logs committed stats through one fan-out: to the collector (OTLP) or in-process sinks.
 
     Args:
         config: ``stats_logger`` section: a :class:`StatsLoggerConfig`, a mapping (AReaL's
@@ -55,9 +53,9 @@ class StatsLogger:
         role: ``trainer`` (rank 0 logs), ``rollout`` or ``eval`` (every worker logs).
         worker_id: the rollout/eval worker's id (resource attribute ``rltel.worker_id``).
         sinks: in-process sinks; default: those ``config`` enables. With an OTLP endpoint
-            only explicitly given sinks run in-process, beside the transport.
-        transport_options: extra :class:`~exporters.otlp.transport.OtlpTransport` arguments
-            (backoff, spool timing).
+            only explicitly given sinks run in-process, beside the OTLP sink.
+        otlp_options: extra :class:`~exporters.otlp.sink.OtlpSink` arguments (backoff,
+            spool timing).
 
     Raises:
         ConfigError: an invalid config or an unknown role.
@@ -71,7 +69,7 @@ class StatsLogger:
         role: str = "trainer",
         worker_id: str | int | None = None,
         sinks: Sequence[Any] | None = None,
-        transport_options: Mapping[str, Any] | None = None,
+        otlp_options: Mapping[str, Any] | None = None,
     ) -> None:
         if role not in ROLES:
             raise ConfigError(f"StatsLogger role must be one of {', '.join(ROLES)}; got {role!r}")
@@ -83,32 +81,15 @@ class StatsLogger:
         self.enabled = role != "trainer" or self.rank == 0
         self.start_unix_nano = time.time_ns()
         self._pid = os.getpid()  # a forked child (data-loader worker) logs nothing
-        self._window_start = self.start_unix_nano
-        self._totals: dict[str, tuple[float, int]] = {}  # cumulative scalar (sum, count)
         self._last_step: Step | None = None
         self._closed = False
-        self.transport = None
-        self.fanout = None
         self.resource = self._resource(worker_id)
+        self.fanout = FanOut(self._sinks(sinks, otlp_options) if self.enabled else [])
+        self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
         if not self.enabled:
             return
-        otlp = self.config.otlp
-        if otlp.endpoint:
-            self.transport = self._make_transport(transport_options or {})
-        if sinks is None and not otlp.endpoint:
-            from exporters.registry import BuildContext, build_sinks
-
-            context = BuildContext(
-                run_name_suffix=None if role == "trainer" else _STREAMS[role],
-                experiment=self.experiment_config,
-            )
-            sinks = build_sinks(self.config, context)
-        if sinks:
-            from exporters.fanout import FanOut
-
-            self.fanout = FanOut(sinks)
-            _serve_sink_health(self.fanout)
-        if self.fanout is None and self.transport is None:
+        _serve_sink_health(self.fanout)
+        if not self.fanout.queued:
             logger.warning(
                 "stats_logger: no sink is enabled and no otlp.endpoint is set, so commit() "
                 "logs nothing; enable one of stats_logger.console.enabled, "
@@ -117,12 +98,29 @@ class StatsLogger:
                 "or set stats_logger.otlp.endpoint"
             )
         atexit.register(self.close)
+        endpoint = self.config.otlp.endpoint
         logger.info(
             "stats logger (%s, %s): %s",
             role,
-            f"otlp {otlp.endpoint}" if otlp.endpoint else "embedded",
+            f"otlp {endpoint}" if endpoint else "embedded",
             public_dict(self.config),
         )
+
+    def _sinks(self, given: Sequence[Any] | None, otlp_options: Mapping[str, Any] | None):
+        """The given sinks, or those the config enables; the OTLP sink whenever it is set."""
+        from exporters.registry import BuildContext, build_sinks
+
+        if given is not None and not self.config.otlp.endpoint:
+            return list(given)
+        context = BuildContext(
+            run_name_suffix=None if self.role == "trainer" else _STREAMS[self.role],
+            experiment=self.experiment_config,
+            role=self.role,
+            worker=self.resource_id,
+            start_unix_nano=self.start_unix_nano,
+            otlp_options=otlp_options,
+        )
+        return [*(given or ()), *build_sinks(self.config, context)]
 
     def _resource(self, worker_id: str | int | None) -> tuple[tuple[str, Any], ...]:
         resource: list[tuple[str, Any]] = [
@@ -136,33 +134,6 @@ class StatsLogger:
             resource.append((names.WORKER_ID, str(worker_id)))
         resource.append(("host.name", socket.gethostname()))
         return tuple(resource)
-
-    def _make_transport(self, options: Mapping[str, Any]):
-        from exporters.otlp.spool import Spool
-        from exporters.otlp.transport import OtlpTransport
-
-        otlp = self.config.otlp
-        name = self.role if self.role == "trainer" else f"{self.role}-{self.resource_id}"
-        directory = Path(otlp.spool_dir) if otlp.spool_dir else self.config.run_dir / "otlp-spool"
-        try:
-            spool = Spool(directory / name, otlp.spool_limit_bytes)
-        except OSError as exc:
-            logger.warning(
-                "otlp: no spool at %s (%s); outages beyond the queue lose data", directory, exc
-            )
-            spool = None
-        return OtlpTransport(
-            otlp.endpoint,
-            insecure=otlp.insecure,
-            tls=otlp.tls.as_dict() if otlp.tls else None,
-            headers=otlp.plain_headers(),
-            timeout_s=otlp.timeout,
-            queue_size=otlp.queue_size,
-            max_points_per_request=otlp.max_points_per_request,
-            spool=spool,
-            start_unix_nano=self.start_unix_nano,
-            **options,
-        )
 
     @property
     def resource_id(self) -> str:
@@ -218,45 +189,19 @@ class StatsLogger:
         if step is not None and self.role == "trainer":
             points = (*points, Gauge(STEP_METRIC, float(step.global_step)))
             self._last_step = step
-        now = time.time_ns()
-        snapshot = Snapshot(points, step, self.resource, now, _STREAMS[self.role])
-        if self.fanout is not None:
-            self.fanout.export(snapshot)
-        if self.transport is not None:
-            cumulative = self.role != "trainer"
-            wire = self._cumulative(snapshot) if cumulative else snapshot
-            wire = replace(wire, points=wire.points + tuple(self.transport.health_points()))
-            batch = Batch(wire, self._window_start, self.start_unix_nano, cumulative)
-            self.transport.submit(batch)
-        self._window_start = now
-
-    def _cumulative(self, snapshot: Snapshot) -> Snapshot:
-        """Scalar streams as running totals since the start.
-
-        A non-finite window would poison the running total for good: it is skipped and
-        counted in the transport's ``nonfinite_values``.
-        """
-        points, skipped = [], 0
-        for point in snapshot.points:
-            if isinstance(point, Gauge) and point.count is not None:
-                total, count = self._totals.get(point.key, (0.0, 0))
-                if not math.isfinite(point.value):
-                    skipped += point.count > 0
-                elif point.count > 0:
-                    total, count = total + point.value * point.count, count + int(point.count)
-                    self._totals[point.key] = (total, count)
-                point = replace(point, value=total / count if count else 0.0, count=count)
-            points.append(point)
-        if skipped and self.transport is not None:
-            self.transport.count_nonfinite(skipped)
-        return replace(snapshot, points=tuple(points))
+        snapshot = Snapshot(points, step, self.resource, time.time_ns(), _STREAMS[self.role])
+        self.fanout.export(snapshot)
 
     def _send_closed(self, step: Step) -> None:
-        """Tell the collector this trainer ended (its step series stops without a stall)."""
+        """Tell the collector this trainer ended (its step series stops without a stall).
+
+        Only the OTLP sink gets it: in-process sinks see the logger go away themselves.
+        """
         points = (Gauge(STEP_METRIC, float(step.global_step)), Gauge(CLOSED_METRIC, 1.0))
-        points += tuple(self.transport.health_points())
         snapshot = Snapshot(points, step, self.resource, time.time_ns(), _STREAMS[self.role])
-        self.transport.submit(Batch(snapshot, self._window_start, self.start_unix_nano, False))
+        for queued in self.fanout.queued:
+            if queued.sink is self.otlp:
+                queued.submit(snapshot)
 
     def state_dict(self) -> dict[str, Any]:
         """AReaL's recovery state: ``{"last_commit_step": n}`` (-1 before any commit)."""
@@ -279,32 +224,29 @@ class StatsLogger:
         self._last_commit_step = step
 
     def health(self) -> dict[str, Any]:
-        """The transport's counters (``otlp``) and each in-process sink's (``sinks``)."""
-        out: dict[str, Any] = {}
-        if self.transport is not None:
-            out["otlp"] = self.transport.health()
-        if self.fanout is not None:
-            out["sinks"] = self.fanout.stats()
+        """Each sink's queue counters (``sinks``) and, with OTLP, its sender's (``otlp``)."""
+        out: dict[str, Any] = {"sinks": self.fanout.stats()}
+        if self.otlp is not None:
+            out["otlp"] = self.otlp.health()
         return out
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Flush the transport and the sinks within ``timeout_s``; safe to call twice."""
+        """Drain the sinks' queues and shut them down within ``timeout_s``; safe twice."""
         if self._closed or os.getpid() != self._pid:
             return
         self._closed = True
         atexit.unregister(self.close)
-        deadline = time.monotonic() + timeout_s
-        if self.transport is not None and self._last_step is not None:
+        if self.otlp is not None and self._last_step is not None and self.role == "trainer":
             self._send_closed(self._last_step)
-        if self.transport is not None and not self.transport.close(timeout_s):
-            health = self.transport.health()
-            logger.warning(
-                "otlp: closed with %d points spooled for the next run, %d dropped",
-                health["spool_points"],
-                health["points_dropped"],
-            )
-        if self.fanout is not None:
-            self.fanout.shutdown(max(0.0, deadline - time.monotonic()))
+        self.fanout.shutdown(timeout_s)
+        if self.otlp is not None:
+            health = self.otlp.health()
+            if health["spool_points"] or health["points_dropped"]:
+                logger.warning(
+                    "otlp: closed with %d points spooled for the next run, %d dropped",
+                    health["spool_points"],
+                    health["points_dropped"],
+                )
 
 
 def _serve_sink_health(fanout) -> None:

@@ -1,1 +1,56 @@
-"""OTLP delivery: the background transport with its spool, and the gRPC exporter."""
+"""OTLP delivery: the OTLP sink with its spool as overflow, the sender and the gRPC exporter.
+
+The sink's modules (and grpc) are imported only when the sink is built.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from exporters.base import Sink
+from exporters.registry import BuildContext, SinkFactory
+from telemetry.config import StatsLoggerConfig
+
+__all__ = ["FACTORY"]
+
+logger = logging.getLogger(__name__)
+
+
+def create(config: StatsLoggerConfig, context: BuildContext) -> Sink:
+    """The OTLP sink of one sender, its spool under ``otlp.spool_dir`` or the run directory.
+
+    A trainer's spool is ``trainer/``, a rollout or eval worker's ``<role>-<worker>/``.
+    """
+    from exporters.otlp.sink import OtlpSink
+    from exporters.otlp.spool import Spool
+
+    otlp = config.otlp
+    role = context.role
+    name = role if role == "trainer" else f"{role}-{context.worker}"
+    directory = Path(otlp.spool_dir) if otlp.spool_dir else config.run_dir / "otlp-spool"
+    try:
+        spool = Spool(directory / name, otlp.spool_limit_bytes)
+    except OSError as exc:
+        logger.warning(
+            "otlp: no spool at %s (%s); outages beyond the queue lose data", directory, exc
+        )
+        spool = None
+    return OtlpSink(
+        otlp.endpoint,
+        insecure=otlp.insecure,
+        tls=otlp.tls.as_dict() if otlp.tls else None,
+        headers=otlp.plain_headers(),
+        timeout_s=otlp.timeout,
+        queue_size=otlp.queue_size,
+        max_points_per_request=otlp.max_points_per_request,
+        spool=spool,
+        cumulative=role != "trainer",
+        start_unix_nano=context.start_unix_nano,
+        **dict(context.otlp_options or {}),
+    )
+
+
+FACTORY = SinkFactory(
+    "otlp", enabled=lambda config: bool(config.otlp.endpoint), create=create, remote=True
+)

@@ -18,11 +18,12 @@ from collector.config import from_dict
 from collector.pipeline import Expired, Pipeline
 from collector.server import PUSHBACK_KEY, RETRY_INFO_KEY, SERVICE, CollectorServer
 from exporters.base import ExportResult, InMemorySink, Sink
+from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool
-from exporters.otlp.transport import OtlpTransport
+from exporters.queued import QueuedSink
 from telemetry.model.snapshot import Counter, Gauge, Snapshot, Step
 from telemetry.otlp.decode import Decoder
-from telemetry.otlp.encode import Batch, encode
+from telemetry.otlp.encode import encode
 
 METHOD = f"/{SERVICE}/Export"
 RUN = (("service.name", "adm"),)
@@ -142,24 +143,28 @@ def test_sustained_overload_every_ok_reaches_the_sink_every_refusal_is_retryable
     assert stats.pending_bytes == 0  # every charge released
 
 
-def test_transport_with_spool_loses_nothing_through_an_overloaded_collector(tmp_path):
+def test_otlp_sink_with_spool_loses_nothing_through_an_overloaded_collector(tmp_path):
     slow = SlowSink(0.01)
     server = serve([slow], {"queue_size": 2})
     fast = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05, "timeout_s": 5.0}
 
     def sender(i: int):
         spool = Spool(tmp_path / f"spool{i}", limit_bytes=10**8)
-        transport = OtlpTransport(server.endpoint, spool=spool, queue_size=16, **fast)
+        sink = OtlpSink(server.endpoint, spool=spool, queue_size=16, **fast)
+        queued = QueuedSink.of(sink)
         for step in range(60):
             points = (Gauge(f"id/{i}-{step}", 1.0), Counter("tokens", float(step + 1)))
             snapshot = Snapshot(points, Step(0, step, step), (("rltel.rank", i),), step + 1)
-            assert transport.submit(Batch(snapshot, window_start_unix_nano=step, start_unix_nano=1))
-            time.sleep(0.002)  # a trainer's step; the transport spools what waits
+            assert queued.submit(snapshot)
+            time.sleep(0.002)  # a trainer's step; the queue spools what waits
         deadline = time.monotonic() + 30.0  # the spool replays while the collector refuses
-        while transport.health()["points_exported"] < 120 and time.monotonic() < deadline:
+        total = 60 * (2 + HEALTH_POINTS)
+        while sink.health()["points_exported"] < total and time.monotonic() < deadline:
             time.sleep(0.05)
-        delivered = transport.close(5.0)
-        return delivered, transport.health()
+        queued.shutdown(5.0)
+        health = sink.health()
+        delivered = health["points_exported"] == total and health["spool_points"] == 0
+        return delivered, health
 
     try:
         results = run_clients(4, sender)

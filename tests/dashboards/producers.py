@@ -7,7 +7,7 @@ import tempfile
 
 import torch
 
-from exporters.otlp.transport import OtlpTransport
+from exporters.otlp.sink import OtlpSink
 from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 from telemetry.metrics.advantages import record_advantage_fractions
 from telemetry.metrics.moe import MoEBalance
@@ -109,9 +109,9 @@ def logger_points() -> tuple[Point, ...]:
 
 
 def transport_points() -> tuple[Point, ...]:
-    """The health points a real OTLP transport adds to each export (nothing sent yet)."""
-    transport = OtlpTransport(f"127.0.0.1:{free_port()}", timeout_s=0.5)
+    """The health points a real OTLP sink adds to each export (nothing sent yet)."""
+    sink = OtlpSink(f"127.0.0.1:{free_port()}", timeout_s=0.5)
     try:
-        return tuple(transport.health_points())
+        return tuple(sink.health_points())
     finally:
-        transport.close(timeout_s=0.5)
+        sink.shutdown()

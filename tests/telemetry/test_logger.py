@@ -47,7 +47,7 @@ def test_embedded_default_hands_snapshots_to_sinks(tmp_path):
     stats.commit(1, 3, 13, data)
     stats.close()
     (snapshot,) = sink.snapshots
-    assert sink.shut_down and stats.transport is None
+    assert sink.shut_down and stats.otlp is None
     assert (snapshot.step.epoch, snapshot.step.epoch_step, snapshot.step.global_step) == (1, 3, 13)
     # no __count; the heartbeat gauge carries the step for Prometheus
     assert snapshot.flat() == {"loss/avg": 0.5, "reward": 2.0, "lr": 1e-5, STEP_METRIC: 13.0}
@@ -103,7 +103,7 @@ def test_typed_and_plain_commits_over_otlp(tmp_path):
     typed["timeperf/step"] = 0.5  # a plain value added by hand
     assert typed["ppo_actor/update/ratio/avg"] == pytest.approx(values.mean())
     with Receiver() as receiver:
-        stats = StatsLogger(config(tmp_path, receiver.endpoint), transport_options=FAST)
+        stats = StatsLogger(config(tmp_path, receiver.endpoint), otlp_options=FAST)
         stats.commit(0, 0, 1, typed)
         deadline = time.monotonic() + 5
         while not stats.health()["otlp"]["points_exported"] and time.monotonic() < deadline:
@@ -134,13 +134,13 @@ def test_typed_and_plain_commits_over_otlp(tmp_path):
     health = metrics_of(second)["rltel/otlp/points_exported"].sum.data_points[0]
     heartbeat = 1
     assert health.as_double == (
-        len(typed.typed_points()) + heartbeat + len(stats.transport.health_points())
+        len(typed.typed_points()) + heartbeat + len(stats.otlp.health_points())
     )
 
 
 def test_nonfinite_values_never_raise_and_are_counted(tmp_path):
     with Receiver() as receiver:
-        stats = StatsLogger(config(tmp_path, receiver.endpoint), transport_options=FAST)
+        stats = StatsLogger(config(tmp_path, receiver.endpoint), otlp_options=FAST)
         stats.commit(0, 0, 0, {"a": math.nan, "b": math.inf, "c": 1.0})
         stats.close()
     metrics = user_metrics(receiver.requests[0])
@@ -156,7 +156,7 @@ def test_rollout_worker_sends_cumulative_scalar_totals(tmp_path):
             config(tmp_path, receiver.endpoint),
             role="rollout",
             worker_id="w7",
-            transport_options=FAST,
+            otlp_options=FAST,
         )
         for step, (value, count) in enumerate(windows):
             hist = Histogram("rollout/len", count=2, sum=float(step), min=0.0, max=float(step))
@@ -185,7 +185,7 @@ def test_rollout_worker_sends_cumulative_scalar_totals(tmp_path):
 
 def test_collector_down_then_up_commit_stays_fast_and_loses_nothing(tmp_path):
     receiver = Receiver()  # down
-    stats = StatsLogger(config(tmp_path, receiver.endpoint), transport_options=FAST)
+    stats = StatsLogger(config(tmp_path, receiver.endpoint), otlp_options=FAST)
     data = {f"scope/key_{i}/avg": float(i) for i in range(200)}
     latencies = []
     try:
@@ -213,7 +213,7 @@ import sys, time
 from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 stats = StatsLogger(
     {"fileroot": sys.argv[1], "otlp": {"endpoint": sys.argv[2]}},
-    transport_options={"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05},
+    otlp_options={"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05},
 )
 for step in range(20):
     stats.commit(0, step, step, {"x": float(step)})
@@ -242,7 +242,7 @@ def test_killed_process_loses_nothing_that_was_spooled(tmp_path):
     with receiver:
         stats = StatsLogger(
             {"fileroot": str(tmp_path), "otlp": {"endpoint": receiver.endpoint}},
-            transport_options=FAST,
+            otlp_options=FAST,
         )
         stats.commit(0, 20, 20, {"x": 20.0})
         stats.close(5.0)
@@ -257,7 +257,7 @@ def test_secrets_are_never_logged(tmp_path, caplog):
     down = Receiver()
     cfg = config(tmp_path, down.endpoint, **secrets)
     cfg["otlp"]["headers"] = {"authorization": "Bearer HDR-SECRET-3"}
-    stats = StatsLogger(cfg, transport_options=FAST)
+    stats = StatsLogger(cfg, otlp_options=FAST)
     stats.commit(0, 0, 0, {"x": 1.0})
     stats.close(0.5)
     assert "stats logger" in caplog.text
@@ -289,19 +289,19 @@ def test_unknown_role_is_rejected(tmp_path):
 
 
 def _rank_commits(rank: int, world: int, endpoint: str, root: str) -> dict:
-    stats = StatsLogger({"fileroot": root, "otlp": {"endpoint": endpoint}}, transport_options=FAST)
+    stats = StatsLogger({"fileroot": root, "otlp": {"endpoint": endpoint}}, otlp_options=FAST)
     for step in range(3):
         stats.commit(0, step, step, {"rank": float(rank)})
     stats.close(5.0)
-    return {"enabled": stats.enabled, "rank": stats.rank, "transport": stats.transport is not None}
+    return {"enabled": stats.enabled, "rank": stats.rank, "otlp": stats.otlp is not None}
 
 
 def test_only_rank_zero_logs(tmp_path):
     with Receiver() as receiver:
         results = run_ranks(_rank_commits, 2, receiver.endpoint, str(tmp_path), timeout=90)
     assert results == [
-        {"enabled": True, "rank": 0, "transport": True},
-        {"enabled": False, "rank": 1, "transport": False},
+        {"enabled": True, "rank": 0, "otlp": True},
+        {"enabled": False, "rank": 1, "otlp": False},
     ]
     requests = receiver.requests
     assert [step_of(r) for r in requests] == [0, 1, 2, 2]  # + rank 0's close marker
@@ -349,15 +349,15 @@ def test_trainer_exports_carry_the_step_heartbeat(tmp_path):
 
 def test_close_tells_the_collector_the_trainer_ended(tmp_path):
     with Receiver() as receiver:
-        trainer = StatsLogger(config(tmp_path, receiver.endpoint), transport_options=FAST)
+        trainer = StatsLogger(config(tmp_path, receiver.endpoint), otlp_options=FAST)
         trainer.commit(0, 4, 41, {"x": 1.0})
         trainer.commit(0, 5, 42, {"x": 2.0})
         trainer.close()
         trainer.close()  # once only
-        idle = StatsLogger(config(tmp_path / "idle", receiver.endpoint), transport_options=FAST)
+        idle = StatsLogger(config(tmp_path / "idle", receiver.endpoint), otlp_options=FAST)
         idle.close()  # nothing committed: nothing to end
         rollout = StatsLogger(
-            config(tmp_path, receiver.endpoint), role="rollout", transport_options=FAST
+            config(tmp_path, receiver.endpoint), role="rollout", otlp_options=FAST
         )
         rollout.commit(0, 1, 1, {"r": 1.0})
         rollout.close()

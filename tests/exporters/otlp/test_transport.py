@@ -1,8 +1,10 @@
-"""Transport against a real OTLP/gRPC receiver: order, retries, spool, drops, close, fork."""
+"""The OTLP delivery path (OtlpSink behind its QueuedSink, the spool as overflow) against a
+real OTLP/gRPC receiver: order, retries, spool, drops, close, fork."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -12,19 +14,42 @@ import grpc
 import numpy as np
 import pytest
 
+from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool, batch_to_json
-from exporters.otlp.transport import OtlpTransport
+from exporters.queued import QueuedSink
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
-from telemetry.otlp.encode import Batch
 from tests.telemetry.otlp_receiver import Receiver, metrics_of, point_count, step_of
 
 FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05, "timeout_s": 2.0}
+WIRE = 3 + HEALTH_POINTS  # points per request of batch(step): 3 gauges, the sender's health
 
 
-def batch(step: int, n: int = 3) -> Batch:
+def batch(step: int, n: int = 3) -> Snapshot:
     points = tuple(Gauge(f"g/{i}", float(step), count=1) for i in range(n))
-    snapshot = Snapshot(points, Step(0, step, step), (("rltel.role", "trainer"),), 10 + step)
-    return Batch(snapshot, window_start_unix_nano=9 + step, start_unix_nano=1)
+    return Snapshot(points, Step(0, step, step), (("rltel.role", "trainer"),), 10 + step)
+
+
+class Otlp:
+    """The OTLP sink behind its own queue, as the StatsLogger's fan-out runs it."""
+
+    def __init__(self, endpoint: str, **options) -> None:
+        self.sink = OtlpSink(endpoint, **{**FAST, **options})
+        self.queued = QueuedSink.of(self.sink)
+
+    def submit(self, snapshot: Snapshot) -> bool:
+        return self.queued.submit(snapshot)
+
+    def health(self) -> dict:
+        return self.sink.health()
+
+    def health_points(self) -> list:
+        return self.sink.health_points()
+
+    def close(self, timeout_s: float) -> bool:
+        """Shut down; True when everything submitted was delivered or refused for good."""
+        self.queued.shutdown(timeout_s)
+        health = self.health()
+        return health["points_dropped"] == 0 and health["spool_points"] == 0
 
 
 def steps(receiver: Receiver) -> list[int]:
@@ -38,36 +63,44 @@ def receiver():
 
 
 def test_batches_arrive_in_order_and_health_counts_them(receiver):
-    transport = OtlpTransport(receiver.endpoint, **FAST)
+    transport = Otlp(receiver.endpoint, **FAST)
     for step in range(20):
         assert transport.submit(batch(step))
     assert transport.close(5.0)
     assert steps(receiver) == list(range(20))
     health = transport.health()
-    assert health["points_exported"] == 60 and health["requests_exported"] == 20
+    assert health["points_exported"] == 20 * WIRE and health["requests_exported"] == 20
     assert health["points_failed"] == health["points_dropped"] == health["retries"] == 0
+    # each request carries the sender's health as it was when the request was built
+    carried = [metrics_of(r)["rltel/otlp/points_exported"] for r in receiver.requests]
+    assert [m.sum.data_points[0].as_double for m in carried] == [k * WIRE for k in range(20)]
     points = {p.metric: p for p in transport.health_points()}
-    assert points["rltel/otlp/points_exported"].value == 60
+    assert points["rltel/otlp/points_exported"].value == 20 * WIRE
     assert isinstance(points["rltel/otlp/points_exported"], Counter)
+    # each request carries the latencies since the previous one: every export counted once
+    windows = [metrics_of(r)["rltel/otlp/export_latency"].histogram for r in receiver.requests]
+    assert [w.data_points[0].count for w in windows] == [0] + [1] * 19
     latency = points["rltel/otlp/export_latency"]
-    assert isinstance(latency, Histogram) and latency.count == 20
+    assert isinstance(latency, Histogram) and latency.count == 1  # the last request's
     assert 0 < latency.min <= latency.sum / latency.count <= latency.max < 2.0
     assert {p.metric: p for p in transport.health_points()}["rltel/otlp/export_latency"].count == 0
 
 
 def test_large_batch_is_split_into_requests_under_the_limit(receiver):
-    transport = OtlpTransport(receiver.endpoint, max_points_per_request=50, **FAST)
+    transport = Otlp(receiver.endpoint, max_points_per_request=50, **FAST)
     transport.submit(batch(0, n=470))
     assert transport.close(5.0)
     requests = receiver.requests
-    assert len(requests) == 10 and all(point_count(r) <= 50 for r in requests)
-    names = [n for r in requests for n in metrics_of(r) if not n.startswith("train.")]
+    room = 50 - 3  # the step gauges ride in every request
+    assert len(requests) == math.ceil((470 + HEALTH_POINTS) / room) == 11
+    assert all(point_count(r) <= 50 for r in requests)
+    names = [n for r in requests for n in metrics_of(r) if not n.startswith(("train.", "rltel/"))]
     assert sorted(names) == sorted(f"g/{i}" for i in range(470))
-    assert transport.health()["points_exported"] == 470
+    assert transport.health()["points_exported"] == 470 + HEALTH_POINTS
 
 
 def test_retryable_codes_are_retried_permanent_ones_are_not(receiver):
-    transport = OtlpTransport(receiver.endpoint, **FAST)
+    transport = Otlp(receiver.endpoint, **FAST)
     receiver.fail_with(grpc.StatusCode.UNAVAILABLE, 2)
     transport.submit(batch(0))
     assert receiver.wait_for(lambda r: len(r) == 1, 5.0)
@@ -78,14 +111,14 @@ def test_retryable_codes_are_retried_permanent_ones_are_not(receiver):
     assert transport.close(5.0)
     assert steps(receiver) == [0, 2] and receiver.calls == 5
     health = transport.health()
-    assert health["points_failed"] == 4 and health["retries"] == 2
-    assert health["points_exported"] == 6
+    assert health["points_failed"] == 4 + HEALTH_POINTS and health["retries"] == 2
+    assert health["points_exported"] == 2 * WIRE
 
 
 def test_collector_down_then_up_every_step_once_in_order(tmp_path):
     receiver = Receiver()  # not started: the collector is down
     spool = Spool(tmp_path / "spool", limit_bytes=10**7)
-    transport = OtlpTransport(receiver.endpoint, spool=spool, queue_size=8, **FAST)
+    transport = Otlp(receiver.endpoint, spool=spool, queue_size=8, **FAST)
     latencies = []
     try:
         for step in range(60):
@@ -104,24 +137,25 @@ def test_collector_down_then_up_every_step_once_in_order(tmp_path):
     assert steps(receiver) == list(range(60))
     assert np.percentile(np.array(latencies), 99) < 0.005
     health = transport.health()
-    assert health["points_exported"] == 180 and health["points_dropped"] == 0
+    assert health["points_exported"] == 60 * WIRE and health["points_dropped"] == 0
     assert len(spool) == 0 and not list((tmp_path / "spool").glob("*.json"))
 
 
 def test_spool_limit_exceeded_drop_count_is_exact_and_the_rest_replays(tmp_path):
-    size = len(batch_to_json(batch(0)).encode())
-    spool = Spool(tmp_path, limit_bytes=5 * size + size // 2)  # room for 5 batches
     down = Receiver()
-    transport = OtlpTransport(down.endpoint, spool=spool, **FAST)
+    (wire,) = OtlpSink(down.endpoint).requests_left(batch(0))
+    size = len(batch_to_json(wire).encode())
+    spool = Spool(tmp_path, limit_bytes=5 * size + size // 2)  # room for 5 batches
+    transport = Otlp(down.endpoint, spool=spool, **FAST)
     for step in range(12):
         transport.submit(batch(step))
     assert not transport.close(5.0)  # collector down: nothing delivered, all spooled or dropped
     health = transport.health()
-    assert health["points_dropped"] == 7 * 3 and health["points_spooled"] == 5 * 3
-    assert health["points_exported"] == 0 and health["spool_points"] == 15
+    assert health["points_dropped"] == 7 * WIRE and health["points_spooled"] == 5 * WIRE
+    assert health["points_exported"] == 0 and health["spool_points"] == 5 * WIRE
 
     with Receiver() as receiver:  # the next run replays the spool first, in order
-        again = OtlpTransport(receiver.endpoint, spool=Spool(tmp_path, 10**7), **FAST)
+        again = Otlp(receiver.endpoint, spool=Spool(tmp_path, 10**7), **FAST)
         again.submit(batch(100))
         assert again.close(5.0)
     assert steps(receiver) == [0, 1, 2, 3, 4, 100]
@@ -129,22 +163,22 @@ def test_spool_limit_exceeded_drop_count_is_exact_and_the_rest_replays(tmp_path)
 
 def test_without_spool_every_lost_point_is_counted():
     down = Receiver()
-    transport = OtlpTransport(down.endpoint, queue_size=4, **FAST)
+    transport = Otlp(down.endpoint, queue_size=4, **FAST)
     accepted = sum(transport.submit(batch(step)) for step in range(10))
     assert accepted < 10
     start = time.monotonic()
     assert not transport.close(0.3)
     assert time.monotonic() - start < 2.0
     health = transport.health()
-    assert health["points_dropped"] == 30 and health["points_exported"] == 0
+    assert health["points_dropped"] == 10 * WIRE and health["points_exported"] == 0
     assert not transport.submit(batch(11))  # closed
-    assert transport.health()["points_dropped"] == 33
+    assert transport.health()["points_dropped"] == 11 * WIRE
 
 
 def test_close_keeps_its_deadline_with_a_stalled_collector(tmp_path, receiver):
     receiver.stall_s = 3.0  # accepts, then answers long after the close deadline
     spool = Spool(tmp_path, limit_bytes=10**7)
-    transport = OtlpTransport(receiver.endpoint, spool=spool, **{**FAST, "timeout_s": 10.0})
+    transport = Otlp(receiver.endpoint, spool=spool, **{**FAST, "timeout_s": 10.0})
     for step in range(3):
         transport.submit(batch(step))
     time.sleep(0.1)  # the first request is in flight
@@ -163,7 +197,7 @@ def test_headers_are_sent_and_never_logged(receiver, caplog):
     secret = "Bearer s3cr3t-token"
     caplog.set_level(logging.DEBUG)
     receiver.fail_with(grpc.StatusCode.PERMISSION_DENIED, 1)
-    transport = OtlpTransport(receiver.endpoint, headers={"authorization": secret}, **FAST)
+    transport = Otlp(receiver.endpoint, headers={"authorization": secret}, **FAST)
     transport.submit(batch(0))
     transport.submit(batch(1))
     assert transport.close(5.0)
@@ -171,7 +205,7 @@ def test_headers_are_sent_and_never_logged(receiver, caplog):
     assert "PERMISSION_DENIED" in caplog.text and secret not in caplog.text
 
 
-def _hammer(transport: OtlpTransport, stop: threading.Event) -> None:
+def _hammer(transport: Otlp, stop: threading.Event) -> None:
     step = 1000
     while not stop.is_set() and step < 1300:
         transport.submit(batch(step))
@@ -180,7 +214,7 @@ def _hammer(transport: OtlpTransport, stop: threading.Event) -> None:
 
 
 def test_forked_child_neither_deadlocks_nor_sends(receiver):
-    transport = OtlpTransport(receiver.endpoint, queue_size=100_000, **FAST)
+    transport = Otlp(receiver.endpoint, queue_size=100_000, **FAST)
     transport.submit(batch(0))
     assert receiver.wait_for(lambda r: len(r) == 1, 5.0)
     stop = threading.Event()
@@ -190,8 +224,10 @@ def test_forked_child_neither_deadlocks_nor_sends(receiver):
     for _ in range(3):
         pid = os.fork()
         if pid == 0:  # child: must return at once, send nothing
-            ok = not transport.submit(batch(999)) and not transport.close(1.0)
-            os._exit(0 if ok else 1)
+            start = time.monotonic()
+            refused = not transport.submit(batch(999))
+            transport.queued.shutdown(1.0)
+            os._exit(0 if refused and time.monotonic() - start < 0.5 else 1)
         children.append(pid)
     stop.set()
     hammer.join()
@@ -232,7 +268,7 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
     caplog.set_level(logging.WARNING, logger="exporters.otlp.transport")
     server = collector("rotated-token")  # the sender still has the old one
     spool = Spool(tmp_path / "spool", limit_bytes=10**7)
-    transport = OtlpTransport(
+    transport = Otlp(
         f"127.0.0.1:{port}",
         headers={"authorization": "Bearer old-token"},
         spool=spool,
@@ -244,10 +280,10 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
             assert transport.submit(batch(step))
             time.sleep(0.005)
         deadline = time.monotonic() + 5
-        while transport.health()["spool_points"] < 60 and time.monotonic() < deadline:
+        while transport.health()["spool_points"] < 20 * WIRE and time.monotonic() < deadline:
             time.sleep(0.02)
         health = transport.health()
-        assert health["spool_points"] >= 60 and health["points_dropped"] == 0
+        assert health["spool_points"] >= 20 * WIRE and health["points_dropped"] == 0
         assert health["points_failed"] == 0 and health["retries"] >= 3
         errors = [r for r in caplog.records if "refused our credentials" in r.getMessage()]
         assert len(errors) == 1 and errors[0].levelno == logging.ERROR  # one per minute
@@ -256,7 +292,7 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
         server.stop(5)
         server = collector("old-token")  # the operator puts the right token back
         deadline = time.monotonic() + 10
-        while transport.health()["points_exported"] < 90 and time.monotonic() < deadline:
+        while transport.health()["points_exported"] < 30 * WIRE and time.monotonic() < deadline:
             time.sleep(0.02)
         assert transport.close(5.0)
         assert server.pipeline.force_flush(5)
@@ -265,5 +301,5 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
         server.stop(5)
     assert [s.step.global_step for s in sinks[1].snapshots] == list(range(30))  # all, in order
     health = transport.health()
-    assert health["points_exported"] == 90 and health["points_dropped"] == 0
+    assert health["points_exported"] == 30 * WIRE and health["points_dropped"] == 0
     assert len(spool) == 0

@@ -1,0 +1,276 @@
+"""The OTLP sink: Snapshots to an OTLP/gRPC endpoint (the rltel collector), spool as overflow.
+
+It runs behind a :class:`~exporters.queued.QueuedSink` like every sink, with its own
+:class:`~exporters.base.Delivery` policy (``otlp.queue_size``, jittered backoff, spill once
+failures last). Exporting a snapshot builds its wire form on the queue's thread: rollout
+and eval scalar streams become running totals since the start (a lost request loses
+nothing: the collector diffs them back to windows), the sink's own health points ride
+along, and the window starts at the previous snapshot. The batch is cut into requests of
+at most ``max_points_per_request``; a retry resumes at the first request not delivered.
+
+The :class:`~exporters.otlp.spool.Spool` is the queue's overflow (:class:`SpoolOverflow`):
+when the queue fills past half, or the endpoint stays down past ``spool_after_s``, or at
+close with the endpoint down, requests go to disk in order and are replayed from there,
+before anything queued later, once the endpoint is back (a spool left by an earlier
+process first). Beyond the spool's limit points are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from exporters.base import Delivery, ExportResult, Overflow, Sink
+from exporters.otlp.spool import Spool
+from exporters.otlp.transport import OtlpSender, Outcome
+from telemetry.model.errors import ConfigError
+from telemetry.model.snapshot import Counter, Gauge, Point, Snapshot
+from telemetry.otlp.encode import Batch, count_nonfinite, split
+
+__all__ = ["HEALTH_COUNTERS", "HEALTH_POINTS", "OtlpSink", "SpoolOverflow"]
+
+HEALTH_COUNTERS = {  # health counter -> unit
+    "points_exported": "{point}",
+    "requests_exported": "{request}",
+    "points_failed": "{point}",
+    "retries": "{request}",
+    "points_spooled": "{point}",
+    "points_dropped": "{point}",
+    "nonfinite_values": "1",
+}
+HEALTH_POINTS = len(HEALTH_COUNTERS) + 3
+"""Health points in every request: the counters, two depth gauges, the latency histogram."""
+
+
+class OtlpSink(Sink):
+    """Sends snapshots to an OTLP/gRPC endpoint; run it behind a QueuedSink.
+
+    Args:
+        endpoint: ``host:port`` or ``http(s)://host:port`` of the OTLP/gRPC receiver.
+        insecure: plaintext gRPC (ignored when ``tls`` is given).
+        tls: ``{"ca_file", "cert_file", "key_file"}`` paths for a TLS channel.
+        headers: gRPC metadata sent with every request (never logged).
+        timeout_s: deadline of one request.
+        queue_size: snapshots waiting in memory at most (the queue's bound).
+        max_points_per_request: data points per request, step gauges included.
+        spool: the queue's overflow on disk; None keeps data in memory only.
+        cumulative: send scalar streams as running totals (rollout and eval workers).
+        start_unix_nano: the sender's start: health counters and running totals start here.
+        backoff_s: first retry delay; doubles per failure up to ``max_backoff_s``, jittered.
+        max_backoff_s: the longest delay between two attempts.
+        spool_after_s: how long failures last before queued snapshots move to the spool.
+
+    Raises:
+        ConfigError: a limit is out of range or ``tls`` has an unknown key.
+    """
+
+    name = "otlp"
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        insecure: bool = True,
+        tls: dict | None = None,
+        headers: dict | None = None,
+        timeout_s: float = 10.0,
+        queue_size: int = 1024,
+        max_points_per_request: int = 5000,
+        spool: Spool | None = None,
+        cumulative: bool = False,
+        start_unix_nano: int | None = None,
+        backoff_s: float = 0.2,
+        max_backoff_s: float = 5.0,
+        spool_after_s: float = 2.0,
+    ) -> None:
+        if queue_size < 1 or max_points_per_request < 4 or timeout_s <= 0:
+            raise ConfigError(
+                "otlp: queue_size must be >= 1, max_points_per_request >= 4, timeout > 0; "
+                f"got {queue_size}, {max_points_per_request}, {timeout_s}"
+            )
+        if backoff_s <= 0 or max_backoff_s < backoff_s or spool_after_s < 0:
+            raise ConfigError("otlp: need 0 < backoff_s <= max_backoff_s and spool_after_s >= 0")
+        # One call sends every request of a snapshot; a request starts only while a whole
+        # request deadline still fits in the call's (see export).
+        self.delivery = Delivery(
+            queue_size,
+            2 * timeout_s + 1.0,
+            backoff_s=backoff_s,
+            max_backoff_s=max_backoff_s,
+            jitter=True,
+            spill_after_s=spool_after_s,
+        )
+        self.timeout_s = timeout_s
+        self.max_points = max_points_per_request
+        self.spool = spool
+        self.overflow = None if spool is None else SpoolOverflow(self, spool)
+        self.cumulative = cumulative
+        self.start_unix_nano = time.time_ns() if start_unix_nano is None else start_unix_nano
+        self.sender = OtlpSender(
+            endpoint, insecure=insecure, tls=tls, headers=headers, timeout_s=timeout_s
+        )
+        self._lock = threading.Lock()
+        self._pending: tuple[Snapshot, list[Batch]] | None = None  # requests not yet sent
+        self._window_start = self.start_unix_nano
+        self._totals: dict[tuple, tuple[float, int]] = {}  # cumulative scalar (sum, count)
+        self._nonfinite = self._dropped = 0
+        self._depth: Callable[[], int] = lambda: 0
+        self._closed = False
+
+    # -- the sink contract -------------------------------------------------------------
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        """Send ``snapshot``'s requests in order; FAILURE keeps the rest for the retry."""
+        if self._closed:
+            return ExportResult.PERMANENT_FAILURE
+        start = time.monotonic()
+        parts = self.requests_left(snapshot)
+        rejected = False
+        first = True
+        while parts:
+            if not first and time.monotonic() - start + self.timeout_s > timeout_s:
+                return ExportResult.FAILURE  # no room for another request: the retry goes on
+            first = False
+            outcome = self.sender.send(parts[0])
+            if outcome is Outcome.RETRY:
+                return ExportResult.FAILURE
+            rejected = rejected or outcome is Outcome.PERMANENT
+            parts.pop(0)
+        with self._lock:
+            self._pending = None
+        return ExportResult.PERMANENT_FAILURE if rejected else ExportResult.SUCCESS
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Close the channel (a request in flight is cancelled); safe to call twice."""
+        del timeout_s
+        if not self._closed:
+            self._closed = True
+            self.sender.close()
+
+    def attach(self, depth: Callable[[], int]) -> None:
+        self._depth = depth
+
+    def discard(self, snapshot: Snapshot) -> None:
+        """Count the points of a snapshot the queue gave up as dropped (with the health
+        points it would have carried, as every request counts them)."""
+        with self._lock:
+            if self._pending is not None and self._pending[0] is snapshot:
+                lost = sum(part.num_points for part in self._pending[1])
+                self._pending = None
+            else:
+                lost = len(snapshot.points) + HEALTH_POINTS
+            self._dropped += lost
+
+    # -- health ------------------------------------------------------------------------
+
+    def health(self) -> dict[str, float]:
+        """The sender's counters, the queue's depth and the spool's size."""
+        out: dict[str, float] = dict(self.sender.counts())
+        spool = self.spool
+        with self._lock:
+            out["points_dropped"] = self._dropped + (0 if spool is None else spool.dropped_points)
+            out["nonfinite_values"] = self._nonfinite
+        out["points_spooled"] = 0 if spool is None else spool.spooled_points
+        out["queue_depth"] = self._depth()
+        latency = self.sender.last_latency_s
+        out["last_export_latency_s"] = math.nan if latency is None else latency
+        out["spool_points"] = 0 if spool is None else spool.points
+        out["spool_bytes"] = 0 if spool is None else spool.bytes
+        return out
+
+    def health_points(self) -> list[Point]:
+        """Health as points: counters since start, depth gauges, the latency window."""
+        health = self.health()
+        start = self.start_unix_nano
+        points: list[Point] = [
+            Counter(f"rltel/otlp/{name}", float(health[name]), unit, start_time_unix_nano=start)
+            for name, unit in HEALTH_COUNTERS.items()
+        ]
+        points.append(
+            Gauge("rltel/otlp/queue_depth", float(health["queue_depth"]), unit="{snapshot}")
+        )
+        points.append(Gauge("rltel/otlp/spool_bytes", float(health["spool_bytes"]), unit="By"))
+        points.append(self.sender.take_latency().point("rltel/otlp/export_latency"))
+        return points
+
+    # -- the wire form -----------------------------------------------------------------
+
+    def requests_left(self, snapshot: Snapshot) -> list[Batch]:
+        """The requests of ``snapshot`` not sent yet; its wire form is built once."""
+        with self._lock:
+            if self._pending is not None and self._pending[0] is snapshot:
+                return self._pending[1]
+        parts = split(self._wire(snapshot), self.max_points)
+        with self._lock:
+            self._pending = (snapshot, parts)
+        return parts
+
+    def forget(self, snapshot: Snapshot) -> None:
+        """Drop the requests kept for ``snapshot`` (they went to the spool)."""
+        with self._lock:
+            if self._pending is not None and self._pending[0] is snapshot:
+                self._pending = None
+
+    def _wire(self, snapshot: Snapshot) -> Batch:
+        skipped = 0
+        if self.cumulative:
+            snapshot, skipped = self._running_totals(snapshot)
+        bad = skipped + count_nonfinite(snapshot.points)
+        if bad:
+            with self._lock:
+                self._nonfinite += bad
+        wire = replace(snapshot, points=snapshot.points + tuple(self.health_points()))
+        batch = Batch(wire, self._window_start, self.start_unix_nano, self.cumulative)
+        self._window_start = snapshot.time_unix_nano
+        return batch
+
+    def _running_totals(self, snapshot: Snapshot) -> tuple[Snapshot, int]:
+        """Scalar streams as running totals since the start.
+
+        A non-finite window would poison the running total for good: it is skipped and
+        counted (the second value returned) in ``nonfinite_values``.
+        """
+        points, skipped = [], 0
+        for point in snapshot.points:
+            if isinstance(point, Gauge) and point.count is not None:
+                total, count = self._totals.get(point.key, (0.0, 0))
+                if not math.isfinite(point.value):
+                    skipped += point.count > 0
+                elif point.count > 0:
+                    total, count = total + point.value * point.count, count + int(point.count)
+                    self._totals[point.key] = (total, count)
+                point = replace(point, value=total / count if count else 0.0, count=count)
+            points.append(point)
+        return replace(snapshot, points=tuple(points)), skipped
+
+
+class SpoolOverflow(Overflow):
+    """The OTLP sink's spool as its queue's overflow: requests on disk, replayed in order."""
+
+    def __init__(self, sink: OtlpSink, spool: Spool) -> None:
+        self.sink = sink
+        self.spool = spool
+
+    def __len__(self) -> int:
+        return len(self.spool)
+
+    def spill(self, snapshot: Snapshot) -> None:
+        """Append the requests of ``snapshot`` not sent yet; beyond the limit they are counted."""
+        for part in self.sink.requests_left(snapshot):
+            self.spool.append(part)
+        self.sink.forget(snapshot)
+
+    def replay(self, timeout_s: float) -> ExportResult:
+        """Send the oldest spooled request; it leaves the spool unless the answer is RETRY."""
+        del timeout_s  # one request: the sender's own deadline bounds it
+        batch = self.spool.peek()
+        if batch is None:
+            return ExportResult.SUCCESS
+        outcome = self.sink.sender.send(batch)
+        if outcome is Outcome.RETRY:
+            return ExportResult.FAILURE
+        self.spool.pop()
+        return ExportResult.SUCCESS if outcome is Outcome.OK else ExportResult.PERMANENT_FAILURE

@@ -1,10 +1,12 @@
-"""The sink contract, run against every sink: export, idempotent shutdown, closed ->
-PERMANENT_FAILURE, failures answered (never raised) and counted by the fan-out."""
+"""The sink contract, run against every sink (OTLP against a real receiver): export,
+idempotent shutdown, closed -> PERMANENT_FAILURE, failures answered (never raised) and
+counted by the fan-out."""
 
 from __future__ import annotations
 
 import io
 import threading
+from contextlib import ExitStack
 
 import pytest
 
@@ -26,6 +28,15 @@ def _config(tmp_path, **sections) -> StatsLoggerConfig:
     return StatsLoggerConfig(
         experiment_name="e", trial_name="t", fileroot=str(tmp_path), **sections
     )
+
+
+def _otlp(tmp_path, stack: ExitStack) -> Sink:
+    from exporters.otlp.sink import OtlpSink
+    from exporters.otlp.spool import Spool
+    from tests.telemetry.otlp_receiver import Receiver
+
+    receiver = stack.enter_context(Receiver())
+    return OtlpSink(receiver.endpoint, spool=Spool(tmp_path / "spool", 10**6), timeout_s=5.0)
 
 
 def _console(tmp_path) -> Sink:
@@ -69,11 +80,20 @@ SINKS = {
     "wandb": _wandb,
     "swanlab": _swanlab,
 }
+NETWORK_SINKS = {"otlp": _otlp}  # these get an ExitStack for the server they send to
 
 
-@pytest.mark.parametrize("kind", SINKS)
+@pytest.mark.parametrize("kind", [*SINKS, *NETWORK_SINKS])
 def test_every_sink_keeps_the_contract(kind, tmp_path):
-    sink = SINKS[kind](tmp_path)
+    with ExitStack() as stack:
+        if kind in NETWORK_SINKS:
+            sink = NETWORK_SINKS[kind](tmp_path, stack)
+        else:
+            sink = SINKS[kind](tmp_path)
+        _keeps_the_contract(sink)
+
+
+def _keeps_the_contract(sink: Sink) -> None:
     try:
         assert sink.export(SNAPSHOT) is ExportResult.SUCCESS
         assert sink.force_flush() is True
@@ -127,6 +147,29 @@ def test_the_fan_out_counts_a_failing_sink_and_keeps_the_others():
         stats = fanout.stats()
         assert stats["failing"].failed >= 1 and stats["memory"].exported == 1
         assert good.snapshots == [SNAPSHOT]
+    finally:
+        fanout.shutdown(5.0)
+
+
+def test_the_fan_out_counts_an_unreachable_otlp_sink_and_keeps_the_others():
+    """Without a spool an OTLP sink that cannot deliver is retried, then counted: the
+    snapshot as failed by its queue, its points as dropped by the sink."""
+    from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
+    from tests.telemetry.otlp_receiver import Receiver
+
+    down = Receiver()  # never started
+    good = InMemorySink()
+    otlp = OtlpSink(down.endpoint, timeout_s=2.0, backoff_s=0.01, max_backoff_s=0.02)
+    fanout = FanOut([good, otlp])
+    try:
+        fanout.export(SNAPSHOT)
+        assert fanout.force_flush(10.0)  # the queue gave up on it: nothing left to flush
+        stats = fanout.stats()
+        assert stats["otlp"].failed == 1 and stats["otlp"].retried == 3
+        assert stats["memory"].exported == 1 and good.snapshots == [SNAPSHOT]
+        health = otlp.health()
+        assert health["points_dropped"] == len(SNAPSHOT.points) + HEALTH_POINTS
+        assert health["retries"] == 4 and health["points_exported"] == 0
     finally:
         fanout.shutdown(5.0)
 

@@ -370,3 +370,35 @@ def test_close_tells_the_collector_the_trainer_ended(tmp_path):
     assert all(CLOSED_METRIC not in metrics_of(r) for r in requests[:-1])
     rollouts = [r for r in receiver.requests if resource_of(r)["rltel.role"] == "rollout"]
     assert len(rollouts) == 1 and CLOSED_METRIC not in metrics_of(rollouts[0])
+
+
+def test_one_fan_out_with_or_without_otlp(tmp_path):
+    """ "In-process" and "through the collector" differ only in the fan-out's sink list."""
+    sections = {"prometheus": {"enabled": True, "port": 0}, "console": {"enabled": True}}
+    embedded = StatsLogger(config(tmp_path, **sections))
+    assert [q.name for q in embedded.fanout.queued] == ["console", "prometheus"]
+    assert embedded.otlp is None and set(embedded.health()) == {"sinks"}
+    embedded.close()
+
+    with Receiver() as receiver:
+        remote = StatsLogger(config(tmp_path, receiver.endpoint, **sections), otlp_options=FAST)
+        assert [q.name for q in remote.fanout.queued] == ["otlp"]  # the collector runs the rest
+        remote.close()
+
+        local = InMemorySink()
+        both = StatsLogger(config(tmp_path, receiver.endpoint), sinks=[local], otlp_options=FAST)
+        assert [q.name for q in both.fanout.queued] == ["memory", "otlp"]
+        assert both.otlp is both.fanout.queued[1].sink
+        both.commit(0, 0, 7, {"x": 1.0})
+        assert both.fanout.force_flush(10.0)
+        health = both.health()
+        assert (
+            set(health["sinks"]) == {"memory", "otlp"} and health["otlp"]["requests_exported"] == 1
+        )
+        assert health["sinks"]["otlp"].exported == health["sinks"]["memory"].exported == 1
+        both.close()
+    (snapshot,) = local.snapshots  # the close marker goes to the collector only
+    requests = receiver.requests
+    assert [step_of(r) for r in requests] == [7, 7]
+    assert user_metrics(requests[0])["x"].gauge.data_points[0].as_double == 1.0
+    assert CLOSED_METRIC in metrics_of(requests[1]) and snapshot.step.global_step == 7

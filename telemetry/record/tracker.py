@@ -251,7 +251,11 @@ class DistributedStatsTracker:
             return StatReduce.AVG_MIN_MAX
         if not isinstance(reduce_type, StatReduce) or reduce_type is StatReduce.SCALAR:
             first = self.full_key(next(iter(tensors), "?"))
-            raise InvalidValueError(f"{first!r}: reduce type {reduce_type} is not valid for stat()")
+            given = reduce_type.name if isinstance(reduce_type, StatReduce) else repr(reduce_type)
+            raise InvalidValueError(
+                f"{first!r}: reduce type {given} is not valid for stat(); "
+                "use ReduceType.AVG_MIN_MAX, AVG, SUM, MIN or MAX"
+            )
         return reduce_type
 
     # -- export -----------------------------------------------------------------------

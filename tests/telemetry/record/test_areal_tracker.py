@@ -58,6 +58,14 @@ def test_every_areal_name_exists():
     assert stats_tracker.TRACKERS["x"] is tracker
 
 
+def test_reduce_type_has_areal_names_and_is_the_models_enum():
+    from telemetry.model.snapshot import StatReduce
+
+    names = ["AVG_MIN_MAX", "AVG", "SUM", "MIN", "MAX", "SCALAR"]  # AReaL's, in its order
+    assert [member.name for member in stats_tracker.ReduceType] == names
+    assert stats_tracker.ReduceType is StatReduce  # one enum, defined once in the model
+
+
 def test_areal_signatures_accept_areal_keywords():
     params = inspect.signature(stats_tracker.export_all).parameters
     assert list(params)[:3] == ["reduce_group", "key_sync_group", "reset"]

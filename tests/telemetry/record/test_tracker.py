@@ -277,6 +277,15 @@ def test_bad_input_errors_name_the_scoped_key(tracker):
     assert tracker.export() == {"ppo_actor/valid": 6.0}
 
 
+def test_scalar_or_a_string_is_no_reduce_type_for_stat(tracker):
+    tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
+    with pytest.raises(InvalidValueError, match="'x'.*reduce type SCALAR is not valid"):
+        tracker.stat(x=torch.ones(3), denominator="valid", reduce_type=ReduceType.SCALAR)
+    with pytest.raises(InvalidValueError, match="'x'.*reduce type 'avg' is not valid"):
+        tracker.stat(x=torch.ones(3), denominator="valid", reduce_type="avg")
+    assert tracker.export() == {"valid": 3.0}  # nothing recorded
+
+
 def test_reduce_type_change_for_a_key_raises(tracker):
     tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
     tracker.stat(x=torch.ones(3), denominator="valid")

@@ -1,0 +1,167 @@
+"""Every path of the DP reduction against a numpy reference over the ranks' own states.
+
+One 3-rank gloo run goes through the agreed-key path (2 collectives), the union path (4:
+keys missing on some ranks filled with the identity, the holder's layout adopted), a
+layout conflict, a window where no rank recorded anything, and the per-rank spread with
+its denominators and presence flags; the single-process tests pin the same arithmetic
+where no collective runs. (One spawn keeps this cheap enough to run per mutant:
+``scripts/mutation``.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from telemetry.model.errors import KeyMismatchError
+from telemetry.record.layout import (
+    DENOMINATOR_LAYOUT,
+    SCALAR_LAYOUT,
+    PerRank,
+    ReduceOp,
+    StateKind,
+    StateLayout,
+)
+from telemetry.record.reduce import collectives_issued, reduce_with_spread
+from tests.distributed import run_ranks
+
+WORLD = 3
+INF = math.inf
+SUM, MIN, MAX = ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX
+MIXED = StateLayout(StateKind.CUSTOM, (SUM, MIN, MAX))
+REVERSED = StateLayout(StateKind.CUSTOM, (MAX, SUM, MIN))
+# A rate without a presence flag, and a presence flag without a denominator.
+RATE = StateLayout(StateKind.CUSTOM, (SUM, SUM), (PerRank("rate", 0, 1), PerRank("n", 0, None, 1)))
+
+# key -> (layout, one row of values per rank); None: the rank does not hold the key.
+SAME_KEYS = {
+    "a": (MIXED, [[1.5, 3.0, 0.5], [-2.0, -1.0, 9.0], [4.25, 7.0, -3.0]]),
+    "b": (REVERSED, [[2.0, 1.0, 8.0], [5.0, 2.0, -4.0], [-1.0, 0.5, 6.0]]),
+    "s": (SCALAR_LAYOUT, [[2.0, 1.0, 2.0, -2.0], [9.0, 3.0, 1.0, -5.0], [0.0, 0.0, INF, INF]]),
+    "t": (SCALAR_LAYOUT, [[3.0, 1.0, 3.0, -3.0], [8.0, 2.0, 3.0, -5.0], [1.0, 1.0, 1.0, -1.0]]),
+    "d": (DENOMINATOR_LAYOUT, [[4.0], [0.0], [6.0]]),
+    "r": (RATE, [[3.0, 2.0], [5.0, 0.0], [2.0, 4.0]]),
+}
+SOME_KEYS = {
+    "a": (MIXED, [[1.0, 2.0, 3.0], [4.0, 0.0, 1.0], [2.0, 5.0, 0.0]]),
+    "only0": (REVERSED, [[7.0, 2.5, -1.0], None, None]),
+    "s": (SCALAR_LAYOUT, [None, [6.0, 2.0, 1.0, -5.0], None]),
+    "z": (MIXED, [None, [1.0, 1.0, 1.0], [2.0, -2.0, 4.0]]),
+}
+SPREAD = {"s", "d", "r"}  # "t" has per-rank quantities too, but is not asked for
+
+
+def states_of(rank: int, table: dict) -> dict:
+    return {
+        key: (layout, torch.tensor(rows[rank], dtype=torch.float64))
+        for key, (layout, rows) in table.items()
+        if rows[rank] is not None
+    }
+
+
+def plain(result) -> tuple:
+    reduced, spreads = result
+    return (
+        {key: (layout.description, values.tolist()) for key, (layout, values) in reduced.items()},
+        {
+            key: {q: (s.low, s.high, s.slowest_rank, list(s.values)) for q, s in by.items()}
+            for key, by in spreads.items()
+        },
+    )
+
+
+def _every_path(rank: int, world: int) -> dict:
+    out = {}
+    for name, table in (("same", SAME_KEYS), ("some", SOME_KEYS), ("none", {})):
+        before = collectives_issued()
+        result = reduce_with_spread(states_of(rank, table), spread=SPREAD.__contains__)
+        out[name] = (plain(result), collectives_issued() - before)
+    fine = (MIXED, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
+    mine = StateLayout(StateKind.CUSTOM, (SUM,) if rank == 0 else (MAX,))
+    try:
+        reduce_with_spread({"x": (mine, torch.ones(1, dtype=torch.float64)), "fine": fine})
+        out["conflict"] = None
+    except KeyMismatchError as exc:
+        out["conflict"] = str(exc)
+    return out
+
+
+def reference(table: dict, world: int) -> tuple:
+    """Each element reduced by its op over the ranks holding the key; the spreads."""
+    reduced, spreads = {}, {}
+    for key in sorted(table):
+        layout, rows = table[key]
+        held = np.array([row for row in rows[:world] if row is not None])
+        ops = {SUM: np.sum, MIN: np.min, MAX: np.max}
+        reduced[key] = (
+            layout.description,
+            [float(ops[op](held[:, i])) for i, op in enumerate(layout.ops)],
+        )
+        if key not in SPREAD or not layout.per_rank:
+            continue
+        for quantity in layout.per_rank:
+            values = []
+            for row in rows[:world]:
+                if row is None:
+                    row = [float(layout.identity()[i]) for i in range(len(layout.ops))]
+                value = row[quantity.numerator]
+                if quantity.denominator is not None:
+                    count = row[quantity.denominator]
+                    value = value / count if count > 0 else math.nan
+                if quantity.present is not None and not row[quantity.present] > 0:
+                    value = math.nan
+                values.append(value)
+            known = [v for v in values if not math.isnan(v)]
+            if known:
+                slowest = values.index(max(known))
+                spreads.setdefault(key, {})[quantity.suffix] = (
+                    min(known),
+                    max(known),
+                    slowest,
+                    values,
+                )
+    return reduced, spreads
+
+
+def same_with_nan(a, b) -> bool:
+    """Equality where NaN equals NaN (per-rank values of ranks without the quantity)."""
+    return repr(a) == repr(b)
+
+
+def test_the_reference_itself_on_hand_computed_values():
+    # The reference above, checked by hand on the agreed-key table.
+    reduced, spreads = reference(SAME_KEYS, WORLD)
+    assert reduced["a"][1] == [3.75, -1.0, 9.0]
+    assert reduced["b"][1] == [5.0, 3.5, -4.0]
+    assert spreads["s"] == {"": (2.0, 3.0, 1, [2.0, 3.0, math.nan])}
+    assert spreads["r"]["rate"] == (0.5, 1.5, 0, [1.5, math.nan, 0.5])
+    assert spreads["r"]["n"] == (2.0, 3.0, 0, [3.0, math.nan, 2.0])
+    assert "t" not in spreads
+
+
+@pytest.mark.parametrize("rank", range(WORLD))
+def test_one_rank_alone_reduces_to_its_own_state_with_no_collective(rank):
+    before = collectives_issued()
+    result = reduce_with_spread(states_of(rank, SAME_KEYS), spread=SPREAD.__contains__)
+    assert collectives_issued() == before
+    single = {key: (layout, [rows[rank]]) for key, (layout, rows) in SAME_KEYS.items()}
+    assert same_with_nan(plain(result), reference(single, 1))
+
+
+def test_a_single_process_with_nothing_recorded_reduces_to_nothing():
+    assert reduce_with_spread({}, spread=lambda key: True) == ({}, {})
+
+
+def test_every_path_on_three_gloo_ranks_against_the_reference():
+    results = run_ranks(_every_path, WORLD, timeout=120)
+    for result in results:
+        assert same_with_nan(result["same"], (reference(SAME_KEYS, WORLD), 2))
+        assert same_with_nan(result["some"], (reference(SOME_KEYS, WORLD), 4))
+        assert result["none"] == (({}, {}), 1)  # the header says nobody has anything
+        message = result["conflict"]
+        assert message is not None and "'x'" in message and "fine" not in message
+        assert "custom[sum]" in message and "custom[max]" in message
+    assert all(same_with_nan(r, results[0]) for r in results)  # every rank agrees

@@ -97,6 +97,11 @@ class Sink(ABC):
         """The queue gave ``snapshot`` up unexported (full, closed, out of retries or time)."""
         del snapshot
 
+    def retry_after(self) -> float | None:
+        """After a FAILURE answer, the delay the endpoint asked for before the next attempt
+        (gRPC retry pushback); the queue waits at least that long. None: its own backoff."""
+        return None
+
 
 class RunSink(Sink):
     """A sink that owns one run or event file, finished exactly once by ``shutdown``.

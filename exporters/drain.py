@@ -219,9 +219,17 @@ class Drain:
             logger.warning("sink %s: export failed: %s (further failures counted)", self.name, why)
 
     def _wait_backoff(self, delay: float, held: Snapshot | None) -> str:
-        """Sleep ``delay`` unless the drain deadline comes first; spill when it is due."""
+        """Sleep ``delay`` (at least the sink's retry pushback) unless the drain deadline
+        comes first; spill when it is due."""
         if self.jitter:
             delay *= random.uniform(0.5, 1.0)
+        try:
+            pushback = self.sink.retry_after()
+        except Exception:  # a bug of ours: the queue's own backoff still holds
+            logger.exception("sink %s: retry_after failed", self.name)
+            pushback = None
+        if pushback is not None:
+            delay = max(delay, pushback)
         end = time.monotonic() + delay
         while True:
             if self.overflow is not None and self._spill_due(held):

@@ -33,7 +33,8 @@ __all__ = ["QueuedSink", "SinkStats"]
 logger = logging.getLogger(__name__)
 
 CANCEL_GRACE_S = 0.5
-"""How long shutdown waits for a worker whose call the sink's shutdown ended."""
+"""The end of shutdown's deadline (at most this, and at most a quarter of it) that it keeps
+for a worker whose call the sink's own shutdown ends, to spill what it holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +99,12 @@ class QueuedSink(Drain):
         self.max_backoff_s = max_backoff_s
         self.jitter = jitter
         self.spill_after_s = spill_after_s
-        self.overflow = getattr(sink, "overflow", None)
+        self.overflow = sink.overflow
         self._exported = self._failed = self._dropped = self._retried = self._timed_out = 0
         self._last_latency: float | None = None
         self._init_state()
         self._forked = False
-        getattr(sink, "attach", lambda depth: None)(self.depth)
+        sink.attach(self.depth)
 
     @classmethod
     def of(
@@ -111,7 +112,7 @@ class QueuedSink(Drain):
     ) -> QueuedSink:
         """``sink`` behind a queue with the sink's own :class:`~exporters.base.Delivery`
         policy when it declares one, else with ``queue_size`` and ``timeout_s``."""
-        policy = getattr(sink, "delivery", None)
+        policy = sink.delivery
         if policy is None:
             return cls(sink, queue_size, timeout_s, name=name)
         return cls(
@@ -247,10 +248,11 @@ class QueuedSink(Drain):
         self.close(timeout_s)
         worker = self._worker
         if worker is not None and worker is not threading.current_thread():
-            worker.join(max(0.0, deadline - time.monotonic()))
+            grace = min(CANCEL_GRACE_S, timeout_s / 4) if self.overflow is not None else 0.0
+            worker.join(max(0.0, deadline - grace - time.monotonic()))
             if worker.is_alive() and self.overflow is not None:
-                self._shutdown_sink(deadline)
-                worker.join(CANCEL_GRACE_S)
+                self._shutdown_sink(deadline)  # ends the call in flight
+                worker.join(max(0.0, deadline - time.monotonic()))
         with self._cond:
             if self._shutdown_done:
                 return

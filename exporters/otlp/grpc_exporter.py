@@ -1,4 +1,5 @@
-"""The OTLP/gRPC exporter as the transport uses it: status codes recorded, TLS from files."""
+"""The OTLP/gRPC exporter as the OTLP sink uses it: status codes and retry pushback recorded,
+TLS from files."""
 
 from __future__ import annotations
 
@@ -8,22 +9,56 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
 
 from telemetry.model.errors import ConfigError
 
+PUSHBACK_KEY = "grpc-retry-pushback-ms"
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+
 
 class StatusRecorder(grpc.UnaryUnaryClientInterceptor):
-    """Remembers the status code of the latest call made through its channel."""
+    """Remembers the status code of the latest call made through its channel, and the
+    delay its server asked for before a retry (``retry_after_s``, None when it named none).
+    """
 
     def __init__(self) -> None:
         self.code: grpc.StatusCode | None = None
+        self.retry_after_s: float | None = None
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         outcome = continuation(client_call_details, request)
         self.code = outcome.code()
+        ok = self.code is grpc.StatusCode.OK
+        self.retry_after_s = None if ok else retry_pushback(outcome.trailing_metadata())
         return outcome
+
+
+def retry_pushback(trailers) -> float | None:
+    """Seconds the server asked to wait: ``grpc-retry-pushback-ms``, else ``RetryInfo``.
+
+    A malformed or negative value names no delay (None).
+    """
+    found = dict(trailers or ())
+    pushback = found.get(PUSHBACK_KEY)
+    if pushback is not None:
+        try:
+            millis = int(pushback)
+        except ValueError:
+            return None
+        return millis / 1000 if millis >= 0 else None
+    info = found.get(RETRY_INFO_KEY)
+    if isinstance(info, bytes):
+        retry = RetryInfo()
+        try:
+            retry.ParseFromString(info)
+        except Exception:  # protobuf's DecodeError: a malformed trailer names no delay
+            return None
+        delay = retry.retry_delay.ToNanoseconds() / 1e9
+        return delay if delay >= 0 else None
+    return None
 
 
 class RecordingExporter(OTLPMetricExporter):

@@ -153,6 +153,10 @@ class OtlpSink(Sink):
     def attach(self, depth: Callable[[], int]) -> None:
         self._depth = depth
 
+    def retry_after(self) -> float | None:
+        """The collector's retry pushback after the last failed request, if it sent one."""
+        return self.sender.retry_after_s
+
     def discard(self, snapshot: Snapshot) -> None:
         """Count the points of a snapshot the queue gave up as dropped (with the health
         points it would have carried, as every request counts them)."""

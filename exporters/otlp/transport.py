@@ -4,8 +4,10 @@
 queue in front of the OTLP sink retries (:mod:`exporters.queued`). An answer is OK, RETRY
 (a retryable status, or an authentication failure: the data is kept, in the queue and then
 the spool, until the token is right; one error logged per minute) or PERMANENT (dropped
-and counted). The sender counts what it delivered, what was refused, its retries and
-its latencies.
+and counted). After a RETRY, :attr:`OtlpSender.retry_after_s` holds the delay the server
+asked for (gRPC retry pushback, e.g. the collector's RESOURCE_EXHAUSTED), which the queue
+honours. The sender counts what it delivered, what was refused, its retries and its
+latencies.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class OtlpSender:
         )
         self._latency = LatencyWindow()  # latencies since the last take_latency()
         self.last_latency_s: float | None = None
+        self.retry_after_s: float | None = None  # the server's pushback after a RETRY
         self._failing = False
         self._auth_logged_at: float | None = None
         self._closed = False
@@ -136,7 +139,8 @@ class OtlpSender:
     def send(self, batch: Batch) -> Outcome:
         """Encode and send ``batch``; never raises."""
         start = time.monotonic()
-        self._recorder.code = None
+        self._recorder.code = self._recorder.retry_after_s = None
+        self.retry_after_s = None
         try:
             result = self._exporter.export(encode_batch(batch))
         except Exception as exc:  # encoding or exporter bug: retrying cannot help
@@ -157,6 +161,7 @@ class OtlpSender:
             return Outcome.OK
         code = self._recorder.code
         if self._closed or code in AUTH_CODES or code in RETRYABLE_CODES:
+            self.retry_after_s = self._recorder.retry_after_s
             self._bump("retries", 1)
             if code in AUTH_CODES:
                 self._log_auth(code)

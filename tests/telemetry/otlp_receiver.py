@@ -1,8 +1,9 @@
 """A real OTLP/gRPC metrics receiver on 127.0.0.1 for tests: records every request.
 
 Built on opentelemetry-proto's ``MetricsServiceServicer``. ``fail_with(code, times)``
-answers the next requests with a chosen gRPC status; ``stop()``/``start()`` on the same
-port simulate a collector outage.
+answers the next requests with a chosen gRPC status (and, with ``pushback_ms``, asks for
+that retry delay as the rltel collector does); ``stop()``/``start()`` on the same port
+simulate a collector outage.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ class Receiver(service_grpc.MetricsServiceServicer):
         self._lock = threading.Condition()
         self._requests: list[service.ExportMetricsServiceRequest] = []
         self._metadata: list[dict[str, str]] = []
-        self._failures: list[grpc.StatusCode] = []
+        self._failures: list[tuple[grpc.StatusCode, int | None]] = []
         self.calls = 0
+        self.call_times: list[float] = []  # time.monotonic() of every call
         self.stall_s = 0.0  # each call waits this long before answering
         self._server: grpc.Server | None = None
 
@@ -39,8 +41,11 @@ class Receiver(service_grpc.MetricsServiceServicer):
             time.sleep(self.stall_s)
         with self._lock:
             self.calls += 1
+            self.call_times.append(time.monotonic())
             if self._failures:
-                code = self._failures.pop(0)
+                code, pushback_ms = self._failures.pop(0)
+                if pushback_ms is not None:
+                    context.set_trailing_metadata((("grpc-retry-pushback-ms", str(pushback_ms)),))
                 context.abort(code, f"test receiver answers {code.name}")
             self._requests.append(request)
             self._metadata.append({k: v for k, v in context.invocation_metadata()})
@@ -62,9 +67,11 @@ class Receiver(service_grpc.MetricsServiceServicer):
             self._server.stop(grace=None).wait()
             self._server = None
 
-    def fail_with(self, code: grpc.StatusCode, times: int = 1) -> None:
+    def fail_with(
+        self, code: grpc.StatusCode, times: int = 1, pushback_ms: int | None = None
+    ) -> None:
         with self._lock:
-            self._failures.extend([code] * times)
+            self._failures.extend([(code, pushback_ms)] * times)
 
     @property
     def requests(self) -> list[service.ExportMetricsServiceRequest]:

@@ -1,4 +1,5 @@
-"""The transport's exporter wiring: TLS from files against a real TLS collector."""
+"""The OTLP sink's exporter wiring: TLS from files against a real TLS collector, retry
+pushback from the collector's trailers."""
 
 from __future__ import annotations
 
@@ -85,3 +86,17 @@ def test_stats_logger_sends_over_tls(tmp_path):
         assert health["points_failed"] == 0 and health["points_exported"] >= 1
     finally:
         server.stop(5)
+
+
+def test_retry_pushback_reads_the_collectors_trailers():
+    from collector.server import retry_metadata
+    from exporters.otlp.grpc_exporter import RETRY_INFO_KEY, retry_pushback
+
+    assert retry_pushback(retry_metadata(0.25)) == 0.25  # grpc-retry-pushback-ms first
+    info_only = [(k, v) for k, v in retry_metadata(1.5) if k == RETRY_INFO_KEY]
+    assert retry_pushback(info_only) == 1.5  # else google.rpc.RetryInfo
+    assert retry_pushback([("grpc-retry-pushback-ms", "0")]) == 0.0
+    for bad in ("-1", "soon", ""):  # negative or malformed: no delay named (own backoff)
+        assert retry_pushback([("grpc-retry-pushback-ms", bad)]) is None
+    assert retry_pushback([(RETRY_INFO_KEY, b"\xff\xff")]) is None
+    assert retry_pushback(None) is None and retry_pushback([("other", "1")]) is None

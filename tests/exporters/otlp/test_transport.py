@@ -115,6 +115,22 @@ def test_retryable_codes_are_retried_permanent_ones_are_not(receiver):
     assert health["points_exported"] == 2 * WIRE
 
 
+def test_retry_pushback_is_honoured(receiver):
+    """RESOURCE_EXHAUSTED with ``grpc-retry-pushback-ms`` (the collector's "retry later"):
+    the next attempt waits that long, not the queue's 10 ms backoff."""
+    transport = Otlp(receiver.endpoint, **FAST)
+    receiver.fail_with(grpc.StatusCode.RESOURCE_EXHAUSTED, 2, pushback_ms=300)
+    transport.submit(batch(0))
+    assert receiver.wait_for(lambda r: len(r) == 1, 5.0)
+    first, second, third = receiver.call_times
+    assert second - first >= 0.3 and third - second >= 0.3
+    receiver.fail_with(grpc.StatusCode.UNAVAILABLE, 1)  # no pushback: the queue's backoff
+    transport.submit(batch(1))
+    assert transport.close(5.0)
+    assert receiver.call_times[-1] - receiver.call_times[-2] < 0.25
+    assert steps(receiver) == [0, 1] and transport.health()["retries"] == 3
+
+
 def test_collector_down_then_up_every_step_once_in_order(tmp_path):
     receiver = Receiver()  # not started: the collector is down
     spool = Spool(tmp_path / "spool", limit_bytes=10**7)

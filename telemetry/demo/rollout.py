@@ -157,7 +157,7 @@ def wait_exported(logger, before: int) -> int:
     The collector merges rollout windows into the next training step it receives, in the
     order it accepts them: a worker's commit must arrive before the trainer's commit of the
     same step, and the trainer's before any worker's commit of the next step. After
-    ``EXPORT_WAIT_S`` the caller goes on (the transport keeps retrying or spools).
+    ``EXPORT_WAIT_S`` the caller goes on (the OTLP sink's queue keeps retrying or spools).
     """
     deadline = time.monotonic() + EXPORT_WAIT_S
     while time.monotonic() < deadline:

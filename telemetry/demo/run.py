@@ -194,7 +194,7 @@ def _train(
         if endpoint is None:
             _finish_embedded(logger, options)
         else:
-            logger.close(30.0)  # the OTLP transport drains; the main process reports
+            logger.close(30.0)  # the OTLP sink's queue drains; the main process reports
 
 
 def _logger_config(options: DemoOptions, endpoint: str | None) -> dict:

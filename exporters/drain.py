@@ -141,8 +141,10 @@ class Drain:
             if result is ExportResult.SUCCESS:
                 self._succeeded(time.monotonic() - start)
                 return
-            if result is None and snapshot is not None:  # the call never answered
-                return self._give_up_on(snapshot, why, kind)
+            if result is None:  # the call never answered
+                if snapshot is not None:
+                    return self._give_up_on(snapshot, why, kind)
+                self._failure(why, kind)  # the overflow keeps its entry: retried after a backoff
             if result is not None and result is not ExportResult.FAILURE:
                 self._failure(f"returned {result}")  # permanent; an overflow dropped its entry
                 return

@@ -1,4 +1,4 @@
-"""QueuedSink and FanOut: isolation, drop-and-count, retries, timeouts, shutdown."""
+"""QueuedSink and FanOut: isolation, drop-and-count, retries, timeouts, shutdown, overflow."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from exporters.base import ExportResult, InMemorySink, Sink
+from exporters.base import ExportResult, InMemorySink, Overflow, Sink
 from exporters.fanout import FanOut, QueuedSink
 from exporters.registry import build_sinks, enabled_sinks
 from telemetry.config import load_config
@@ -270,3 +270,89 @@ def test_a_sink_raising_any_base_exception_is_caught_logged_counted_degraded(err
     exiting.failing = True
     fan.shutdown(2.0)  # the sink's shutdown raises: logged, never raised here
     assert good.shut_down and "shutdown raised" in caplog.text
+
+
+class ListOverflow(Overflow):
+    """Keeps spilled snapshots in a list; replays the oldest through its sink."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.entries: list[Snapshot] = []
+        self.spilled = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def spill(self, snapshot: Snapshot) -> None:
+        self.entries.append(snapshot)
+        self.spilled += 1
+
+    def replay(self, timeout_s: float) -> ExportResult:
+        result = self.sink.export(self.entries[0], timeout_s)
+        if result is not ExportResult.FAILURE:
+            self.entries.pop(0)
+        return result
+
+
+class Outage(InMemorySink):
+    """Answers FAILURE while ``down``; with an overflow. ``hang`` blocks an export until
+    the sink is shut down, which ends it with FAILURE (like a channel closing)."""
+
+    name = "outage"
+
+    def __init__(self, hang: bool = False) -> None:
+        super().__init__()
+        self.down = True
+        self.hang = hang
+        self.ended = threading.Event()
+        self.overflow = ListOverflow(self)
+
+    def export(self, snapshot, timeout_s=10.0):
+        if self.hang and not self.ended.is_set():
+            self.ended.wait(timeout_s)
+            return ExportResult.FAILURE
+        if self.down and not self.shut_down:
+            return ExportResult.FAILURE
+        return super().export(snapshot, timeout_s)
+
+    def shutdown(self, timeout_s=10.0):
+        super().shutdown(timeout_s)
+        self.ended.set()
+
+
+def test_an_overflow_keeps_what_the_queue_cannot_and_replays_it_first_in_order():
+    sink = Outage()
+    queued = QueuedSink(sink, queue_size=4, backoff_s=0.01, max_backoff_s=0.02, spill_after_s=0.05)
+    depths = []
+    for step in range(30):  # the sink is down: the queue fills, then spills
+        assert queued.submit(snap(step))
+        depths.append(queued.depth())
+        time.sleep(0.003)
+    assert max(depths) <= 4 and queued.stats().dropped == 0
+    assert queued.force_flush(0.2) is False  # not delivered yet
+    deadline = time.monotonic() + 5
+    while sink.overflow.spilled < 30 and time.monotonic() < deadline:
+        time.sleep(0.01)  # failures last: everything in memory moves to the overflow
+    assert sink.overflow.spilled == 30 and queued.stats().degraded
+    sink.down = False
+    for step in range(30, 33):  # queued behind the overflow, delivered after it
+        assert queued.submit(snap(step))
+    assert queued.force_flush(5.0)
+    assert [s.step.global_step for s in sink.snapshots] == list(range(33))
+    stats = queued.stats()
+    assert (stats.exported, stats.failed, stats.dropped, stats.degraded) == (33, 0, 0, False)
+    assert len(sink.overflow) == 0
+    queued.shutdown(1.0)
+
+
+def test_shutdown_ends_a_hung_call_and_spills_it_first_within_its_deadline():
+    sink = Outage(hang=True)
+    queued = QueuedSink(sink, timeout_s=10.0, backoff_s=0.01, spill_after_s=5.0)
+    for step in range(3):
+        assert queued.submit(snap(step))
+    time.sleep(0.1)  # snapshot 0 is in the hung call
+    start = time.monotonic()
+    queued.shutdown(0.4)
+    assert time.monotonic() - start < 0.6
+    assert [s.step.global_step for s in sink.overflow.entries] == [0, 1, 2]
+    assert sink.shut_down and queued.stats().dropped == 0

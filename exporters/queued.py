@@ -268,7 +268,7 @@ class QueuedSink(Drain):
 
     def stats(self) -> SinkStats:
         """A consistent copy of this sink's counters."""
-        with self._cond:
+        with self._lock_after_fork():
             return SinkStats(
                 name=self.name,
                 exported=self._exported,

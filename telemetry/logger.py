@@ -224,7 +224,10 @@ class StatsLogger:
         self._last_commit_step = step
 
     def health(self) -> dict[str, Any]:
-        """Each sink's queue counters (``sinks``) and, with OTLP, its sender's (``otlp``)."""
+        """Each sink's queue counters (``sinks``) and, with OTLP, its sender's (``otlp``);
+        nothing in a forked child (it logs nothing)."""
+        if os.getpid() != self._pid:
+            return {}
         out: dict[str, Any] = {"sinks": self.fanout.stats()}
         if self.otlp is not None:
             out["otlp"] = self.otlp.health()

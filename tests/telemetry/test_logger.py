@@ -271,10 +271,11 @@ def test_forked_child_logs_nothing(tmp_path):
         stats = StatsLogger(config(tmp_path), sinks=[ConsoleSink(stream=stream)])
         stats.commit(0, 1, 1, {"x": 1.0})
         pid = os.fork()
-        if pid == 0:  # a data-loader worker: commit and close must do nothing
+        if pid == 0:  # a data-loader worker: commit, health and close must do nothing
             stats.commit(0, 99, 99, {"x": 2.0})
+            healthy = stats.health() == {}
             stats.close(1.0)
-            os._exit(0)
+            os._exit(0 if healthy else 1)
         _, status = os.waitpid(pid, 0)
         stats.commit(0, 2, 2, {"x": 3.0})
         stats.close()

@@ -1,6 +1,10 @@
 """Score a cosmic-ray session: killed mutants over the non-equivalent ones, and the rest.
 
 Usage: python scripts/mutation_report.py SESSION.sqlite [SOURCE_ROOT]
+       python scripts/mutation_report.py --skip-annotations SESSION.sqlite [SOURCE_ROOT]
+
+The second form, run between ``cosmic-ray init`` and ``exec``, marks the mutants inside
+annotations as skipped, so their tests never run (they are equivalent, below).
 
 Two kinds of mutants are counted as equivalent, mechanically:
 
@@ -144,6 +148,30 @@ def mutated_line(diff: str) -> str:
     return "?"
 
 
+def skip_annotations(session: str, root: str = ".") -> int:
+    """Mark every pending mutant inside an annotation as skipped (it cannot be killed)."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    spans: dict[str, list] = {}
+    skipped = 0
+    with use_db(session) as db:
+        for item in list(db.pending_work_items):
+            mutation = item.mutations[0]
+            path = str(mutation.module_path)
+            if path not in spans:
+                spans[path] = annotation_spans((Path(root) / path).read_text())
+            start = tuple(mutation.start_pos)
+            if any(a <= start < b for a, b in spans[path]):
+                db.set_result(
+                    item.job_id,
+                    WorkResult(worker_outcome=WorkerOutcome.SKIPPED),
+                )
+                skipped += 1
+    print(f"{skipped} mutants inside annotations skipped")
+    return 0
+
+
 def main(session: str, root: str = ".") -> int:
     dump = subprocess.run(
         [str(Path(sys.executable).with_name("cosmic-ray")), "dump", session],
@@ -170,7 +198,9 @@ def main(session: str, root: str = ".") -> int:
         start = tuple(mutation["start_pos"])
         operator = mutation["operator_name"].split("/")[-1]
         mutant = mutated_line(result.get("diff") or "")
-        if result.get("test_outcome") != "survived":
+        if result.get("worker_outcome") == "skipped":
+            equivalent += 1  # inside an annotation: skipped by --skip-annotations
+        elif result.get("test_outcome") != "survived":
             killed += 1
         elif mutant in JUDGED.get(path, {}):
             judged += 1
@@ -197,4 +227,6 @@ def main(session: str, root: str = ".") -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--skip-annotations"]:
+        sys.exit(skip_annotations(*sys.argv[2:]))
     sys.exit(main(*sys.argv[1:]))

@@ -1,16 +1,18 @@
 """Train/infer logprob diagnostics: ``<scope>/train_infer/...`` (AReaL's 训练诊断指标).
 
-With d = log p_trainer - log p_rollout on valid generated tokens, every value is
-computed in float64 and recorded through the tracker's compact stats, so each key keeps
-O(1) state (sum, count, min, max, buckets) per window, pooled exactly across DP ranks.
-Nothing here reads a tensor value on the host.
+With d = log p_trainer - log p_rollout on valid generated tokens, each key keeps O(1)
+state (sum, count, min, max, buckets) per window in the tracker's compact stats, pooled
+exactly across DP ranks. Nothing here reads a tensor value on the host.
 
-Per chunk of whole rows, only seven per-token rows are materialised (d, abs(d), d^2,
-both logprobs, kl_k3 and its overflow indicator: ``per_token_block``) and reduced by the
-tracker's kernel in one call; the other keys' states follow from those exactly (the
-moments of -x and of d^2/2 from those of x and d^2; the tail fractions from bucket
-counts of abs(d) and the non-finite count), and are folded in with
-``DistributedStatsTracker.fold_moments``.
+Per chunk of whole rows, one pass (:mod:`telemetry.metrics.logp_pass`) builds seven
+float64 per-token rows (d, abs(d), kl_k3, d^2, the overflow indicator, both logprobs)
+with every non-finite or padded token marked NaN, and reduces them to a few dozen
+numbers: sums, extremes, and counts of d above each bucket bound and tail threshold.
+Every key's state follows from those (:mod:`telemetry.metrics.train_infer_states`) and
+is folded in with ``DistributedStatsTracker.fold_moments``. Sums and extremes are those
+of the exact float64 values; for float32, bfloat16 and float16 inputs the bucket and
+tail *comparisons* use d rounded to float32, so a token within one float32 ulp of a
+bound may count on either side of it (float64 inputs compare exactly).
 
 Token sets: *valid* = the generation mask; *finite* = valid tokens where both
 logprobs are finite. ``n_valid_tokens`` and ``n_finite_tokens`` are their counts.
@@ -39,15 +41,19 @@ from collections.abc import Sequence
 
 import torch
 
+from telemetry.metrics.logp_pass import compare_dtype, reduce_chunk
+from telemetry.metrics.train_infer_states import (
+    AVG_KEYS,
+    AVG_MIN_MAX_KEYS,
+    TAIL_THRESHOLDS,
+    StateMap,
+)
 from telemetry.model.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
-from telemetry.record import kernels
 from telemetry.record.scratch import Scratch
 from telemetry.record.tracker import DistributedStatsTracker, ReduceType
 
-RATIO_THRESHOLDS = (1.5, 2.0, 3.0, 5.0, 10.0)
-RATIO_LOGS = tuple(math.log(t) for t in RATIO_THRESHOLDS)
 DEFAULT_LOGP_DIFF_BOUNDS = tuple(
-    sorted({s * math.log(t) for t in RATIO_THRESHOLDS for s in (-1.0, 1.0)} | {0.0})
+    sorted({s * math.log(t) for t in TAIL_THRESHOLDS for s in (-1.0, 1.0)} | {0.0})
 )
 # Per-token float64 temporaries are bounded by processing at most this many tokens
 # (whole rows) at once: about 2 MiB per temporary.
@@ -128,7 +134,7 @@ def record_train_infer(
     Raises:
         ShapeMismatchError: the three tensors differ in shape.
         MaskTypeError: ``mask`` is a float tensor.
-        InvalidValueError: a logprob input is not a tensor.
+        InvalidValueError: a logprob input is not a tensor of real numbers.
     """
     tracker = resolve_tracker(tracker)
     with tracker.scope("train_infer"):
@@ -137,6 +143,10 @@ def record_train_infer(
             if not isinstance(value, torch.Tensor):
                 raise InvalidValueError(
                     f"{key!r}: {name} must be a tensor, got {type(value).__name__}"
+                )
+            if value.dtype == torch.bool or value.is_complex():
+                raise InvalidValueError(
+                    f"{key!r}: {name} must hold real numbers, not {value.dtype}"
                 )
         if trainer_logp.shape != rollout_logp.shape:
             raise ShapeMismatchError(
@@ -152,124 +162,11 @@ def record_train_infer(
             _record_chunk(tracker, trainer_2d[part], rollout_2d[part], valid_2d[part])
 
 
-# A chunk's per-token rows over *finite* tokens, float64, stacked in one block that the
-# stat kernel reduces to [sum, count, min, -max] per row in one call.
-BLOCK_ROWS = ("d", "abs_d", "d_squared", "trainer", "rollout", "kl_k3", "k3_overflow")
-_D, _ABS, _SQUARED, _TRAINER, _ROLLOUT, _K3, _OVERFLOW = range(len(BLOCK_ROWS))
-# Keys over finite tokens, each from a block row, as (row, negated, scale): the mean,
-# min and max of -x are -mean, -max and -min of x; d^2/2 scales d^2.
-FINITE_KEYS = {
-    "logp_diff": (_D, False, 1.0),
-    "logp_abs_diff": (_ABS, False, 1.0),
-    "logp_diff_squared": (_SQUARED, False, 1.0),
-    "trainer_nll": (_TRAINER, True, 1.0),
-    "rollout_nll": (_ROLLOUT, True, 1.0),
-    "kl_k1": (_D, True, 1.0),
-    "kl_k2": (_SQUARED, False, 0.5),
-    "kl_k3": (_K3, False, 1.0),
-    "kl_k3_overflow_fraction": (_OVERFLOW, False, 1.0),
-}
-AVG_MIN_MAX_KEYS = ("logp_diff", "logp_abs_diff")
-TAIL_KEYS = tuple(f"ratio_outside_{t:g}" for t in RATIO_THRESHOLDS)
-
-
-def per_token_block(
-    trainer_logp: torch.Tensor, rollout_logp: torch.Tensor, block: torch.Tensor
-) -> torch.Tensor:
-    """Fill ``block`` (``[7, N]`` float64) with the rows named by ``BLOCK_ROWS`` of 1-D
-    logprobs (any values); returns it.
-
-    Only positions where both logprobs are finite are meaningful; the stat kernel reads
-    the block through the finite mask. kl_k3 uses ``expm1`` (``exp(d) - 1`` loses the
-    precision small d needs); its overflow indicator is 1 where ``expm1(d)`` is +inf.
-    """
-    d = block[_D]
-    block[_TRAINER].copy_(trainer_logp)
-    block[_ROLLOUT].copy_(rollout_logp)
-    torch.sub(block[_TRAINER], block[_ROLLOUT], out=d)
-    torch.abs(d, out=block[_ABS])
-    torch.square(d, out=block[_SQUARED])
-    torch.expm1(d, out=block[_K3])
-    torch.eq(block[_K3], math.inf, out=block[_OVERFLOW])  # expm1 >= -1: +inf only
-    block[_K3].sub_(d)
-    return block
-
-
-class _KeyMap:
-    """Device constants that turn the block's row states into the finite keys' states."""
-
-    def __init__(self, device: torch.device) -> None:
-        rows, negated, scales = zip(*FINITE_KEYS.values())
-        self.rows = torch.tensor(rows, dtype=torch.int64, device=device)
-        self.negated = torch.tensor(negated, device=device).unsqueeze(1)
-        scale = torch.tensor(scales, dtype=torch.float64, device=device)
-        sign = torch.where(self.negated.squeeze(1), -1.0, 1.0).to(torch.float64)
-        # [sum, count, min, -max] of s*x from those of x (after swapping for s < 0).
-        self.factor = torch.stack([sign * scale, torch.ones_like(scale), scale, scale], 1)
-        self.tails = torch.tensor(RATIO_LOGS, dtype=torch.float64, device=device)
-
-
-_key_maps: dict[torch.device, _KeyMap] = {}
-# The per-token block and bucket indices of a chunk live in scratch memory per device,
-# used by one chunk at a time.
+# One StateMap per (device, compare dtype, bounds); one scratch buffer per device, used
+# by one chunk at a time.
+_state_maps: dict[tuple[torch.device, torch.dtype, tuple[float, ...]], StateMap] = {}
 _scratch: dict[torch.device, Scratch] = {}
 _scratch_lock = threading.Lock()
-
-
-def _finite_key_states(rows: torch.Tensor, key_map: _KeyMap) -> torch.Tensor:
-    """``[len(FINITE_KEYS), 4]`` states from the block's ``[7, 4]`` row states."""
-    chosen = rows.index_select(0, key_map.rows)
-    swapped = chosen[:, [0, 1, 3, 2]]  # min(-x) = -max(x), -max(-x) = min(x)
-    states = torch.where(key_map.negated, swapped, chosen) * key_map.factor
-    empty = chosen[:, 1:2] == 0  # no finite token: the extremes stay +inf
-    states[:, 2:] = torch.where(empty, math.inf, states[:, 2:])
-    return states
-
-
-def _counts_above(values: torch.Tensor, bounds: Sequence[float]) -> torch.Tensor:
-    """float64 counts of ``values`` strictly above each bound (padding at -inf never is).
-
-    One comparison per bound: branch-free, unlike a binary search per value
-    (``bucketize``), whose speed depends on the data.
-    """
-    return torch.stack([torch.gt(values, bound).sum() for bound in bounds]).to(torch.float64)
-
-
-def _bucket_counts(above: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """Counts in the buckets ``(bounds[i-1], bounds[i]]`` of ``count`` values, from the
-    counts above each bound."""
-    return torch.cat([count - above[:1], above[:-1] - above[1:], above[-1:]])
-
-
-def _valid_key_states(
-    row_states: torch.Tensor, tails_above: torch.Tensor, n_valid: torch.Tensor, key_map: _KeyMap
-) -> torch.Tensor:
-    """States of ``nonfinite_logp_fraction`` and the tail fractions, over valid tokens.
-
-    A tail indicator is 1[abs(d) > log t] on finite tokens and NaN on non-finite valid
-    ones, so one non-finite valid token makes the tail sums, minima and maxima NaN.
-    """
-    n_finite = row_states[_ABS, 1]
-    n_nonfinite = n_valid - n_finite
-    any_nonfinite = n_nonfinite > 0
-    low_abs, high_abs = row_states[_ABS, 2], -row_states[_ABS, 3]
-    tail_low = (low_abs > key_map.tails).to(torch.float64)
-    tail_high = (high_abs > key_map.tails).to(torch.float64)
-    tails = torch.stack([tails_above, n_valid.expand(5), tail_low, -tail_high], 1)
-    tails = torch.where(any_nonfinite, math.nan, tails)
-    tails[:, 1] = n_valid
-    nonfinite = torch.stack(
-        [
-            n_nonfinite,
-            n_valid,
-            (n_finite == 0).to(torch.float64),
-            -any_nonfinite.to(torch.float64),
-        ]
-    ).unsqueeze(0)
-    states = torch.cat([nonfinite, tails])
-    empty = n_valid == 0
-    states[:, 2:] = torch.where(empty, math.inf, states[:, 2:])
-    return states
 
 
 def _record_chunk(
@@ -280,37 +177,26 @@ def _record_chunk(
 ) -> None:
     trainer, rollout = trainer_logp.detach().reshape(-1), rollout_logp.detach().reshape(-1)
     valid = valid.reshape(-1)
-    finite = valid & torch.isfinite(trainer) & torch.isfinite(rollout)
-    tracker.denominator(n_valid_tokens=valid, n_finite_tokens=finite)
-    finite_bits = tracker.declared_mask("n_finite_tokens")
-    n_valid = tracker.declared_mask("n_valid_tokens").count
-    device = trainer.device
-    key_map = _key_maps.get(device)
-    if key_map is None:
-        key_map = _key_maps[device] = _KeyMap(device)
-    n = trainer.numel()
-    with _scratch_lock:
+    device, dtype = trainer.device, compare_dtype(trainer, rollout)
+    bounds = tracker.bucket_bounds("logp_diff")
+    state_map = _state_maps.get((device, dtype, bounds))
+    if state_map is None:
+        state_map = _state_maps[device, dtype, bounds] = StateMap(bounds, dtype, device)
+    # Inference mode skips autograd's bookkeeping on every op (what it makes is read-only
+    # outside, which the tracker only reads).
+    with _scratch_lock, torch.inference_mode():
         scratch = _scratch.get(device)
         if scratch is None:
             scratch = _scratch[device] = Scratch(device)
-        (block,) = scratch.tensors(((len(BLOCK_ROWS), n), torch.float64))
-        per_token_block(trainer, rollout, block)
-        empty = torch.tensor([0.0, 0.0, math.inf, math.inf], dtype=torch.float64, device=device)
-        # The block is ours: the kernel leaves its valid values and -inf on padding.
-        row_states = kernels.fold_block(
-            empty.expand(len(BLOCK_ROWS), 4), finite_bits, block, scratch, overwrite=True
+        reduced = reduce_chunk(
+            trainer, rollout, valid, state_map.d_thresholds, state_map.abs_thresholds, scratch
         )
-        bounds = tracker.bucket_bounds("logp_diff")
-        above = _counts_above(block[_D], bounds) if bounds else None
-        tails_above = _counts_above(block[_ABS], RATIO_LOGS)
-    states = dict(zip(FINITE_KEYS, _finite_key_states(row_states, key_map).unbind(0)))
-    if above is not None:
-        buckets = _bucket_counts(above, finite_bits.count)
-        states["logp_diff"] = torch.cat([states["logp_diff"], buckets])
-    tracker.fold_moments({key: states.pop(key) for key in AVG_MIN_MAX_KEYS})
-    tracker.fold_moments(states, ReduceType.AVG)
-    valid_states = _valid_key_states(row_states, tails_above, n_valid, key_map)
-    tracker.fold_moments(
-        dict(zip(("nonfinite_logp_fraction", *TAIL_KEYS), valid_states.unbind(0))),
-        ReduceType.AVG,
-    )
+    tracker.denominator(n_valid_tokens=valid, n_finite_tokens=reduced.finite)
+    with torch.inference_mode():
+        states = state_map.states(
+            reduced,
+            tracker.declared_mask("n_finite_tokens").count,
+            tracker.declared_mask("n_valid_tokens").count,
+        )
+    tracker.fold_moments({key: states[key] for key in AVG_MIN_MAX_KEYS})
+    tracker.fold_moments({key: states[key] for key in AVG_KEYS}, ReduceType.AVG)

@@ -321,3 +321,189 @@ def test_extremes_of_the_valid_token_fractions_match_their_indicators(tracker):
             assert math.isnan(got.min) and math.isnan(got.max), name
         else:
             assert (got.min, got.max) == (float(min(tails)), float(max(tails))), name
+
+
+def reference_extremes(trainer, rollout, mask) -> dict[str, tuple[float, float]]:
+    """(min, max) of every key's per-token values (Python floats), as its point reports."""
+    finite = [
+        (t, r)
+        for t, r, m in zip(trainer, rollout, mask, strict=True)
+        if m and math.isfinite(t) and math.isfinite(r)
+    ]
+    if not finite:
+        return {}
+    ds = [t - r for t, r in finite]
+
+    def k3(d: float) -> float:
+        try:
+            return math.expm1(d) - d
+        except OverflowError:
+            return math.inf
+
+    values = {
+        "logp_diff": ds,
+        "logp_abs_diff": [abs(d) for d in ds],
+        "logp_diff_squared": [d * d for d in ds],
+        "trainer_nll": [-t for t, _ in finite],
+        "rollout_nll": [-r for _, r in finite],
+        "kl_k1": [-d for d in ds],
+        "kl_k2": [d * d / 2 for d in ds],
+        "kl_k3": [k3(d) for d in ds],
+        "kl_k3_overflow_fraction": [float(math.isinf(k3(d))) for d in ds],
+    }
+    return {P + key: (min(xs), max(xs)) for key, xs in values.items()}
+
+
+def assert_extremes_match(source, expected: dict[str, tuple[float, float]], rel: float) -> None:
+    """The points' min and max against ``expected``; ``source``: a tracker (exported
+    here) or its exported points."""
+    points = source.export().points if isinstance(source, DistributedStatsTracker) else source
+    points = {p.metric: p for p in points if isinstance(p, Histogram)}
+    for key, (low, high) in expected.items():
+        assert points[key].min == pytest.approx(low, rel=rel, abs=0), key
+        assert points[key].max == pytest.approx(high, rel=rel, abs=0), key
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_extremes_of_every_key_match_the_reference(dtype):
+    # d^2 and kl_k3 take their extremes from those of abs(d) and d; kl_k3's maximum is at
+    # an end of d's range (it falls for d < 0, rises for d > 0): both signs, an overflow.
+    trainer, rollout, mask = random_batch(30, dtype=dtype)
+    trainer[0, :4] = torch.tensor([math.nan, -math.inf, -1.0, -2.0], dtype=dtype)
+    rollout[0, :4] = torch.tensor([-1.0, -1.0, -800.0, -1.0], dtype=dtype)  # d = 799
+    mask[0, :4] = True
+    cases = {
+        "with overflow": (trainer, rollout, mask),
+        "all finite": (trainer[1:], rollout[1:], mask[1:]),
+        "max kl_k3 at min d": (trainer[1:] - 4, rollout[1:], mask[1:]),
+    }
+    for name, (t, r, m) in cases.items():
+        tracker = DistributedStatsTracker()
+        record(tracker, t, r, m)
+        expected = reference_extremes(*flat(t.double(), r.double(), m))
+        assert math.isinf(expected[P + "kl_k3"][1]) == (name == "with overflow")
+        # Exact, but for the last bit of expm1 where kl_k3's maximum is at an end of d.
+        assert_extremes_match(tracker, expected, rel=1e-14)
+    d = (t - r)[m].double()
+    assert torch.expm1(d.min()) - d.min() > torch.expm1(d.max()) - d.max()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_inputs_are_widened_exactly(tracker, dtype):
+    trainer, rollout, mask = random_batch(31, dtype=dtype)
+    record(tracker, trainer, rollout, mask)
+    assert_matches(tracker.export(), reference(*flat(trainer.double(), rollout.double(), mask)))
+
+
+def test_float32_comparisons_stay_within_one_float32_ulp_of_each_bound():
+    # Adversarial float32 inputs: d = t - r (exact in float64) within a few float32 ulps
+    # of every bound and tail threshold, on both sides. Counts compare d rounded to
+    # float32, so a token may only fall on the wrong side of a bound when d is within one
+    # float32 ulp of it; sums and extremes stay those of the float64 values.
+    gen = torch.Generator().manual_seed(32)
+    levels = torch.tensor([*DEFAULT_LOGP_DIFF_BOUNDS, *(math.log(t) for t in THRESHOLDS)])
+    rollout = -torch.rand(levels.numel(), 400, generator=gen, dtype=torch.float64) * 8
+    offsets = torch.randint(-6, 7, rollout.shape, generator=gen) * 2.0**-24
+    trainer = (rollout + levels.double().unsqueeze(1) * (1 + offsets)).float()
+    rollout = rollout.float()
+    mask = torch.ones(trainer.shape, dtype=torch.bool)
+    tracker = DistributedStatsTracker()
+    record(tracker, trainer, rollout, mask)
+    record(check := DistributedStatsTracker(), trainer, rollout, mask)
+    exported = check.export().points
+    points = {p.metric: p for p in exported}
+    d = (trainer.double() - rollout.double()).reshape(-1)
+    ulp = lambda x: math.ulp(x) * 2.0**29  # noqa: E731  (float32 ulp of a normal float64)
+    n = d.numel()
+    for t in THRESHOLDS:
+        edge = math.log(t)
+        tail = points[f"{P}ratio_outside_{t:g}"].sum
+        assert (
+            int((d.abs() > edge + ulp(edge)).sum())
+            <= tail
+            <= int((d.abs() >= edge - ulp(edge)).sum())
+        )
+    buckets = points[P + "logp_diff"].bucket_counts
+    above = [n - sum(buckets[: i + 1]) for i in range(len(DEFAULT_LOGP_DIFF_BOUNDS))]
+    for bound, count in zip(DEFAULT_LOGP_DIFF_BOUNDS, above, strict=True):
+        width = ulp(bound) if bound else 0.0
+        assert int((d > bound + width).sum()) <= count <= int((d > bound - width).sum())
+    # Some tokens do sit in that band: the test would pass trivially otherwise.
+    assert any(
+        int((d > b + ulp(b)).sum()) < int((d > b - ulp(b)).sum()) for b in levels.tolist() if b
+    )
+    args = flat(trainer.double(), rollout.double(), mask)
+    assert_extremes_match(exported, reference_extremes(*args), rel=1e-14)
+    stats = tracker.export()
+    expected = reference(*args)
+    ratios = [key for key in expected if "ratio_outside" in key]
+    assert_matches(
+        {k: v for k, v in stats.items() if k not in ratios},
+        {k: v for k, v in expected.items() if k not in ratios},
+    )
+
+
+def test_float64_inputs_compare_exactly_at_float32_ties(tracker):
+    # The same band in float64 inputs: every count is exact.
+    gen = torch.Generator().manual_seed(33)
+    rollout = -torch.rand(5, 200, generator=gen, dtype=torch.float64) * 8
+    logs = torch.tensor([math.log(t) for t in THRESHOLDS], dtype=torch.float64).unsqueeze(1)
+    trainer = rollout + logs * (1 + torch.randint(-3, 4, rollout.shape, generator=gen) * 2.0**-52)
+    mask = torch.ones(trainer.shape, dtype=torch.bool)
+    record(tracker, trainer, rollout, mask)
+    assert_matches(tracker.export(), reference(*flat(trainer, rollout, mask)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_large_magnitude_logprobs(tracker, dtype):
+    # Engines write huge negative numbers for impossible tokens: d, d^2 and expm1 stay
+    # float64 (no float32 overflow of d^2 or kl_k3), and the float32 extremes are exact.
+    # (No cancellation between the huge terms: the reference sums exactly, with fsum.)
+    big = torch.finfo(torch.float32).max
+    trainer = torch.tensor([-1e30, -big, -3.0, -1e4, -0.5, -2e19], dtype=dtype)
+    rollout = torch.tensor([-2.0, -1.0, -1.0, -1.0, -1e30, -1.0], dtype=dtype)
+    mask = torch.ones(6, dtype=torch.bool)
+    record(tracker, trainer, rollout, mask)
+    args = flat(trainer.double(), rollout.double(), mask)
+    assert_matches(tracker.export(), reference(*args))
+    check = DistributedStatsTracker()
+    record(check, trainer, rollout, mask)
+    assert_extremes_match(check, reference_extremes(*args), rel=1e-15)
+
+
+def test_float64_difference_overflow_makes_kl_k3_nan(tracker):
+    # d = t - r overflows float64 to +inf: expm1(inf) - inf is NaN, as in the reference.
+    trainer = torch.tensor([1.7e308, -1.0, -2.0], dtype=torch.float64)
+    rollout = torch.tensor([-1.7e308, -1.5, -1.0], dtype=torch.float64)
+    mask = torch.ones(3, dtype=torch.bool)
+    record(tracker, trainer, rollout, mask)
+    stats = tracker.export()
+    assert_matches(stats, reference(*flat(trainer, rollout, mask)))
+    assert math.isnan(stats[P + "kl_k3"]) and stats[P + "logp_diff/max"] == math.inf
+
+
+def test_inputs_that_require_grad_and_a_stat_on_the_finite_tokens(tracker):
+    # Recording runs in inference mode on detached inputs; the finite mask it declares
+    # serves a later stat() like any other denominator.
+    trainer, rollout, mask = random_batch(34)
+    weights = trainer.clone().requires_grad_(True)
+    record(tracker, weights * 1.0, rollout, mask)
+    with tracker.scope("ppo_actor"), tracker.scope("train_infer"):
+        tracker.stat(denominator="n_finite_tokens", doubled=((trainer - rollout) * 2).reshape(-1))
+    stats = tracker.export()
+    expected = reference(*flat(trainer, rollout, mask))
+    assert_matches({k: v for k, v in stats.items() if "doubled" not in k}, expected)
+    assert stats[P + "doubled/avg"] == pytest.approx(2 * expected[P + "logp_diff/avg"])
+    assert weights.grad is None
+
+
+def test_integer_logprobs_are_widened_and_bool_or_complex_refused(tracker):
+    trainer, rollout, mask = random_batch(35)
+    trainer_int, rollout_int = trainer.round().to(torch.int64), rollout.round().to(torch.int64)
+    record(tracker, trainer_int, rollout_int, mask)
+    assert_matches(
+        tracker.export(), reference(*flat(trainer_int.double(), rollout_int.double(), mask))
+    )
+    for bad in (mask, trainer.to(torch.complex128)):
+        with pytest.raises(InvalidValueError, match="'ppo_actor/train_infer'.*trainer_logp"):
+            record(tracker, bad, rollout, mask)

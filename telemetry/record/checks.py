@@ -10,7 +10,7 @@ import torch
 
 from telemetry.model.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 
-__all__ = ["bucket_bounds", "mask", "moment_state", "stat_value"]
+__all__ = ["bucket_bounds", "mask", "moment_rows", "moment_state", "stat_value"]
 
 _ACCEPTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -77,20 +77,42 @@ def stat_value(key: str, value: object, mask: torch.Tensor, mask_key: str) -> to
     return value
 
 
-def moment_state(key: str, state: object, n_buckets: int) -> torch.Tensor:
-    """A producer's ``[sum, count, min, -max, *buckets]`` state for ``fold_moments``.
+def moment_state(key: str, state: object, n_buckets: int, offset: int = 4) -> torch.Tensor:
+    """A producer's ``[sum, count, min, -max, *buckets]`` state for ``fold_moments``
+    (with ``offset=0``: its bucket counts alone).
 
     Raises:
-        InvalidValueError: not a float64 tensor of ``4 + n_buckets`` elements.
+        InvalidValueError: not a float64 tensor of ``offset + n_buckets`` elements.
     """
     if (
         not isinstance(state, torch.Tensor)
         or state.dtype != torch.float64
-        or state.shape != (4 + n_buckets,)
+        or state.shape != (offset + n_buckets,)
     ):
+        what = "state" if offset else "bucket-count vector"
         raise InvalidValueError(
-            f"{key!r}: expected a float64 state of {4 + n_buckets} elements, got "
+            f"{key!r}: expected a float64 {what} of {offset + n_buckets} elements, got "
             f"{getattr(state, 'dtype', type(state).__name__)} "
             f"{tuple(getattr(state, 'shape', ()))}"
         )
     return state
+
+
+def moment_rows(keys: Sequence[str], rows: object) -> torch.Tensor:
+    """Producers' ``[K, 4]`` states ``[sum, count, min, -max]`` for ``fold_moment_rows``.
+
+    Raises:
+        InvalidValueError: not a float64 tensor of one row per key, naming the first key.
+    """
+    if (
+        not isinstance(rows, torch.Tensor)
+        or rows.dtype != torch.float64
+        or rows.shape != (len(keys), 4)
+    ):
+        first = keys[0] if keys else "?"
+        raise InvalidValueError(
+            f"{first!r}: expected float64 states of shape {(len(keys), 4)}, got "
+            f"{getattr(rows, 'dtype', type(rows).__name__)} "
+            f"{tuple(getattr(rows, 'shape', ()))}"
+        )
+    return rows

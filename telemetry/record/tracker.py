@@ -180,10 +180,10 @@ class DistributedStatsTracker:
             InvalidValueError: a state is not float64, has the wrong length, or its key
                 was recorded differently before; naming the key.
         """
-        reduce = self._stat_reduce(reduce_type, states)
-        keys = [self.full_key(name) for name in states]
+        self._stat_reduce(reduce_type, states)
         device = None
-        for key, state in zip(keys, states.values()):
+        for name, state in states.items():
+            key = self.full_key(name)
             n_buckets = len(self._bounds[key]) + 1 if key in self._bounds else 0
             checks.moment_state(key, state, n_buckets)
             device = state.device if device is None else device
@@ -191,18 +191,52 @@ class DistributedStatsTracker:
                 raise InvalidValueError(f"{key!r}: state on {state.device}, others on {device}")
         if device is None:
             return
+        rows = torch.stack([state[:4] for state in states.values()])
+        buckets = {name: state[4:] for name, state in states.items() if state.numel() > 4}
+        self.fold_moment_rows(list(states), rows, reduce_type, buckets)
+
+    def fold_moment_rows(
+        self,
+        names: Sequence[str],
+        rows: torch.Tensor,
+        reduce_type: ReduceType | None = None,
+        buckets: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
+        """:meth:`fold_moments` of states given as the rows of one tensor.
+
+        Args:
+            names: the keys (relative to the current scope), one per row.
+            rows: float64 ``[len(names), 4]`` states ``[sum, count, min, -max]``.
+            reduce_type: as for :meth:`stat`.
+            buckets: the bucket counts of every key that has bucket bounds, by name.
+
+        Raises:
+            InvalidValueError: ``rows`` is not float64 of that shape, or bucket counts are
+                missing, unexpected or of the wrong length, or a key was recorded
+                differently before; naming the key.
+        """
+        reduce = self._stat_reduce(reduce_type, names)
+        prefix = self.full_key("")
+        keys = [f"{prefix}/{name}" if prefix else name for name in names]
+        buckets = buckets or {}
+        checks.moment_rows(keys, rows)
+        for name, key in zip(names, keys):
+            n_buckets = len(self._bounds[key]) + 1 if key in self._bounds else 0
+            if n_buckets or name in buckets:
+                checks.moment_state(key, buckets.get(name), n_buckets, offset=0)
+        if not keys:
+            return
         with self._lock:
             window = self._window
             for key in keys:
-                window.check_stat(key, reduce, device)
+                window.check_stat(key, reduce, rows.device)
             for key in keys:
-                window.add_stat(key, reduce, device, self._bounds.get(key, ()))
-            values = list(states.values())
-            window.bank(device).merge(tuple(keys), torch.stack([state[:4] for state in values]))
-            for key, state in zip(keys, values):
-                buckets = window.stats[key].buckets
-                if buckets is not None:
-                    buckets += state[4:]
+                window.add_stat(key, reduce, rows.device, self._bounds.get(key, ()))
+            window.bank(rows.device).merge(tuple(keys), rows)
+            for name, key in zip(names, keys):
+                counts = window.stats[key].buckets
+                if counts is not None:
+                    counts += buckets[name]
 
     def bucket_bounds(self, name: str) -> tuple[float, ...]:
         """The bucket bounds of stat ``name`` (current scope); empty when it has none."""

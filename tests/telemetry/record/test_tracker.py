@@ -387,3 +387,25 @@ def test_fold_moments_pools_with_stat_and_names_a_bad_state():
         tracker.fold_moments(
             {"x": torch.tensor([0.0, 0.0, math.inf, math.inf], dtype=torch.float64)}, ReduceType.AVG
         )
+
+
+def test_fold_moment_rows_equals_fold_moments_and_names_a_bad_state():
+    rows = torch.tensor([[2.0, 2.0, -3.0, -5.0], [1.0, 4.0, 0.0, -1.0]], dtype=torch.float64)
+    buckets = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)
+    by_rows, by_dict = DistributedStatsTracker(), DistributedStatsTracker()
+    with by_rows.scope("s"):
+        by_rows.set_bucket_bounds("x", (0.0, 1.0))
+        by_rows.fold_moment_rows(["x", "y"], rows, ReduceType.AVG, {"x": buckets})
+    with by_dict.scope("s"):
+        by_dict.set_bucket_bounds("x", (0.0, 1.0))
+        by_dict.fold_moments({"x": torch.cat([rows[0], buckets]), "y": rows[1]}, ReduceType.AVG)
+    assert by_rows.export().points == by_dict.export().points
+    tracker = DistributedStatsTracker()
+    tracker.set_bucket_bounds("x", (0.0, 1.0))
+    with pytest.raises(InvalidValueError, match=r"'x': expected float64 states of shape \(2, 4\)"):
+        tracker.fold_moment_rows(["x", "y"], rows[:1], ReduceType.AVG, {"x": buckets})
+    with pytest.raises(InvalidValueError, match="'x': expected a float64 bucket-count vector of 3"):
+        tracker.fold_moment_rows(["x", "y"], rows, ReduceType.AVG)
+    with pytest.raises(InvalidValueError, match="'y': expected a float64 bucket-count vector of 0"):
+        tracker.fold_moment_rows(["x", "y"], rows, ReduceType.AVG, {"x": buckets, "y": buckets})
+    assert not tracker.export().points

@@ -9,7 +9,7 @@ float64 per-token rows (d, abs(d), kl_k3, d^2, the overflow indicator, both logp
 with every non-finite or padded token marked NaN, and reduces them to a few dozen
 numbers: sums, extremes, and counts of d above each bucket bound and tail threshold.
 Every key's state follows from those (:mod:`telemetry.metrics.train_infer_states`) and
-is folded in with ``DistributedStatsTracker.fold_moments``. Sums and extremes are those
+is folded in with ``DistributedStatsTracker.fold_moment_rows``. Sums and extremes are those
 of the exact float64 values; for float32, bfloat16 and float16 inputs the bucket and
 tail *comparisons* use d rounded to float32, so a token within one float32 ulp of a
 bound may count on either side of it (float64 inputs compare exactly).
@@ -193,10 +193,12 @@ def _record_chunk(
         )
     tracker.denominator(n_valid_tokens=valid, n_finite_tokens=reduced.finite)
     with torch.inference_mode():
-        states = state_map.states(
+        rows, buckets = state_map.states(
             reduced,
             tracker.declared_mask("n_finite_tokens").count,
             tracker.declared_mask("n_valid_tokens").count,
         )
-    tracker.fold_moments({key: states[key] for key in AVG_MIN_MAX_KEYS})
-    tracker.fold_moments({key: states[key] for key in AVG_KEYS}, ReduceType.AVG)
+    n = len(AVG_MIN_MAX_KEYS)
+    by_name = {"logp_diff": buckets} if buckets.numel() else None
+    tracker.fold_moment_rows(AVG_MIN_MAX_KEYS, rows[:n], buckets=by_name)
+    tracker.fold_moment_rows(AVG_KEYS, rows[n:], ReduceType.AVG)

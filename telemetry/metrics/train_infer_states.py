@@ -20,7 +20,7 @@ import torch
 
 from telemetry.metrics.logp_pass import Reduced
 
-__all__ = ["AVG_KEYS", "AVG_MIN_MAX_KEYS", "TAIL_LOGS", "TAIL_THRESHOLDS", "StateMap"]
+__all__ = ["AVG_KEYS", "AVG_MIN_MAX_KEYS", "KEYS", "TAIL_LOGS", "TAIL_THRESHOLDS", "StateMap"]
 
 TAIL_THRESHOLDS = (1.5, 2.0, 3.0, 5.0, 10.0)
 TAIL_LOGS = tuple(math.log(t) for t in TAIL_THRESHOLDS)
@@ -37,6 +37,7 @@ AVG_KEYS = (
     "nonfinite_logp_fraction",
     *TAIL_KEYS,
 )
+KEYS = (*AVG_MIN_MAX_KEYS, *AVG_KEYS)
 _TAILS = range(len(TAIL_LOGS))
 
 # A key's four entries as (factor, name, name, offset): factor * x * y + offset, with y
@@ -174,21 +175,21 @@ class StateMap:
             return tensor((at[x] for x in items), torch.int64)
 
         self._flags = index(a for a, _ in _FLAGS.values()), index(b for _, b in _FLAGS.values())
-        self._d_extremes = index(("min_d", "max_d"))
         self._to_abs = tensor((-1.0, 1.0))
         flag = {name: i for i, name in enumerate(_FLAGS)}
         entries, empty, nan = [], [], []
-        self.sizes = []
-        for key in (*AVG_MIN_MAX_KEYS, *AVG_KEYS):
-            extra = []
-            if key == "logp_diff" and bounds:
-                extra = [_plain(1, f"bucket{i}") for i in range(len(bounds) + 1)]
-            entries += _ENTRIES[key] + extra
-            self.sizes.append(4 + len(extra))
+        for key in KEYS:
+            entries += _ENTRIES[key]
             when_empty = next((c for c, keys in _EMPTY_IF.items() if key in keys), "never")
             when_nan = next((c for c, keys in _NAN_IF.items() if key in keys), "never")
-            empty += ["never", "never", when_empty, when_empty] + ["never"] * len(extra)
-            nan += [when_nan, "never", when_nan, when_nan] + ["never"] * len(extra)
+            empty += ["never", "never", when_empty, when_empty]
+            nan += [when_nan, "never", when_nan, when_nan]
+        # Then the bucket counts of logp_diff.
+        n_buckets = len(bounds) + 1 if bounds else 0
+        entries += [_plain(1, f"bucket{i}") for i in range(n_buckets)]
+        empty += ["never"] * n_buckets
+        nan += ["never"] * n_buckets
+        self._n_rows = 4 * len(KEYS)
         self._factor = tensor(e[0] for e in entries)
         self._x, self._y = index(e[1] for e in entries), index(e[2] for e in entries)
         self._offset = tensor(e[3] for e in entries)
@@ -197,16 +198,22 @@ class StateMap:
 
     def states(
         self, reduced: Reduced, n_finite: torch.Tensor, n_valid: torch.Tensor
-    ) -> dict[str, torch.Tensor]:
-        """Every key's float64 state from one chunk's reductions and token counts."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``[len(KEYS), 4]`` float64 states ``[sum, count, min, -max]`` of the keys in
+        ``KEYS`` order, and the bucket counts of ``logp_diff`` (empty without bounds),
+        from one chunk's reductions and token counts."""
         r = reduced
+        # max abs(d) = max(-min d, max d); kl_k3 = expm1(d) - d falls for d < 0 and rises
+        # for d > 0, so its maximum is at min d or max d.
+        ends = torch.cat([r.low[:1], r.high])
+        max_k3 = torch.expm1(ends).sub_(ends).amax(0, keepdim=True)
+        max_abs = ends.mul_(self._to_abs).amax(0, keepdim=True)
         values = torch.cat(
             [
                 *(r.sums, r.low, r.high, r.logp_low, r.logp_high, r.above),
-                *(n_finite.reshape(1), n_valid.reshape(1), self._consts),
+                *(n_finite.reshape(1), n_valid.reshape(1), self._consts, max_abs, max_k3),
             ]
         )
-        values = torch.cat([values, self._maxima(values)])
         first, greater = self._flags
         flags = values.index_select(0, first) > values.index_select(0, greater)
         combos = torch.mv(self._combine, values.narrow(0, *self._counts))
@@ -215,14 +222,4 @@ class StateMap:
         states = torch.addcmul(self._offset, product, self._factor)
         states = torch.where(flags.index_select(0, self._empty), math.inf, states)
         states = torch.where(flags.index_select(0, self._nan), math.nan, states)
-        return dict(zip((*AVG_MIN_MAX_KEYS, *AVG_KEYS), states.split(self.sizes)))
-
-    def _maxima(self, values: torch.Tensor) -> torch.Tensor:
-        """``[max abs(d), max kl_k3]`` from min d and max d.
-
-        max abs(d) = max(-min d, max d); kl_k3 = expm1(d) - d falls for d < 0 and rises
-        for d > 0, so its maximum is at min d or max d.
-        """
-        extremes = values.index_select(0, self._d_extremes)
-        k3 = torch.expm1(extremes).sub_(extremes).amax()
-        return torch.stack([extremes.mul_(self._to_abs).amax(), k3])
+        return states[: self._n_rows].view(-1, 4), states[self._n_rows :]

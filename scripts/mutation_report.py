@@ -2,9 +2,13 @@
 
 Usage: python scripts/mutation_report.py SESSION.sqlite [SOURCE_ROOT]
        python scripts/mutation_report.py --skip-annotations SESSION.sqlite [SOURCE_ROOT]
+       python scripts/mutation_report.py --reuse-killed OLD.sqlite OLD_ROOT SESSION.sqlite ROOT
 
 The second form, run between ``cosmic-ray init`` and ``exec``, marks the mutants inside
-annotations as skipped, so their tests never run (they are equivalent, below).
+annotations as skipped, so their tests never run (they are equivalent, below). The third
+copies the killed results of an earlier session of the same module into a new one, so
+that ``exec`` runs only the earlier survivors (and any new mutant): only where the module's
+text is unchanged, and sound only where tests were added, not changed or removed, since.
 
 Two kinds of mutants are counted as equivalent, mechanically:
 
@@ -172,6 +176,35 @@ def skip_annotations(session: str, root: str = ".") -> int:
     return 0
 
 
+def reuse_killed(old: str, old_root: str, session: str, root: str = ".") -> int:
+    """Copy ``old``'s killed results into ``session`` for unchanged modules."""
+    from cosmic_ray.work_db import use_db
+
+    def key(item):
+        m = item.mutations[0]
+        return (str(m.module_path), m.operator_name, m.occurrence, tuple(m.start_pos))
+
+    with use_db(old) as db:
+        killed = {
+            key(item): result
+            for item, result in db.completed_work_items
+            if result.test_outcome is not None and result.is_killed
+        }
+    same: dict[str, bool] = {}
+    reused = 0
+    with use_db(session) as db:
+        for item in list(db.pending_work_items):
+            path = str(item.mutations[0].module_path)
+            if path not in same:
+                old_text = (Path(old_root) / path).read_text()
+                same[path] = old_text == (Path(root) / path).read_text()
+            if same[path] and key(item) in killed:
+                db.set_result(item.job_id, killed[key(item)])
+                reused += 1
+    print(f"{reused} killed results reused from {old}; modules unchanged: {same}")
+    return 0
+
+
 def main(session: str, root: str = ".") -> int:
     dump = subprocess.run(
         [str(Path(sys.executable).with_name("cosmic-ray")), "dump", session],
@@ -229,4 +262,6 @@ def main(session: str, root: str = ".") -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--skip-annotations"]:
         sys.exit(skip_annotations(*sys.argv[2:]))
+    if sys.argv[1:2] == ["--reuse-killed"]:
+        sys.exit(reuse_killed(*sys.argv[2:]))
     sys.exit(main(*sys.argv[1:]))

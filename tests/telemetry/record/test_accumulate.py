@@ -56,3 +56,42 @@ def test_bucket_counts_are_upper_inclusive_and_match_a_reference():
     for value in y[valid].tolist():
         want[sum(value > b for b in bounds)] += 1
     assert got == want
+
+
+def test_keys_new_to_a_bank_in_one_call_each_get_a_row_of_their_own():
+    bank = accumulate.StatBank(torch.device("cpu"))
+    mask = torch.tensor([True, True])
+    masks = kernels.MaskBits(mask, torch.tensor(2.0, dtype=torch.float64))
+    bank.fold(("a",), masks, [torch.tensor([1.0, 2.0])])
+    bank.fold(("b", "c", "d"), masks, [torch.tensor([v, v + 1.0]) for v in (10.0, 20.0, 30.0)])
+    states = bank.take(["a", "b", "c", "d"], reset=False)
+    assert {k: v.tolist() for k, v in states.items()} == {
+        "a": [3.0, 2.0, 1.0, -2.0],
+        "b": [21.0, 2.0, 10.0, -11.0],
+        "c": [41.0, 2.0, 20.0, -21.0],
+        "d": [61.0, 2.0, 30.0, -31.0],
+    }
+
+
+def test_bank_merge_adds_sums_and_counts_and_keeps_the_extremes():
+    bank = accumulate.StatBank(torch.device("cpu"))
+    first = torch.tensor([[5.0, 2.0, 1.0, -4.0], [7.0, 1.0, 7.0, -7.0]], dtype=torch.float64)
+    bank.merge(("a", "b"), first)
+    bank.merge(("a",), torch.tensor([[1.0, 3.0, 0.5, -2.0]], dtype=torch.float64))
+    states = bank.take(["a", "b"], reset=True)
+    assert states["a"].tolist() == [6.0, 5.0, 0.5, -4.0]
+    assert states["b"].tolist() == [7.0, 1.0, 7.0, -7.0]
+
+
+def test_scalar_state_of_python_numbers_alone():
+    state = accumulate.ScalarState()
+    for value in (2.0, -1.0, 0.5, 3.5, -0.5):
+        state.add(value)
+    assert state.state().tolist() == [4.5, 5.0, -1.0, -3.5]  # [sum, count, min, -max]
+
+
+def test_to_device_puts_the_tensor_on_the_device_asked_for():
+    host = torch.arange(3, dtype=torch.int64)
+    assert accumulate.to_device(host, torch.device("cpu")) is host  # nothing to copy
+    moved = accumulate.to_device(host, torch.device("meta"))  # neither CPU nor CUDA
+    assert moved.device.type == "meta" and moved.shape == host.shape

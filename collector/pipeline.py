@@ -5,11 +5,8 @@ Routing of each decoded Snapshot:
 - every snapshot goes, as it arrives, to the shared sinks (Prometheus, remote write): one
   endpoint for every run, series told apart by their resource labels;
 - a snapshot whose resource names a run (``rltel.experiment``) also feeds that run's
-  step-based sinks (W&B, SwanLab, TensorBoard, console), built on first sight of the run:
-  rollout/eval windows go through the run's :class:`~collector.merge.RolloutMerger` and
-  reach those sinks merged, with the next training step; training snapshots of rank 0 (or
-  without a rank) go straight to them, other ranks' copies of the DP-reduced values only
-  to Prometheus (AReaL logs from rank 0 only).
+  step-based sinks (:mod:`collector.runs`: rank 0's training snapshots, and the rollout/eval
+  windows merged into the next training step).
 
 Each sink has its own bounded queue (:class:`exporters.fanout.FanOut`); a slow sink never
 delays the others or the gRPC response. Accepted means kept (:mod:`collector.admission`):
@@ -22,7 +19,6 @@ size; only then is the state committed and the snapshots queued. Otherwise
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,18 +26,14 @@ from dataclasses import dataclass
 
 from collector.admission import Hold, MemoryBudget, RequestLimits, decoded_bytes, request_points
 from collector.config import LimitsConfig
-from collector.merge import RolloutMerger
+from collector.runs import Runs
 from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
-from telemetry.model import names
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.decode import Decoder, DecodeResult
-from telemetry.otlp.values import LabelLimits, attributes
+from telemetry.otlp.values import LabelLimits
 
-logger = logging.getLogger(__name__)
-
-STREAMS_MERGED = ("rollout", "eval")
 REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large")
 
 
@@ -85,13 +77,6 @@ class PipelineStats:
     over_limit: dict[str, int]  # points rejected by LabelLimits field
 
 
-@dataclass(slots=True)
-class _Run:
-    fanout: FanOut
-    merger: RolloutMerger
-    lock: threading.Lock
-
-
 class Pipeline:
     """Turns OTLP requests into sink exports.
 
@@ -121,16 +106,13 @@ class Pipeline:
             label_limits=label_limits or limits_from(LabelLimits, self.limits),
         )
         self.budget = MemoryBudget(self.limits.memory_limit_bytes)
-        self._queue = dict(queue_size=self.limits.queue_size, timeout_s=self.limits.sink_timeout_s)
-        self.shared = FanOut(shared_sinks, **self._queue)
-        self._run_sinks = run_sinks
-        self._runs: dict[tuple[str, str], _Run] = {}
-        self._runs_lock = threading.Lock()
+        queue = dict(queue_size=self.limits.queue_size, timeout_s=self.limits.sink_timeout_s)
+        self.shared = FanOut(shared_sinks, **queue)
+        self.runs = Runs(run_sinks, self.limits.max_runs, **queue)
         self._lock = threading.Lock()
         self._closed = False
         self._accepted = self._rejected = self._snapshots = 0
         self._refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
-        self._runs_refused = 0
         self._over_limit: dict[str, int] = {}
 
     def consume(
@@ -168,7 +150,7 @@ class Pipeline:
                 f"request has {points} data points; max_points_per_request is "
                 f"{bounds.max_points_per_request}: split it"
             )
-        self._open_runs(request)  # a run's sinks start outside the decoder's lock
+        self.runs.open_named(request)  # a run's sinks start outside the decoder's lock
         if expired is not None and expired():
             self.count_refusal("expired")
             raise Expired("deadline passed before decoding")
@@ -216,38 +198,15 @@ class Pipeline:
         with self._lock:
             self._refused[reason] += 1
 
-    def _open_runs(self, request) -> None:
-        if self._run_sinks is None:
-            return
-        for resource_metrics in request.resource_metrics:
-            resource = dict(attributes(resource_metrics.resource.attributes))
-            if names.EXPERIMENT in resource:
-                trial = str(resource.get(names.TRIAL, "default"))
-                self._run(str(resource[names.EXPERIMENT]), trial)
-
-    def _targets(self, snapshot: Snapshot) -> tuple[int, _Run | None, int]:
-        """Snapshots this one puts in the shared queues, its run, and in the run's queues."""
-        shared = 1 if snapshot.points else 0
-        experiment = snapshot.resource_value(names.EXPERIMENT)
-        if experiment is None or self._run_sinks is None:
-            return shared, None, 0
-        trial = str(snapshot.resource_value(names.TRIAL, "default"))
-        run = self._runs.get((str(experiment), trial))
-        if run is None or snapshot.stream in STREAMS_MERGED:
-            return shared, run, 0
-        if str(snapshot.resource_value(names.RANK, 0)) != "0":
-            return shared, run, 0
-        released = len(STREAMS_MERGED) if snapshot.step is not None else 0
-        return shared, run, (1 if snapshot.points else 0) + released
-
     def _reserve(self, snapshots: Sequence[Snapshot]) -> dict[int, Reservation]:
         """Queue slots for every snapshot in every healthy sink, or Overloaded."""
         needed: dict[int, tuple[FanOut, int]] = {}
         for snapshot in snapshots:
-            shared, run, own = self._targets(snapshot)
             fanout, n = needed.get(id(self.shared), (self.shared, 0))
-            needed[id(self.shared)] = (fanout, n + shared)
-            if run is not None and own:
+            needed[id(self.shared)] = (fanout, n + (1 if snapshot.points else 0))
+            run = self.runs.get(snapshot)
+            own = run.slots_for(snapshot) if run is not None else 0
+            if own:
                 fanout, n = needed.get(id(run.fanout), (run.fanout, 0))
                 needed[id(run.fanout)] = (fanout, n + own)
         reservations: dict[int, Reservation] = {}
@@ -271,46 +230,9 @@ class Pipeline:
     ) -> None:
         if snapshot.points:
             self.shared.export(snapshot, charge, reservations.get(id(self.shared)))
-        experiment = snapshot.resource_value(names.EXPERIMENT)
-        if experiment is None or self._run_sinks is None:
-            return
-        run = self._run(str(experiment), str(snapshot.resource_value(names.TRIAL, "default")))
-        if run is None:
-            return
-        reservation = reservations.get(id(run.fanout))
-        with run.lock:
-            if snapshot.stream in STREAMS_MERGED:
-                run.merger.add(snapshot)
-                return
-            if str(snapshot.resource_value(names.RANK, 0)) != "0":
-                return
-            if snapshot.points:
-                run.fanout.export(snapshot, charge, reservation)
-            for merged in run.merger.on_train(snapshot):
-                run.fanout.export(merged, charge, reservation)
-
-    def _run(self, experiment: str, trial: str) -> _Run | None:
-        key = (experiment, trial)
-        run = self._runs.get(key)
+        run = self.runs.of(snapshot)
         if run is not None:
-            return run
-        with self._runs_lock:
-            run = self._runs.get(key)
-            if run is not None:
-                return run
-            if len(self._runs) >= self.limits.max_runs:
-                self._runs_refused += 1
-                if self._runs_refused == 1:
-                    logger.warning("run limit %d reached: %s_%s", self.limits.max_runs, *key)
-                return None
-            try:
-                sinks = list(self._run_sinks(experiment, trial))
-            except Exception as exc:  # a sink that cannot start must not stop the collector
-                logger.error("run %s_%s: sinks failed to start: %s", experiment, trial, exc)
-                sinks = []
-            run = _Run(FanOut(sinks, **self._queue), RolloutMerger(), threading.Lock())
-            self._runs[key] = run
-            return run
+            run.route(snapshot, charge, reservations.get(id(run.fanout)))
 
     def pending_bytes(self) -> int:
         """Bytes the memory budget holds now: requests in flight and snapshots in queues."""
@@ -319,7 +241,7 @@ class Pipeline:
     def stats(self) -> PipelineStats:
         """A copy of every counter and every sink's queue stats."""
         sinks = {("shared", name): s for name, s in self.shared.stats().items()}
-        for (experiment, trial), run in list(self._runs.items()):
+        for (experiment, trial), run in self.runs.items():
             for name, s in run.fanout.stats().items():
                 sinks[(f"{experiment}_{trial}", name)] = s
         with self._lock:
@@ -328,8 +250,8 @@ class Pipeline:
                 self._rejected,
                 self._snapshots,
                 self._refused["memory"],
-                len(self._runs),
-                self._runs_refused,
+                len(self.runs),
+                self.runs.refused,
                 self.budget.held,
                 self.decoder.series,
                 sinks,
@@ -340,7 +262,7 @@ class Pipeline:
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every snapshot queued so far reached its sinks; True when all did."""
         deadline = time.monotonic() + timeout_s
-        fanouts = [self.shared, *(run.fanout for run in list(self._runs.values()))]
+        fanouts = [self.shared, *(run.fanout for _, run in self.runs.items())]
         return all(
             [fanout.force_flush(max(0.0, deadline - time.monotonic())) for fanout in fanouts]
         )
@@ -353,11 +275,9 @@ class Pipeline:
         """
         self._closed = True
         deadline = time.monotonic() + timeout_s
-        runs = list(self._runs.values())
+        runs = [run for _, run in self.runs.items()]
         for run in runs:
-            with run.lock:
-                for merged in run.merger.flush():
-                    run.fanout.export(merged)
+            run.flush()
         fanouts = [self.shared, *(run.fanout for run in runs)]
         for fanout in fanouts:
             for queued in fanout.queued:

@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "collector.pipeline",
             "collector.admission",
             "collector.merge",
+            "collector.runs",
             "collector.sinks",
         ),
     ),

@@ -1,0 +1,149 @@
+"""The collector's runs: each experiment/trial's step-based sinks and rollout merger.
+
+A snapshot whose resource names a run (``rltel.experiment``) feeds that run's step-based
+sinks (W&B, SwanLab, TensorBoard, console), built on first sight of the run: rollout/eval
+windows go through the run's :class:`~collector.merge.RolloutMerger` and reach those sinks
+merged, with the next training step; training snapshots of rank 0 (or without a rank) go
+straight to them, other ranks' copies of the DP-reduced values nowhere here (AReaL logs from
+rank 0 only).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from collector.merge import RolloutMerger
+from collector.sinks import RunSinks
+from exporters.charge import Charge
+from exporters.fanout import FanOut, Reservation
+from telemetry.model import names
+from telemetry.model.snapshot import Snapshot
+from telemetry.otlp.values import attributes
+
+logger = logging.getLogger(__name__)
+
+STREAMS_MERGED = ("rollout", "eval")
+
+RunKey = tuple[str, str]
+"""``(experiment, trial)``."""
+
+
+def _is_rank0(snapshot: Snapshot) -> bool:
+    return str(snapshot.resource_value(names.RANK, 0)) == "0"
+
+
+@dataclass(slots=True)
+class Run:
+    """One run's sinks behind their queues, its rollout merger, and the lock ordering both."""
+
+    fanout: FanOut
+    merger: RolloutMerger
+    lock: threading.Lock
+
+    def slots_for(self, snapshot: Snapshot) -> int:
+        """Snapshots that ``snapshot`` may put in this run's queues (itself, merged windows)."""
+        if snapshot.stream in STREAMS_MERGED or not _is_rank0(snapshot):
+            return 0
+        released = len(STREAMS_MERGED) if snapshot.step is not None else 0
+        return (1 if snapshot.points else 0) + released
+
+    def route(
+        self, snapshot: Snapshot, charge: Charge, reservation: Reservation | None = None
+    ) -> None:
+        """Merge a rollout/eval window, or queue rank 0's training snapshot and what it releases."""
+        with self.lock:
+            if snapshot.stream in STREAMS_MERGED:
+                self.merger.add(snapshot)
+                return
+            if not _is_rank0(snapshot):
+                return
+            if snapshot.points:
+                self.fanout.export(snapshot, charge, reservation)
+            for merged in self.merger.on_train(snapshot):
+                self.fanout.export(merged, charge, reservation)
+
+    def flush(self) -> None:
+        """Queue the rollout/eval windows still pending (at shutdown)."""
+        with self.lock:
+            for merged in self.merger.flush():
+                self.fanout.export(merged)
+
+
+class Runs:
+    """The runs seen so far, at most ``max_runs``, each opened once with its own sinks.
+
+    Args:
+        run_sinks: ``(experiment, trial) -> sinks``, called once per run; None: no runs.
+        max_runs: runs beyond this many are refused (counted in :attr:`refused`).
+        queue_size: per-sink queue bound of each run's fan-out.
+        timeout_s: per-export timeout of each run's sinks.
+    """
+
+    def __init__(
+        self, run_sinks: RunSinks | None, max_runs: int, queue_size: int, timeout_s: float
+    ) -> None:
+        self._run_sinks = run_sinks
+        self._max_runs = max_runs
+        self._queue = dict(queue_size=queue_size, timeout_s=timeout_s)
+        self._runs: dict[RunKey, Run] = {}
+        self._lock = threading.Lock()
+        self.refused = 0
+
+    def key(self, snapshot: Snapshot) -> RunKey | None:
+        """The run ``snapshot`` belongs to; None without an experiment or without runs."""
+        experiment = snapshot.resource_value(names.EXPERIMENT)
+        if experiment is None or self._run_sinks is None:
+            return None
+        return str(experiment), str(snapshot.resource_value(names.TRIAL, "default"))
+
+    def open_named(self, request) -> None:
+        """Open the run of every resource of an ``ExportMetricsServiceRequest`` that names one."""
+        if self._run_sinks is None:
+            return
+        for resource_metrics in request.resource_metrics:
+            resource = dict(attributes(resource_metrics.resource.attributes))
+            if names.EXPERIMENT in resource:
+                trial = str(resource.get(names.TRIAL, "default"))
+                self.open((str(resource[names.EXPERIMENT]), trial))
+
+    def get(self, snapshot: Snapshot) -> Run | None:
+        """The run of ``snapshot`` if it is open already."""
+        key = self.key(snapshot)
+        return None if key is None else self._runs.get(key)
+
+    def of(self, snapshot: Snapshot) -> Run | None:
+        """The run of ``snapshot``, opened if new; None without one or past ``max_runs``."""
+        key = self.key(snapshot)
+        return None if key is None else self.open(key)
+
+    def open(self, key: RunKey) -> Run | None:
+        """The run ``key``, its sinks started on first sight; None past ``max_runs``."""
+        run = self._runs.get(key)
+        if run is not None:
+            return run
+        with self._lock:
+            run = self._runs.get(key)
+            if run is not None:
+                return run
+            if len(self._runs) >= self._max_runs:
+                self.refused += 1
+                if self.refused == 1:
+                    logger.warning("run limit %d reached: %s_%s", self._max_runs, *key)
+                return None
+            try:
+                sinks = list(self._run_sinks(*key))
+            except Exception as exc:  # a sink that cannot start must not stop the collector
+                logger.error("run %s_%s: sinks failed to start: %s", *key, exc)
+                sinks = []
+            run = Run(FanOut(sinks, **self._queue), RolloutMerger(), threading.Lock())
+            self._runs[key] = run
+            return run
+
+    def items(self) -> list[tuple[RunKey, Run]]:
+        """A copy of the open runs, safe while new ones open."""
+        return list(self._runs.items())
+
+    def __len__(self) -> int:
+        return len(self._runs)

@@ -58,6 +58,10 @@ _ORDERED_KINDS = (
 )
 _UNREAD = "the extra entries it stores for other kinds are never read (memory only)"
 _SEQ = "sequence numbers only order the entries: another start or gaps keep the order"
+_BOOL_MUL = "on bool tensors * is a logical and: the same counts"
+_FOUR = "the states are 4 long: [2:5] is [2:4]"
+_EQUAL_EXTREME = "an equal value is the same extreme (up to the sign of a zero)"
+_SAME_ROW = "every empty row holds the same values"
 JUDGED: dict[str, dict[str, str]] = {
     "collector/merge.py": {
         "self._latest_ns = -1": "times are never negative: max(-1, t) == max(0, t) for t >= 0",
@@ -85,6 +89,24 @@ JUDGED: dict[str, dict[str, str]] = {
         "return current != previous if lower else current > previous": (
             "within one series the cumulative min never rises (a restart returned earlier)"
         ),
+    },
+    "telemetry/record/accumulate.py": {
+        "above = torch.stack([((values > b) * valid).sum() for b in bounds])": _BOOL_MUL,
+        "nan = (values.isnan() * valid).sum()": _BOOL_MUL,
+        "torch.minimum(state[2: 5], other[2:4], out=state[2:4])": _FOUR,
+        "torch.minimum(state[2:4], other[2: 5], out=state[2:4])": _FOUR,
+        "torch.minimum(state[2:4], other[2:4], out=state[2: 5])": _FOUR,
+        'if device.type < "cpu":': (
+            "no device type sorts below cpu, and on the CPU host.to(cpu) returns host itself"
+        ),
+        'if device.type <= "cpu":': "no device type sorts below cpu: the same test",
+        'if device.type <= "cuda":': "cpu returned earlier; no other device type sorts below cuda",
+        "host[2] = value if (value != value or value <= host[2]) else host[2]": _EQUAL_EXTREME,
+        "host[3] = negated if (negated != negated or negated <= host[3]) else host[3]": (
+            _EQUAL_EXTREME
+        ),
+        "self._device_state = _empty_rows( 2, value.device)[0]": _SAME_ROW,
+        "self._device_state = _empty_rows(1, value.device)[ -1]": _SAME_ROW,
     },
     "exporters/otlp/spool.py": {
         "self._next_seq = 1": _SEQ,

@@ -1,22 +1,18 @@
-"""The Grafana dashboards: throughput, MoE balance, RL health, pipeline health.
+"""The training run's Grafana dashboards: throughput, MoE balance, RL health.
 
-Every query filters on the run variables (``experiment``, ``trial``) where the metric
-carries them; names come from :mod:`dashboards.catalog`.
+Every query filters on the run variables (``experiment``, ``trial``); names come from
+:mod:`dashboards.catalog`. The telemetry path's own dashboard is
+:mod:`dashboards.pipeline_board`.
 """
 
 from __future__ import annotations
 
-from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
 from dashboards import catalog as c
 from dashboards.alerts import (
-    COLLECTOR_JOB,
     KL_K3_CRITICAL,
     KL_K3_WARNING,
     MAX_OVER_IDEAL_CRITICAL,
     MAX_OVER_IDEAL_WARNING,
-    OVERFLOW_POINTS,
-    POINTS_REJECTED,
-    SINK_DROPPED,
     STALENESS_WARNING,
 )
 from dashboards.panels import (
@@ -292,83 +288,4 @@ def rl_health() -> dict:
         panels,
         _run_variables(c.KL_K3.stat("avg")),
         "Train/infer logprob mismatch, KL estimators, staleness and advantages.",
-    )
-
-
-def pipeline() -> dict:
-    """Collector and transport health: scrape status, throughput, drops, queues."""
-    by_sink = "sum by (run, sink)"
-    panels: list[Panel] = [
-        row("Collector"),
-        stat("Collector up", Query(f'min(up{{job="{COLLECTOR_JOB}"}})'), thresholds=(1,)),
-        stat("Runs", Query(f"sum({COLLECTOR_PREFIX}runs)")),
-        stat("Pending bytes", Query(f"sum({COLLECTOR_PREFIX}pending_bytes)"), unit="bytes"),
-        stat("Series overflow (10m)", Query(f"sum(increase({OVERFLOW_POINTS}[10m]))")),
-        timeseries(
-            "Export requests/s by gRPC code",
-            Query(
-                f"sum by (code) (rate({COLLECTOR_PREFIX}requests_total[$__rate_interval]))",
-                "{{code}}",
-            ),
-        ),
-        timeseries(
-            "Data points/s",
-            Query(
-                f"sum(rate({COLLECTOR_PREFIX}points_received_total[$__rate_interval]))", "received"
-            ),
-            Query(f"sum(rate({POINTS_REJECTED}[$__rate_interval]))", "rejected"),
-        ),
-        timeseries(
-            "Sink queue depth",
-            Query(f"{by_sink} ({COLLECTOR_PREFIX}sink_queue_depth)", "{{run}} {{sink}}"),
-        ),
-        timeseries(
-            "Sink drops and failures/s",
-            Query(f"{by_sink} (rate({SINK_DROPPED}[$__rate_interval]))", "dropped {{sink}}"),
-            Query(
-                f"{by_sink} (rate({COLLECTOR_PREFIX}sink_failed_total[$__rate_interval]))",
-                "failed {{sink}}",
-            ),
-        ),
-        row("Senders (OTLP transport)"),
-        timeseries(
-            "Points/s per sender",
-            *(
-                Query(
-                    f"sum by (job, instance) (rate({m.name}[$__rate_interval]))",
-                    f"{m.metric.rsplit('_', 1)[1]} {{{{instance}}}}",
-                )
-                for m in (
-                    c.TRANSPORT_EXPORTED,
-                    c.TRANSPORT_FAILED,
-                    c.TRANSPORT_SPOOLED,
-                    c.TRANSPORT_DROPPED,
-                )
-            ),
-        ),
-        timeseries(
-            "Transport queue and spool",
-            Query(f"max by (instance) ({c.TRANSPORT_QUEUE_DEPTH.name})", "queue {{instance}}"),
-            Query(
-                f"max by (instance) ({c.TRANSPORT_SPOOL_BYTES.name})", "spool bytes {{instance}}"
-            ),
-        ),
-        timeseries(
-            "Export latency (mean over the rate window)",
-            Query(
-                f"sum by (instance) (rate({c.TRANSPORT_LATENCY.stat('sum')}[$__rate_interval]))\n"
-                f"/ sum by (instance) (rate({c.TRANSPORT_LATENCY.stat('count')}"
-                "[$__rate_interval]))",
-                "{{instance}}",
-            ),
-            unit="s",
-            width=24,
-        ),
-    ]
-    return dashboard(
-        "rltel-pipeline",
-        "rltel / Pipeline",
-        panels,
-        [],
-        "Health of the telemetry path: senders' OTLP transport, the collector, its sinks.",
     )

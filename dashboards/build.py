@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from dashboards import alerts, boards
+from dashboards import alerts, boards, pipeline_board
 
 HERE = Path(__file__).resolve().parent
 GRAFANA_DIR = HERE / "grafana"
@@ -25,7 +25,7 @@ BOARDS = {
     "throughput": boards.throughput,
     "moe_balance": boards.moe_balance,
     "rl_health": boards.rl_health,
-    "pipeline": boards.pipeline,
+    "pipeline": pipeline_board.pipeline,
 }
 """File stem -> dashboard builder."""
 

@@ -88,6 +88,10 @@ def test_scalar_state_of_python_numbers_alone():
     for value in (2.0, -1.0, 0.5, 3.5, -0.5):
         state.add(value)
     assert state.state().tolist() == [4.5, 5.0, -1.0, -3.5]  # [sum, count, min, -max]
+    falling = accumulate.ScalarState()  # a smaller value after the maximum
+    falling.add(3.0)
+    falling.add(1.0)
+    assert falling.state().tolist() == [4.0, 2.0, 1.0, -3.0]
 
 
 def test_to_device_puts_the_tensor_on_the_device_asked_for():

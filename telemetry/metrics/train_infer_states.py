@@ -85,7 +85,8 @@ _ENTRIES: dict[str, list[tuple[float, str, str, float]]] = {
         _plain(-1, "some_nonfinite"),
     ],
     **{
-        key: [_plain(1, f"tail{j}"), _V, _plain(1, f"tail_min{j}"), _plain(-1, f"tail_max{j}")]
+        # The tails' extremes from their counts, so that they agree with them.
+        key: [_plain(1, f"tail{j}"), _V, _plain(-1, f"inside{j}>0", 1), _plain(-1, f"tail{j}>0")]
         for j, key in enumerate(TAIL_KEYS)
     },
 }
@@ -104,7 +105,6 @@ _REDUCED = (
     *("min_t", "min_r", "max_t", "max_r"),
 )
 _CONSTS = {"one": 1.0, "zero": 0.0, "big": torch.finfo(torch.float64).max}
-_CONSTS.update({f"L{j}": TAIL_LOGS[j] for j in _TAILS})
 # The 0/1 values, each [a > b].
 _FLAGS = {
     "some_not_ovf": ("n_finite", "sum_ovf"),
@@ -115,8 +115,6 @@ _FLAGS = {
     "no_valid": ("one", "n_valid"),
     "d_is_inf": ("max_d", "big"),
     "never": ("zero", "one"),
-    **{f"tail_min{j}": ("min_abs", f"L{j}") for j in _TAILS},
-    **{f"tail_max{j}": ("max_abs", f"L{j}") for j in _TAILS},
 }
 
 
@@ -163,13 +161,17 @@ class StateMap:
                 combos[f"tail{j}"] = {("abs", level): 1}
             else:  # above log t, or not above -log t
                 combos[f"tail{j}"] = {("d", level): 1, "n_finite": 1, ("d", -level): -1}
+            inside = combos[f"inside{j}"] = {"n_finite": 1}  # finite tokens not outside
+            for name, weight in combos[f"tail{j}"].items():
+                inside[name] = inside.get(name, 0) - weight
         self._counts = (len(_REDUCED), len(counts))
         self._combine = torch.zeros(len(combos), len(counts), dtype=torch.float64)
         for row, combo in enumerate(combos.values()):
             for name, weight in combo.items():
                 self._combine[row, counts.index(name)] += weight
         self._combine = self._combine.to(device)
-        at = {name: i for i, name in enumerate([*names, *_FLAGS, *combos])}
+        positive = [f"{name}>0" for name in combos]
+        at = {name: i for i, name in enumerate([*names, *_FLAGS, *combos, *positive])}
 
         def index(items) -> torch.Tensor:
             return tensor((at[x] for x in items), torch.int64)
@@ -217,7 +219,7 @@ class StateMap:
         first, greater = self._flags
         flags = values.index_select(0, first) > values.index_select(0, greater)
         combos = torch.mv(self._combine, values.narrow(0, *self._counts))
-        values = torch.cat([values, flags, combos])
+        values = torch.cat([values, flags, combos, combos > 0])
         product = values.index_select(0, self._x) * values.index_select(0, self._y)
         states = torch.addcmul(self._offset, product, self._factor)
         states = torch.where(flags.index_select(0, self._empty), math.inf, states)

@@ -58,6 +58,7 @@ _ORDERED_KINDS = (
 )
 _UNREAD = "the extra entries it stores for other kinds are never read (memory only)"
 _SEQ = "sequence numbers only order the entries: another start or gaps keep the order"
+_ONE_DEVICE = "one device through the several-devices branch: the same vector"
 _BOOL_MUL = "on bool tensors * is a logical and: the same counts"
 _FOUR = "the states are 4 long: [2:5] is [2:4]"
 _EQUAL_EXTREME = "an equal value is the same extreme (up to the sign of a zero)"
@@ -107,6 +108,17 @@ JUDGED: dict[str, dict[str, str]] = {
         ),
         "self._device_state = _empty_rows( 2, value.device)[0]": _SAME_ROW,
         "self._device_state = _empty_rows(1, value.device)[ -1]": _SAME_ROW,
+    },
+    "telemetry/record/reduce.py": {
+        'return int.from_bytes(hashlib.blake2b(text, digest_size= 7).digest(), "little", '
+        "signed=True)": "another digest, the same on every rank (collisions 2**-56, not 2**-64)",
+        "if not len(by_device) == 1:": _ONE_DEVICE,
+        "if len(by_device) == 0:": _ONE_DEVICE,
+        "if len(by_device) <= 1:": "keys is not empty here: at least one device",
+        "index = torch.from_numpy(np.flatnonzero(op_codes <= op.value)).to(matrix.device)": (
+            "the extra columns are overwritten by the later ops (sum, then min over min and"
+            " max columns, then max): every column ends with its own op"
+        ),
     },
     "exporters/otlp/spool.py": {
         "self._next_seq = 1": _SEQ,

@@ -74,15 +74,19 @@ def plain(result) -> tuple:
 
 
 def _every_path(rank: int, world: int) -> dict:
-    out = {}
+    out = {"issued_before": collectives_issued()}  # a fresh process: none yet
     for name, table in (("same", SAME_KEYS), ("some", SOME_KEYS), ("none", {})):
         before = collectives_issued()
         result = reduce_with_spread(states_of(rank, table), spread=SPREAD.__contains__)
         out[name] = (plain(result), collectives_issued() - before)
     fine = (MIXED, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
-    mine = StateLayout(StateKind.CUSTOM, (SUM,) if rank == 0 else (MAX,))
+    # "x" and "y" differ in both orders (the first rank's description sorting after, then
+    # before, the second's); "fine" agrees.
+    x = StateLayout(StateKind.CUSTOM, (SUM,) if rank == 0 else (MAX,))
+    y = StateLayout(StateKind.CUSTOM, (MAX,) if rank == 0 else (SUM,))
+    one = torch.ones(1, dtype=torch.float64)
     try:
-        reduce_with_spread({"x": (mine, torch.ones(1, dtype=torch.float64)), "fine": fine})
+        reduce_with_spread({"x": (x, one), "y": (y, one), "fine": fine})
         out["conflict"] = None
     except KeyMismatchError as exc:
         out["conflict"] = str(exc)
@@ -151,6 +155,29 @@ def test_one_rank_alone_reduces_to_its_own_state_with_no_collective(rank):
     assert same_with_nan(plain(result), reference(single, 1))
 
 
+def test_a_state_of_the_wrong_size_is_refused_whether_short_or_long():
+    for n in (2, 4):
+        with pytest.raises(KeyMismatchError, match="'a'"):
+            reduce_with_spread({"a": (MIXED, torch.zeros(n, dtype=torch.float64))})
+
+
+def test_the_spread_of_a_key_after_others_reads_its_own_columns():
+    table = {"a": SAME_KEYS["a"], "s": SAME_KEYS["s"]}  # "s" starts at column 3
+    result = reduce_with_spread(states_of(0, table), spread=lambda key: key == "s")
+    single = {key: (layout, [rows[0]]) for key, (layout, rows) in table.items()}
+    assert same_with_nan(plain(result), reference(single, 1))
+    assert plain(result)[1] == {"s": {"": (2.0, 2.0, 0, [2.0])}}
+
+
+def test_a_rank_whose_denominator_or_presence_is_not_positive_has_no_value():
+    # RATE divides by element 1 ("rate") and needs it positive ("n"): -1 is neither.
+    state = {"r": (RATE, torch.tensor([3.0, -1.0], dtype=torch.float64))}
+    assert reduce_with_spread(state, spread=lambda key: True) == (
+        {"r": (RATE, pytest.approx([3.0, -1.0]))},
+        {},
+    )
+
+
 def test_a_single_process_with_nothing_recorded_reduces_to_nothing():
     assert reduce_with_spread({}, spread=lambda key: True) == ({}, {})
 
@@ -163,5 +190,6 @@ def test_every_path_on_two_gloo_ranks_against_the_reference():
         assert result["none"] == (({}, {}), 1)  # the header says nobody has anything
         message = result["conflict"]
         assert message is not None and "'x'" in message and "fine" not in message
-        assert "custom[sum]" in message and "custom[max]" in message
+        assert "'y'" in message and "custom[sum]" in message and "custom[max]" in message
+        assert result["issued_before"] == 0
     assert all(same_with_nan(r, results[0]) for r in results)  # every rank agrees

@@ -59,6 +59,7 @@ _ORDERED_KINDS = (
 _UNREAD = "the extra entries it stores for other kinds are never read (memory only)"
 _SEQ = "sequence numbers only order the entries: another start or gaps keep the order"
 _ONE_DEVICE = "one device through the several-devices branch: the same vector"
+_RELEASE_ZERO = "left is never negative, and releasing 0 slots changes nothing"
 _BOOL_MUL = "on bool tensors * is a logical and: the same counts"
 _FOUR = "the states are 4 long: [2:5] is [2:4]"
 _EQUAL_EXTREME = "an equal value is the same extreme (up to the sign of a zero)"
@@ -118,6 +119,20 @@ JUDGED: dict[str, dict[str, str]] = {
         "index = torch.from_numpy(np.flatnonzero(op_codes <= op.value)).to(matrix.device)": (
             "the extra columns are overwritten by the later ops (sum, then min over min and"
             " max columns, then max): every column ends with its own op"
+        ),
+    },
+    "exporters/fanout.py": {
+        "left = self._held.get(queued, -1)": "-1 and 0 are both no slot (left <= 0)",
+        "if left == 0:": "left is never negative: it starts at n >= 0 and falls only from > 0",
+        "if left > -1:": _RELEASE_ZERO,
+        "if left >= 0:": _RELEASE_ZERO,
+        "if left != 0:": _RELEASE_ZERO,
+        'name = base if seen[base] <= 1 else f"{base}#{seen[base]}"': "seen[base] >= 1 here",
+        "remaining = max( -1.0, deadline - time.monotonic())": (
+            "Event.wait of a negative timeout returns at once, as of 0"
+        ),
+        "queued.shutdown(max( -1.0, deadline - time.monotonic()))": (
+            "QueuedSink.shutdown clamps every wait at 0: a budget of -1 s is one of 0 s"
         ),
     },
     "exporters/otlp/spool.py": {

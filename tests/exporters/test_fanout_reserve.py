@@ -8,6 +8,7 @@ is queued is known exactly (no sleeps; timeouts are far beyond any wait here).
 from __future__ import annotations
 
 import threading
+import time
 
 from exporters.base import Delivery, ExportResult, InMemorySink, Sink
 from exporters.fanout import FanOut
@@ -26,8 +27,9 @@ class Gated(Sink):
 
     name = "gated"
 
-    def __init__(self, queue_size: int = 4) -> None:
-        self.delivery = Delivery(queue_size, timeout_s=WAIT_S)
+    def __init__(self, queue_size: int | None = 4) -> None:
+        if queue_size is not None:  # else the fan-out's defaults
+            self.delivery = Delivery(queue_size, timeout_s=WAIT_S)
         self.entered = threading.Event()
         self.gate = threading.Event()
         self.snapshots: list[Snapshot] = []
@@ -129,3 +131,67 @@ def test_force_flush_waits_for_every_sink_within_its_deadline():
     assert [len(s.snapshots) for s in sinks] == [2, 2]
     fan.shutdown(timeout_s=WAIT_S)
     assert fan.force_flush(timeout_s=WAIT_S) is False  # closed: nothing can flush
+
+
+def test_the_last_unfilled_slot_is_given_back_too():
+    fan, sinks = busy_fan(4)
+    queued = fan.queued[0]
+    mine = fan.reserve(2)
+    assert fan.export(snap(1), reservation=mine)  # 1 slot of 2 left unfilled
+    mine.release()
+    assert queued.reserve(3) == 3  # 1 queued + 3 = 4: the unfilled slot came back
+    queued.release(3)
+    finish(fan, sinks)
+
+
+def test_defaults_are_1024_snapshots_per_sink_and_10_s_per_call():
+    fan, sinks = busy_fan(None)
+    accepted = [fan.export(snap(step)) for step in range(1, 1026)]
+    assert accepted == [True] * 1024 + [False]
+    assert fan.queued[0].timeout_s == 10.0
+    finish(fan, sinks)
+
+
+def stuck_fan(n: int) -> tuple[FanOut, list[Gated], threading.Timer]:
+    """``n`` sinks each stuck in an export call, freed after 8 s at the latest."""
+    fan, sinks = busy_fan(*([4] * n))
+    for step in (1, 2):
+        assert fan.export(snap(step))
+    opener = threading.Timer(8.0, lambda: [sink.gate.set() for sink in sinks])
+    opener.start()
+    return fan, sinks, opener
+
+
+def free(sinks: list[Gated], opener: threading.Timer) -> None:
+    opener.cancel()
+    for sink in sinks:
+        sink.gate.set()
+
+
+def test_force_flush_gives_up_at_one_deadline_for_all_sinks():
+    fan, sinks, opener = stuck_fan(3)
+    start = time.monotonic()
+    assert fan.force_flush(timeout_s=0.3) is False
+    elapsed = time.monotonic() - start
+    assert 0.3 <= elapsed < 2.0  # one 0.3 s deadline shared, not one per sink
+    free(sinks, opener)
+    fan.shutdown(timeout_s=WAIT_S)
+
+
+def test_shutdown_ends_at_one_deadline_for_all_sinks():
+    fan, sinks, opener = stuck_fan(3)
+    start = time.monotonic()
+    fan.shutdown(timeout_s=0.3)
+    assert time.monotonic() - start < 2.0  # one 0.3 s deadline shared, not one per sink
+    assert [fan.stats()[name].dropped for name in ("gated", "gated#2", "gated#3")] == [2, 2, 2]
+    free(sinks, opener)
+
+
+def test_shutdown_drains_what_is_queued_before_the_deadline():
+    fan, sinks = busy_fan(4, 4)
+    for step in (1, 2, 3):
+        assert fan.export(snap(step))
+    opener = threading.Timer(0.2, lambda: [sink.gate.set() for sink in sinks])
+    opener.start()
+    fan.shutdown(timeout_s=WAIT_S)  # the sinks answer after 0.2 s: everything is delivered
+    assert [[s.step.global_step for s in sink.snapshots] for sink in sinks] == [[0, 1, 2, 3]] * 2

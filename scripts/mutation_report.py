@@ -116,6 +116,15 @@ JUDGED: dict[str, dict[str, str]] = {
         "if not len(by_device) == 1:": _ONE_DEVICE,
         "if len(by_device) == 0:": _ONE_DEVICE,
         "if len(by_device) <= 1:": "keys is not empty here: at least one device",
+        "if len(by_device) >= 1:": "keys is not empty here: at least one device",
+        "if len(by_device) == 2:": _ONE_DEVICE,
+        "if len(by_device) > 1:": _ONE_DEVICE,
+        "if len(by_device) < 1:": _ONE_DEVICE,
+        "if world <= 1:": "a world size is at least 1",
+        "if bool((headers == headers[ 1]).all()):": (
+            "world >= 2 here: every header equals the second iff every one equals the first"
+        ),
+        "if local.numel() <= 0:": "a size is never negative",
         "index = torch.from_numpy(np.flatnonzero(op_codes <= op.value)).to(matrix.device)": (
             "the extra columns are overwritten by the later ops (sum, then min over min and"
             " max columns, then max): every column ends with its own op"

@@ -169,6 +169,16 @@ def test_the_spread_of_a_key_after_others_reads_its_own_columns():
     assert plain(result)[1] == {"s": {"": (2.0, 2.0, 0, [2.0])}}
 
 
+def test_a_per_rank_quantity_reads_its_own_element_of_a_key_after_others():
+    second = StateLayout(StateKind.CUSTOM, (SUM, SUM), (PerRank("second", 1),))
+    states = {
+        "a": (MIXED, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)),
+        "q": (second, torch.tensor([7.0, 5.0], dtype=torch.float64)),  # columns 3 and 4
+    }
+    _, spreads = reduce_with_spread(states, spread=lambda key: True)
+    assert plain(({}, spreads))[1] == {"q": {"second": (5.0, 5.0, 0, [5.0])}}
+
+
 def test_a_rank_whose_denominator_or_presence_is_not_positive_has_no_value():
     # RATE divides by element 1 ("rate") and needs it positive ("n"): -1 is neither.
     state = {"r": (RATE, torch.tensor([3.0, -1.0], dtype=torch.float64))}

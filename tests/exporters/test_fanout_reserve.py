@@ -195,3 +195,11 @@ def test_shutdown_drains_what_is_queued_before_the_deadline():
     opener.start()
     fan.shutdown(timeout_s=WAIT_S)  # the sinks answer after 0.2 s: everything is delivered
     assert [[s.step.global_step for s in sink.snapshots] for sink in sinks] == [[0, 1, 2, 3]] * 2
+
+
+def test_shutdown_with_a_budget_over_a_second_still_ends_at_its_deadline():
+    fan, sinks, opener = stuck_fan(2)
+    start = time.monotonic()
+    fan.shutdown(timeout_s=1.2)
+    assert 1.2 <= time.monotonic() - start < 4.0  # the sinks stay stuck for 8 s
+    free(sinks, opener)

@@ -117,10 +117,14 @@ JUDGED: dict[str, dict[str, str]] = {
         "if len(by_device) == 0:": _ONE_DEVICE,
         "if len(by_device) <= 1:": "keys is not empty here: at least one device",
         "if len(by_device) >= 1:": "keys is not empty here: at least one device",
+        "if len(by_device) != 1:": _ONE_DEVICE,
         "if len(by_device) == 2:": _ONE_DEVICE,
         "if len(by_device) > 1:": _ONE_DEVICE,
         "if len(by_device) < 1:": _ONE_DEVICE,
         "if world <= 1:": "a world size is at least 1",
+        "if bool((headers == headers[ -1]).all()):": (
+            "world >= 2 here: every header equals the last iff every one equals the first"
+        ),
         "if bool((headers == headers[ 1]).all()):": (
             "world >= 2 here: every header equals the second iff every one equals the first"
         ),

@@ -10,6 +10,7 @@ where no collective runs. (One spawn keeps this cheap enough to run per mutant:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -25,7 +26,7 @@ from telemetry.record.layout import (
     StateKind,
     StateLayout,
 )
-from telemetry.record.reduce import collectives_issued, reduce_with_spread
+from telemetry.record.reduce import RankSpread, collectives_issued, reduce_with_spread
 from tests.distributed import run_ranks
 
 WORLD = 2
@@ -51,6 +52,9 @@ SOME_KEYS = {
     "s": (SCALAR_LAYOUT, [None, [6.0, 2.0, 1.0, -5.0], None]),
     "z": (MIXED, [None, [1.0, 1.0, 1.0], [2.0, -2.0, 4.0]]),
 }
+# Disjoint single keys of one size: the headers differ only in the digest of the keys.
+DISJOINT = {"q": (StateLayout(StateKind.CUSTOM, (SUM,)), [[1.0], None])}
+DISJOINT["p"] = (DISJOINT["q"][0], [None, [2.0]])
 SPREAD = {"s", "d", "r"}  # "t" has per-rank quantities too, but is not asked for
 
 
@@ -75,7 +79,8 @@ def plain(result) -> tuple:
 
 def _every_path(rank: int, world: int) -> dict:
     out = {"issued_before": collectives_issued()}  # a fresh process: none yet
-    for name, table in (("same", SAME_KEYS), ("some", SOME_KEYS), ("none", {})):
+    cases = (("same", SAME_KEYS), ("some", SOME_KEYS), ("disjoint", DISJOINT), ("none", {}))
+    for name, table in cases:
         before = collectives_issued()
         result = reduce_with_spread(states_of(rank, table), spread=SPREAD.__contains__)
         out[name] = (plain(result), collectives_issued() - before)
@@ -169,6 +174,20 @@ def test_the_spread_of_a_key_after_others_reads_its_own_columns():
     assert plain(result)[1] == {"s": {"": (2.0, 2.0, 0, [2.0])}}
 
 
+def test_a_state_of_more_than_256_elements_is_reduced():
+    wide = StateLayout(StateKind.CUSTOM, (SUM,) * 300)
+    values = torch.arange(300, dtype=torch.float64)
+    reduced, _ = reduce_with_spread({"w": (wide, values)})
+    assert reduced["w"][1].tolist() == values.tolist()
+
+
+def test_a_rank_spread_is_an_immutable_value():
+    spread = RankSpread(1.0, 2.0, 1, (1.0, 2.0))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spread.low = 0.0
+    assert hash(spread) == hash(RankSpread(1.0, 2.0, 1, (1.0, 2.0)))
+
+
 def test_a_per_rank_quantity_reads_its_own_element_of_a_key_after_others():
     second = StateLayout(StateKind.CUSTOM, (SUM, SUM), (PerRank("second", 1),))
     states = {
@@ -197,6 +216,7 @@ def test_every_path_on_two_gloo_ranks_against_the_reference():
     for result in results:
         assert same_with_nan(result["same"], (reference(SAME_KEYS, WORLD), 2))
         assert same_with_nan(result["some"], (reference(SOME_KEYS, WORLD), 4))
+        assert same_with_nan(result["disjoint"], (reference(DISJOINT, WORLD), 4))
         assert result["none"] == (({}, {}), 1)  # the header says nobody has anything
         message = result["conflict"]
         assert message is not None and "'x'" in message and "fine" not in message

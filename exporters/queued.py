@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 CANCEL_GRACE_S = 0.5
 """The end of shutdown's deadline (at most this, and at most a quarter of it) that it keeps
-for a worker whose call the sink's own shutdown ends, to spill what it holds."""
+for a worker whose call the sink's own shutdown ends, to spill or count what it holds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +239,9 @@ class QueuedSink(Drain):
         """Drain the queue with a deadline, then shut the sink down; safe to call twice.
 
         Snapshots still queued at the deadline are dropped and counted, or go to the
-        overflow. A worker still inside a call at the deadline is ended by the sink's own
-        shutdown (OTLP closes its channel), and then spills what it holds, in order.
+        overflow. A worker still inside a call near the deadline is ended by the sink's own
+        shutdown (OTLP closes its channel), and then spills or counts what it holds, so the
+        counters are final when this returns (unless the worker gets no CPU in that time).
         """
         if self._forked or self._pid != os.getpid():
             return
@@ -248,10 +249,11 @@ class QueuedSink(Drain):
         self.close(timeout_s)
         worker = self._worker
         if worker is not None and worker is not threading.current_thread():
-            grace = min(CANCEL_GRACE_S, timeout_s / 4) if self.overflow is not None else 0.0
-            worker.join(max(0.0, deadline - grace - time.monotonic()))
-            if worker.is_alive() and self.overflow is not None:
-                self._shutdown_sink(deadline)  # ends the call in flight
+            worker.join(max(0.0, deadline - min(CANCEL_GRACE_S, timeout_s / 4) - time.monotonic()))
+            if worker.is_alive() and not self._caller.stalled:
+                # End the call in flight, so that the worker spills or counts what it holds
+                # before this returns (an abandoned call would make the sink's shutdown fail).
+                self._shutdown_sink(deadline)
                 worker.join(max(0.0, deadline - time.monotonic()))
         with self._cond:
             if self._shutdown_done:

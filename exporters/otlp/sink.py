@@ -125,6 +125,7 @@ class OtlpSink(Sink):
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
         """Send ``snapshot``'s requests in order; FAILURE keeps the rest for the retry."""
         if self._closed:
+            self.discard(snapshot)  # nobody else counts a snapshot offered after shutdown
             return ExportResult.PERMANENT_FAILURE
         start = time.monotonic()
         parts = self.requests_left(snapshot)

@@ -10,7 +10,7 @@ import pytest
 from collector.config import from_dict
 from collector.pipeline import Pipeline
 from collector.server import CollectorServer
-from exporters.base import InMemorySink
+from exporters.base import ExportResult, InMemorySink
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool
 from exporters.queued import QueuedSink
@@ -90,8 +90,8 @@ def test_full_queue_overflows_into_the_spool_and_replays_in_order(collector, tmp
         assert queued.force_flush(20.0)  # answered once the spool is delivered
         for step in range(STEPS, STEPS + 5):  # later snapshots follow the backlog
             assert queued.submit(snapshot(step))
-            time.sleep(0.003)
-        assert queued.force_flush(10.0)
+            # one at a time: a queue half full spills, however healthy the collector
+            assert queued.force_flush(10.0)
     finally:
         queued.shutdown(5.0)
     assert collector.received() == expected(range(STEPS + 5))
@@ -146,3 +146,10 @@ def test_endpoint_down_at_close_spools_everything_for_the_next_run(collector, tm
     queued.shutdown(5.0)
     assert collector.received() == expected(range(11))  # the old run's backlog first
     assert again.health()["points_exported"] == 11 * WIRE
+
+
+def test_a_snapshot_offered_after_shutdown_is_counted_dropped(collector):
+    sink = OtlpSink(collector.endpoint, **FAST)
+    sink.shutdown()
+    assert sink.export(snapshot(0)) is ExportResult.PERMANENT_FAILURE
+    assert sink.health()["points_dropped"] == WIRE

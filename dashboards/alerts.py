@@ -176,7 +176,7 @@ def _pipeline() -> list[dict]:
               "series_limit or reduce label cardinality (per-expert MoE metrics)."),
         _rule("RltelTransportDroppedPoints", f"increase({c.TRANSPORT_DROPPED.name}[10m]) > 0",
               "0m", "warning", "pipeline",
-              "OTLP transport of {{ $labels.job }} {{ $labels.instance }} dropped points",
+              "OTLP sink of {{ $labels.job }} {{ $labels.instance }} dropped points",
               "{{ $value }} points dropped in 10m (queue full or spool limit reached): "
               "the collector is unreachable or too slow for this sender."),
         _rule("RltelCollectorSinkDropping", f"increase({SINK_DROPPED}[10m]) > 0", "0m",

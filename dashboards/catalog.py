@@ -128,7 +128,7 @@ ROLLOUT_REWARD = Metric("rollout/reward", "gauge")
 STEP = Metric(STEP_METRIC, "gauge")
 CLOSED = Metric(CLOSED_METRIC, "gauge")
 
-# rltel/otlp/: the sender's transport health, riding along with every export.
+# rltel/otlp/: the OTLP sink's health, riding along with every export.
 TRANSPORT_EXPORTED = Metric("rltel/otlp/points_exported", "counter", "{point}")
 TRANSPORT_FAILED = Metric("rltel/otlp/points_failed", "counter", "{point}")
 TRANSPORT_SPOOLED = Metric("rltel/otlp/points_spooled", "counter", "{point}")

@@ -13,7 +13,7 @@ from dashboards.panels import Panel, Query, dashboard, row, stat, timeseries
 
 
 def pipeline() -> dict:
-    """Collector and transport health: scrape status, throughput, drops, queues."""
+    """Collector and OTLP sink health: scrape status, throughput, drops, queues."""
     by_sink = "sum by (run, sink)"
     panels: list[Panel] = [
         row("Collector"),
@@ -47,7 +47,7 @@ def pipeline() -> dict:
                 "failed {{sink}}",
             ),
         ),
-        row("Senders (OTLP transport)"),
+        row("Senders (OTLP sink)"),
         timeseries(
             "Points/s per sender",
             *(
@@ -64,7 +64,7 @@ def pipeline() -> dict:
             ),
         ),
         timeseries(
-            "Transport queue and spool",
+            "OTLP sink queue and spool",
             Query(f"max by (instance) ({c.TRANSPORT_QUEUE_DEPTH.name})", "queue {{instance}}"),
             Query(
                 f"max by (instance) ({c.TRANSPORT_SPOOL_BYTES.name})", "spool bytes {{instance}}"
@@ -87,5 +87,5 @@ def pipeline() -> dict:
         "rltel / Pipeline",
         panels,
         [],
-        "Health of the telemetry path: senders' OTLP transport, the collector, its sinks.",
+        "Health of the telemetry path: senders' OTLP sinks, the collector, its sinks.",
     )

@@ -60,6 +60,8 @@ _UNREAD = "the extra entries it stores for other kinds are never read (memory on
 _SEQ = "sequence numbers only order the entries: another start or gaps keep the order"
 _ONE_DEVICE = "one device through the several-devices branch: the same vector"
 _RELEASE_ZERO = "left is never negative, and releasing 0 slots changes nothing"
+_CHUNKS = "chunks change no number: every state pools exactly (test_chunked_processing)"
+_ROWS = "another row layout of the same tokens: the pooled states are the same"
 _BOOL_MUL = "on bool tensors * is a logical and: the same counts"
 _FOUR = "the states are 4 long: [2:5] is [2:4]"
 _EQUAL_EXTREME = "an equal value is the same extreme (up to the sign of a zero)"
@@ -133,6 +135,23 @@ JUDGED: dict[str, dict[str, str]] = {
             "the extra columns are overwritten by the later ops (sum, then min over min and"
             " max columns, then max): every column ends with its own op"
         ),
+    },
+    "telemetry/metrics/train_infer.py": {
+        "sorted({s * math.log(t) for t in TAIL_THRESHOLDS for s in (-1.0, 1.0)} ^ {0.0})": (
+            "0 is none of the +-log t: the symmetric difference adds it as the union does"
+        ),
+        "CHUNK_TOKENS = 1 << 17": _CHUNKS,
+        "CHUNK_TOKENS = 1 << 19": _CHUNKS,
+        "CHUNK_TOKENS = 2 << 18": _CHUNKS,
+        "step = max(1, CHUNK_TOKENS // max( 2, row_len))": _CHUNKS,
+        "if len(shape) < 1:": _ROWS,
+        "if len(shape) < 3:": _ROWS,
+        "if len(shape) <= 2:": _ROWS,
+        "if len(shape) != 2:": _ROWS,
+        "return mask if mask.dtype == torch.bool else mask > 0": (
+            "masks are bool or 0/1 integers (documented): > 0 is != 0"
+        ),
+        "if value.dtype is torch.bool or value.is_complex():": "torch dtypes are singletons",
     },
     "exporters/fanout.py": {
         "left = self._held.get(queued, -1)": "-1 and 0 are both no slot (left <= 0)",

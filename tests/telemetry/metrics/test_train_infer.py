@@ -510,3 +510,36 @@ def test_integer_logprobs_are_widened_and_bool_or_complex_refused(tracker):
     for bad in (mask, trainer.to(torch.complex128)):
         with pytest.raises(InvalidValueError, match="'ppo_actor/train_infer'.*trainer_logp"):
             record(tracker, bad, rollout, mask)
+
+
+def test_default_logp_diff_buckets_are_at_zero_and_plus_minus_log_of_each_threshold():
+    # docs/metrics.md: "buckets at 0, ±log{1.5,2,3,5,10}"
+    logs = [math.log(t) for t in THRESHOLDS]
+    bounds = list(DEFAULT_LOGP_DIFF_BOUNDS)
+    assert bounds == pytest.approx(sorted([0.0, *logs, *(-x for x in logs)]), rel=1e-15)
+
+
+def test_a_zero_dimensional_token_is_one_row(tracker):
+    trainer, rollout, mask = torch.tensor(-1.0), torch.tensor(-1.5), torch.tensor(True)
+    record(tracker, trainer, rollout, mask)
+    assert_matches(tracker.export(), reference([-1.0], [-1.5], [True]))
+
+
+def test_a_row_longer_than_a_chunk_is_one_chunk_of_its_own(tracker, monkeypatch):
+    trainer, rollout, mask = random_batch(13, shape=(1, 20))
+    monkeypatch.setattr(train_infer, "CHUNK_TOKENS", 8)  # the one row holds 20 tokens
+    record(tracker, trainer, rollout, mask)
+    assert_matches(tracker.export(), reference(*flat(trainer, rollout, mask)))
+
+
+def test_shape_errors_for_larger_inputs_and_mask_type_errors_name_what_was_given(tracker):
+    trainer, rollout, mask = random_batch(14)
+    wider = torch.cat([rollout, rollout[:, :1]], dim=1)
+    with pytest.raises(ShapeMismatchError, match="does not match"):
+        record(tracker, trainer, wider, mask)  # rollout larger than trainer
+    with pytest.raises(ShapeMismatchError, match="mask shape"):
+        record(tracker, trainer, rollout, torch.cat([mask, mask[:1]]))  # a larger mask
+    with pytest.raises(MaskTypeError, match="torch.float64"):
+        record(tracker, trainer, rollout, mask.double())
+    with pytest.raises(MaskTypeError, match="got list"):
+        record(tracker, trainer, rollout, mask.tolist())

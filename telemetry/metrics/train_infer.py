@@ -91,6 +91,7 @@ def as_mask(mask: torch.Tensor, key: str, shape: torch.Size) -> torch.Tensor:
     Raises:
         MaskTypeError: ``mask`` is not a bool or integer tensor.
         ShapeMismatchError: its shape differs from ``shape``.
+        InvalidValueError: it holds no element (as the tracker refuses an empty mask).
     """
     if not isinstance(mask, torch.Tensor) or mask.is_floating_point() or mask.is_complex():
         kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
@@ -99,6 +100,8 @@ def as_mask(mask: torch.Tensor, key: str, shape: torch.Size) -> torch.Tensor:
         raise ShapeMismatchError(
             f"{key!r}: mask shape {tuple(mask.shape)} does not match {tuple(shape)}"
         )
+    if mask.numel() == 0:
+        raise InvalidValueError(f"{key!r}: empty mask {tuple(mask.shape)}")
     return mask if mask.dtype == torch.bool else mask != 0
 
 

@@ -543,3 +543,11 @@ def test_shape_errors_for_larger_inputs_and_mask_type_errors_name_what_was_given
         record(tracker, trainer, rollout, mask.double())
     with pytest.raises(MaskTypeError, match="got list"):
         record(tracker, trainer, rollout, mask.tolist())
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 8), (4, 0)])
+def test_an_input_without_tokens_is_refused_naming_the_mask(shape):
+    tracker = DistributedStatsTracker()
+    empty = torch.zeros(shape)
+    with pytest.raises(InvalidValueError, match=r"'train_infer/mask': empty mask"):
+        record_train_infer(empty, empty, torch.zeros(shape, dtype=torch.bool), tracker=tracker)

@@ -62,6 +62,10 @@ _ONE_DEVICE = "one device through the several-devices branch: the same vector"
 _RELEASE_ZERO = "left is never negative, and releasing 0 slots changes nothing"
 _CHUNKS = "chunks change no number: every state pools exactly (test_chunked_processing)"
 _ROWS = "another row layout of the same tokens: the pooled states are the same"
+_NO_EMPTY = (
+    "rows and tokens are >= 1 here: every caller of row_chunks refuses an input without"
+    " tokens first (as_mask, since 3d45a04)"
+)
 _BOOL_MUL = "on bool tensors * is a logical and: the same counts"
 _FOUR = "the states are 4 long: [2:5] is [2:4]"
 _EQUAL_EXTREME = "an equal value is the same extreme (up to the sign of a zero)"
@@ -144,6 +148,10 @@ JUDGED: dict[str, dict[str, str]] = {
         "CHUNK_TOKENS = 1 << 19": _CHUNKS,
         "CHUNK_TOKENS = 2 << 18": _CHUNKS,
         "step = max(1, CHUNK_TOKENS // max( 2, row_len))": _CHUNKS,
+        "step = max(1, CHUNK_TOKENS // max( 0, row_len))": _NO_EMPTY,
+        "return [slice(i, min(i + step, n_rows)) for i in range(0, max(n_rows, 0), step)]": (
+            _NO_EMPTY
+        ),
         "if len(shape) < 1:": _ROWS,
         "if len(shape) < 3:": _ROWS,
         "if len(shape) <= 2:": _ROWS,

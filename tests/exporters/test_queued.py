@@ -4,11 +4,15 @@ TimedCaller, and QueuedSink's bookkeeping behind a gated sink."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
+from exporters.base import Delivery, ExportResult, Sink
 from exporters.calls import Busy, Stalled, TimedCaller
 from exporters.charge import Charge
+from exporters.queued import QueuedSink
+from telemetry.model.snapshot import Gauge, Snapshot, Step
 
 
 def test_charge_releases_its_bytes_once_when_the_last_hold_is_done():
@@ -124,3 +128,222 @@ def test_join_stalled_with_a_negative_budget_returns_while_the_call_runs():
     release.set()
     caller.join_stalled(30.0)
     assert not caller.stalled
+
+
+# -- QueuedSink behind a gated sink ---------------------------------------------------
+
+WAIT_S = 30.0  # never reached unless the code under test hangs
+
+
+def snap(step: int) -> Snapshot:
+    return Snapshot(points=(Gauge("loss", float(step)),), step=Step(0, step, step))
+
+
+class Gated(Sink):
+    """Holds every export until ``gate`` opens (``entered`` says one is held); records the
+    snapshots, what was discarded and the shutdown budget; answers ``results`` in order,
+    then SUCCESS; ``flushed`` is what force_flush answers."""
+
+    name = "gated"
+
+    def __init__(self, results: list[ExportResult] | None = None) -> None:
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.results = list(results or [])
+        self.snapshots: list[Snapshot] = []
+        self.discarded: list[Snapshot] = []
+        self.shutdowns: list[float] = []
+        self.flushed = True
+        self.depth = None
+        self.pushback: float | None = None
+        self.calls: list[float] = []
+
+    def export(self, snapshot, timeout_s=10.0):
+        self.calls.append(time.monotonic())
+        self.entered.set()
+        self.gate.wait(WAIT_S)
+        if self.results:
+            return self.results.pop(0)
+        self.snapshots.append(snapshot)
+        return ExportResult.SUCCESS
+
+    def force_flush(self, timeout_s=10.0):
+        return self.flushed
+
+    def shutdown(self, timeout_s=10.0):
+        self.shutdowns.append(timeout_s)
+
+    def attach(self, depth):
+        self.depth = depth
+
+    def discard(self, snapshot):
+        self.discarded.append(snapshot)
+
+    def retry_after(self):
+        return self.pushback
+
+
+def held(queue_size: int, sink: Gated | None = None) -> tuple[QueuedSink, Gated]:
+    """A queued gated sink whose worker holds step 0 in an export call: the queue is empty."""
+    sink = sink or Gated()
+    sink.gate.clear()
+    queued = QueuedSink(sink, queue_size=queue_size, timeout_s=WAIT_S)
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    return queued, sink
+
+
+def test_of_takes_the_sinks_delivery_policy_else_the_given_size_and_timeout():
+    sink = Gated()
+    sink.delivery = Delivery(7, 3.0, 5, 0.2, 0.4, True, 1.5)
+    q = QueuedSink.of(sink, 100, 9.0, name="x")
+    got = (q.queue_size, q.timeout_s, q.max_retries, q.backoff_s, q.max_backoff_s)
+    assert got == (7, 3.0, 5, 0.2, 0.4)
+    assert (q.jitter, q.spill_after_s, q.name) == (True, 1.5, "x")
+    plain = QueuedSink.of(Gated(), 100, 9.0)
+    got = (plain.queue_size, plain.timeout_s, plain.max_retries, plain.name)
+    assert got == (100, 9.0, 3, "gated")
+    assert (plain.backoff_s, plain.max_backoff_s, plain.jitter, plain.spill_after_s) == (
+        0.05,
+        1.0,
+        False,
+        2.0,
+    )
+    default = QueuedSink.of(Gated())
+    assert (default.queue_size, default.timeout_s) == (1024, 10.0)
+    for s in (q, plain, default):
+        s.shutdown(1.0)
+
+
+def test_argument_bounds():
+    smallest = QueuedSink(Gated(), queue_size=1, timeout_s=1e-9, max_retries=0)
+    assert (smallest.queue_size, smallest.max_retries) == (1, 0)
+    smallest.shutdown(1.0)
+    with pytest.raises(ValueError, match="max_retries must be >= 0, got -1"):
+        QueuedSink(Gated(), max_retries=-1)
+    with pytest.raises(ValueError, match="timeout_s must be > 0, got -1"):
+        QueuedSink(Gated(), timeout_s=-1)
+    with pytest.raises(ValueError, match="queue_size must be >= 1, got 0"):
+        QueuedSink(Gated(), queue_size=0)
+
+
+def test_the_sink_reads_the_queue_depth_and_stats_count_every_outcome():
+    queued, sink = held(3)
+    assert sink.depth is not None and sink.depth() == 0
+    assert queued.submit(snap(1)) and queued.submit(snap(2))
+    assert sink.depth() == queued.depth() == 2
+    stats = queued.stats()
+    assert (stats.name, stats.queue_depth, stats.exported, stats.dropped) == ("gated", 2, 0, 0)
+    assert stats.last_latency_s is None and not stats.degraded
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    stats = queued.stats()
+    assert (stats.exported, stats.failed, stats.retried, stats.timed_out) == (3, 0, 0, 0)
+    assert stats.queue_depth == 0 and stats.last_latency_s is not None
+    queued.shutdown(WAIT_S)
+
+
+def test_a_charge_is_held_while_queued_and_done_after_the_export():
+    queued, sink = held(1)
+    released: list[int] = []
+    charge = Charge(10, released.append)
+    assert queued.submit(snap(1), charge)
+    refused_charge = Charge(20, released.append)
+    assert not queued.submit(snap(2), refused_charge)  # full: not held
+    refused_charge.done()
+    assert released == [20]
+    assert sink.discarded == [snap(2)]
+    charge.done()  # the admitting caller's hold
+    assert released == [20]
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert released == [20, 10]
+    queued.shutdown(WAIT_S)
+
+
+def test_reservations_count_against_the_queue_and_fill_reserved_slots():
+    queued, sink = held(3)
+    assert queued.reserve(2) == 2
+    assert queued.reserve(2) is None  # 2 reserved + 2 > 3
+    assert queued.reserve(1) == 1  # exactly full
+    assert not queued.submit(snap(1))  # no free slot for an unreserved one
+    assert queued.submit(snap(2), reserved=True)
+    assert queued.depth() == 1
+    queued.release(1)
+    assert queued.reserve(2) is None  # 1 queued + 1 reserved + 2 > 3
+    assert queued.reserve(1) == 1
+    queued.release(10)  # never below none
+    assert queued.submit(snap(3)) and queued.submit(snap(4))
+    assert not queued.submit(snap(5), reserved=True)  # no reservation left: a full queue
+    assert queued.stats().dropped == 2
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert [s.step.global_step for s in sink.snapshots] == [0, 2, 3, 4]
+    queued.shutdown(WAIT_S)
+
+
+def test_an_empty_queue_takes_one_request_of_any_size():
+    queued, sink = held(3)
+    assert queued.reserve(10) == 10
+    queued.release(10)
+    assert queued.submit(snap(1))
+    assert queued.reserve(3) is None  # 1 + 3 > 3
+    assert queued.reserve(2) == 2
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+
+
+def test_a_closed_queue_reserves_nothing_refuses_reserved_slots_and_flushes():
+    queued, sink = held(3)
+    assert queued.reserve(1) == 1
+    queued.close(WAIT_S)
+    assert queued.reserve(1) is None
+    assert queued.request_flush(1.0) is None
+    assert queued.force_flush(1.0) is False
+    assert not queued.submit(snap(1), reserved=True)
+    assert queued.stats().dropped == 1 and sink.discarded == [snap(1)]
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+    assert sink.shutdowns and queued.stats().exported == 1
+
+
+def test_a_degraded_sink_reserves_nothing_and_takes_everything():
+    sink = Gated([ExportResult.PERMANENT_FAILURE])
+    queued = QueuedSink(sink, queue_size=2, timeout_s=WAIT_S)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    assert queued.stats().degraded and queued.stats().failed == 1
+    assert queued.reserve(5) == 0
+    queued.shutdown(WAIT_S)
+
+
+def test_shutdown_drops_what_is_queued_answers_flushes_and_releases_charges():
+    queued, sink = held(4)
+    released: list[int] = []
+    charges = [Charge(n, released.append) for n in (1, 2)]
+    for step, charge in zip((1, 2), charges, strict=True):
+        assert queued.submit(snap(step), charge)
+        charge.done()
+    marker = queued.request_flush(WAIT_S)
+    assert marker is not None
+    queued.shutdown(0.2)  # the worker stays in the held call: abandoned at the deadline
+    assert marker.done.is_set() and marker.ok is False
+    assert sorted(released) == [1, 2]
+    assert sink.discarded == [snap(1), snap(2)]
+    stats = queued.stats()
+    assert (stats.dropped, stats.queue_depth, stats.exported) == (2, 0, 0)
+    assert len(sink.shutdowns) == 1 and 0.05 <= sink.shutdowns[0] <= 0.2
+    sink.gate.set()
+
+
+def test_the_sink_shutdown_gets_the_budget_left():
+    sink = Gated()
+    queued = QueuedSink(sink, timeout_s=WAIT_S)
+    assert queued.submit(snap(0))
+    queued.shutdown(20.0)
+    assert sink.snapshots == [snap(0)]
+    assert len(sink.shutdowns) == 1 and 10.0 < sink.shutdowns[0] <= 20.0
+    late = Gated()
+    QueuedSink(late).shutdown(-1.0)
+    assert late.shutdowns == [0.05]  # a spent budget still gives the sink a moment

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from exporters.base import Delivery, ExportResult, Sink
+from exporters.base import Delivery, ExportResult, Overflow, Sink
 from exporters.calls import Busy, Stalled, TimedCaller
 from exporters.charge import Charge
 from exporters.queued import QueuedSink
@@ -347,3 +347,145 @@ def test_the_sink_shutdown_gets_the_budget_left():
     late = Gated()
     QueuedSink(late).shutdown(-1.0)
     assert late.shutdowns == [0.05]  # a spent budget still gives the sink a moment
+
+
+def test_a_last_single_reservation_fills_a_full_queue_and_a_full_queue_reserves_none():
+    queued, sink = held(1)
+    assert queued.reserve(1) == 1  # an empty queue
+    assert queued.submit(snap(1), reserved=True)  # the one reserved slot of a full queue
+    assert queued.reserve(1) is None  # 1 queued + 1 > 1
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert [s.step.global_step for s in sink.snapshots] == [0, 1]
+    queued.shutdown(WAIT_S)
+
+
+def test_shutdown_ends_the_sink_call_with_at_most_its_grace_left():
+    queued, sink = held(2)
+    queued.shutdown(1.2)  # the worker stays in the held call
+    # the worker was waited for until a quarter of the budget was left (0.3 s of 1.2 s)
+    assert len(sink.shutdowns) == 1 and 0.05 <= sink.shutdowns[0] <= 0.3
+    sink.gate.set()
+
+
+def test_shutdown_past_its_deadline_does_not_wait_for_an_abandoned_call():
+    sink = Gated()
+    sink.gate.clear()
+    queued = QueuedSink(sink, timeout_s=0.05)
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    deadline = time.monotonic() + WAIT_S
+    while not queued.stats().degraded and time.monotonic() < deadline:
+        time.sleep(0.01)  # the call is abandoned (past its 0.05 s timeout)
+    assert queued.stats().timed_out == 1
+    queued.shutdown(0.0)
+    still_running = not sink.gate.is_set()  # shutdown returned before the call ended
+    sink.gate.set()
+    assert still_running
+    assert sink.shutdowns == []  # the sink is busy in the abandoned call: not entered
+
+
+def test_a_retry_is_counted_retried_not_timed_out():
+    sink = Gated([ExportResult.FAILURE])
+    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.001)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    stats = queued.stats()
+    assert (stats.retried, stats.timed_out, stats.exported, stats.failed) == (1, 0, 1, 0)
+    queued.shutdown(WAIT_S)
+
+
+def test_out_of_retries_and_a_permanent_answer_are_logged_with_why_once_per_run(caplog):
+    sink = Gated([ExportResult.FAILURE, ExportResult.FAILURE])
+    queued = QueuedSink(sink, timeout_s=WAIT_S, max_retries=0)
+    assert queued.submit(snap(0)) and queued.submit(snap(1))
+    assert queued.force_flush(WAIT_S)
+    assert caplog.text.count("export failed") == 1  # the second of the run is only counted
+    assert "export failed: out of retries" in caplog.text
+    assert sink.discarded == [snap(0), snap(1)]
+    assert queued.stats().failed == 2
+    queued.shutdown(WAIT_S)
+    caplog.clear()
+    permanent = QueuedSink(Gated([ExportResult.PERMANENT_FAILURE]), timeout_s=WAIT_S)
+    assert permanent.submit(snap(0))
+    assert permanent.force_flush(WAIT_S)
+    assert f"export failed: returned {ExportResult.PERMANENT_FAILURE}" in caplog.text
+    assert permanent.stats().failed == 1
+    permanent.shutdown(WAIT_S)
+    caplog.clear()
+
+    class Raising(Gated):
+        def export(self, snapshot, timeout_s=10.0):
+            raise ValueError("bad value")
+
+    raising = Raising()
+    queued = QueuedSink(raising, timeout_s=WAIT_S)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    assert "export failed: raised ValueError: bad value" in caplog.text
+    assert raising.discarded == [snap(0)] and queued.stats().failed == 1
+    queued.shutdown(WAIT_S)
+
+
+def test_a_closing_queue_still_retries_within_its_deadline():
+    sink = Gated([ExportResult.FAILURE])
+    sink.gate.clear()
+    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.001)
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    queued.close(WAIT_S)  # the retry's backoff ends long before the drain deadline
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+    stats = queued.stats()
+    assert (stats.exported, stats.retried, stats.failed) == (1, 1, 0)
+    assert sink.snapshots == [snap(0)]
+
+
+def test_a_backoff_past_the_drain_deadline_gives_up_at_once():
+    sink = Gated([ExportResult.FAILURE] * 3)
+    sink.gate.clear()
+    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=WAIT_S)
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    queued.close(5.0)  # a 30 s backoff would end after the deadline
+    sink.gate.set()
+    start = time.monotonic()
+    queued.shutdown(WAIT_S)
+    assert time.monotonic() - start < 5.0
+    stats = queued.stats()
+    assert (stats.exported, stats.retried, stats.failed) == (0, 0, 1)
+    assert sink.discarded == [snap(0)] and len(sink.calls) == 1
+
+
+class ListOverflow(Overflow):
+    """Keeps spilled snapshots in a list; replays the oldest through its sink."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.entries: list[Snapshot] = []
+        self.spilled = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def spill(self, snapshot: Snapshot) -> None:
+        self.entries.append(snapshot)
+        self.spilled += 1
+
+    def replay(self, timeout_s: float) -> ExportResult:
+        result = self.sink.export(self.entries[0], timeout_s)
+        if result is not ExportResult.FAILURE:
+            self.entries.pop(0)
+        return result
+
+
+def test_an_overflow_is_not_used_before_failures_last_spill_after_s():
+    sink = Gated([ExportResult.FAILURE, ExportResult.FAILURE])
+    sink.overflow = ListOverflow(sink)
+    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.001, spill_after_s=WAIT_S)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    assert sink.overflow.spilled == 0 and sink.snapshots == [snap(0)]
+    stats = queued.stats()
+    assert (stats.exported, stats.retried, stats.failed, stats.degraded) == (1, 2, 0, False)
+    queued.shutdown(WAIT_S)

@@ -3,6 +3,9 @@ TimedCaller, and QueuedSink's bookkeeping behind a gated sink."""
 
 from __future__ import annotations
 
+import inspect
+import logging
+import os
 import threading
 import time
 
@@ -148,6 +151,7 @@ class Gated(Sink):
 
     def __init__(self, results: list[ExportResult] | None = None) -> None:
         self.entered = threading.Event()
+        self.returned = threading.Event()
         self.gate = threading.Event()
         self.gate.set()
         self.results = list(results or [])
@@ -163,6 +167,7 @@ class Gated(Sink):
         self.calls.append(time.monotonic())
         self.entered.set()
         self.gate.wait(WAIT_S)
+        self.returned.set()
         if self.results:
             return self.results.pop(0)
         self.snapshots.append(snapshot)
@@ -379,7 +384,7 @@ def test_shutdown_past_its_deadline_does_not_wait_for_an_abandoned_call():
         time.sleep(0.01)  # the call is abandoned (past its 0.05 s timeout)
     assert queued.stats().timed_out == 1
     queued.shutdown(0.0)
-    still_running = not sink.gate.is_set()  # shutdown returned before the call ended
+    still_running = not sink.returned.is_set()  # shutdown returned before the call ended
     sink.gate.set()
     assert still_running
     assert sink.shutdowns == []  # the sink is busy in the abandoned call: not entered
@@ -489,3 +494,125 @@ def test_an_overflow_is_not_used_before_failures_last_spill_after_s():
     stats = queued.stats()
     assert (stats.exported, stats.retried, stats.failed, stats.degraded) == (1, 2, 0, False)
     queued.shutdown(WAIT_S)
+
+
+def test_the_documented_defaults():
+    queued = QueuedSink(Gated())
+    got = (queued.queue_size, queued.timeout_s, queued.max_retries, queued.backoff_s)
+    assert got == (1024, 10.0, 3, 0.05)
+    assert (queued.max_backoff_s, queued.jitter, queued.spill_after_s) == (1.0, False, 2.0)
+    for method in (QueuedSink.force_flush, QueuedSink.close, QueuedSink.shutdown):
+        assert inspect.signature(method).parameters["timeout_s"].default == 10.0
+    queued.shutdown(1.0)
+
+
+def test_recovery_resets_the_failure_run_so_the_next_failure_degrades_and_is_logged(caplog):
+    caplog.set_level(logging.INFO, logger="exporters.queued")
+    sink = Gated([ExportResult.PERMANENT_FAILURE])
+    queued = QueuedSink(sink, timeout_s=WAIT_S)
+    assert queued.submit(snap(0)) and queued.submit(snap(1))
+    assert queued.force_flush(WAIT_S)
+    assert not queued.stats().degraded
+    assert "recovered after 1 failures" in caplog.text
+    sink.results = [ExportResult.PERMANENT_FAILURE]
+    assert queued.submit(snap(2))
+    assert queued.force_flush(WAIT_S)
+    stats = queued.stats()
+    assert (stats.failed, stats.exported, stats.degraded) == (2, 1, True)
+    assert caplog.text.count("export failed") == 2
+    queued.shutdown(WAIT_S)
+
+
+def test_each_new_kind_of_failure_is_logged(caplog):
+    errors = [KeyError("k"), ValueError("v"), ValueError("w")]
+
+    class Raising(Gated):
+        def export(self, snapshot, timeout_s=10.0):
+            raise errors.pop(0)
+
+    queued = QueuedSink(Raising(), timeout_s=WAIT_S)
+    for step in range(3):
+        assert queued.submit(snap(step))
+    assert queued.force_flush(WAIT_S)
+    assert "raised KeyError" in caplog.text and "raised ValueError: v" in caplog.text
+    assert "raised ValueError: w" not in caplog.text  # the same kind again: only counted
+    assert queued.stats().failed == 3
+    queued.shutdown(WAIT_S)
+
+
+def overflowing(queue_size: int, **kwargs) -> tuple[QueuedSink, Gated]:
+    sink = Gated()
+    sink.overflow = ListOverflow(sink)
+    return QueuedSink(sink, queue_size=queue_size, timeout_s=WAIT_S, **kwargs), sink
+
+
+def test_a_healthy_queue_spills_only_from_half_full():
+    queued, sink = overflowing(4, spill_after_s=WAIT_S)
+    sink.gate.clear()
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    assert queued.submit(snap(1))  # 1 of 4: below half
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert sink.overflow.spilled == 0
+    queued.shutdown(WAIT_S)
+
+    queued, sink = overflowing(2, spill_after_s=WAIT_S)
+    sink.gate.clear()
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    assert queued.submit(snap(1))  # 1 of 2: half full, spilled, then replayed in order
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    # step 0 too was half the queue: spilled as well when the worker came before it
+    assert sink.overflow.spilled in (1, 2) and len(sink.overflow) == 0
+    assert sink.snapshots == [snap(0), snap(1)]
+    queued.shutdown(WAIT_S)
+
+
+def test_a_snapshot_held_through_a_long_backoff_spills_once_failures_last():
+    queued, sink = overflowing(8, backoff_s=WAIT_S, max_backoff_s=WAIT_S, spill_after_s=0.2)
+    sink.results = [ExportResult.FAILURE] * 100
+    assert queued.submit(snap(0))
+    assert sink.returned.wait(WAIT_S)  # answered FAILURE: the worker backs off for 30 s
+    time.sleep(0.3)  # failures now last past spill_after_s; nothing else is queued
+    deadline = time.monotonic() + 10.0
+    while sink.overflow.spilled == 0 and time.monotonic() < deadline:
+        assert queued.request_flush(0.01) is not None  # wakes the waiting worker
+        time.sleep(0.02)
+    assert sink.overflow.spilled == 1 and sink.overflow.entries == [snap(0)]
+    queued.shutdown(0.5)
+
+
+def test_a_forked_child_neither_shuts_the_parents_sink_down_nor_queues():
+    sink = Gated()
+    queued = QueuedSink(sink, timeout_s=WAIT_S)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)  # the worker exists, idle
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        try:
+            queued.shutdown(1.0)
+            checks = [
+                sink.shutdowns == [],
+                not queued.submit(snap(1)),
+                queued.stats().dropped == 0,
+                queued.reserve(1) is None,
+                queued.request_flush(1.0) is None,
+            ]
+            os._exit(10 + checks.index(False) if False in checks else 0)
+        except BaseException:
+            os._exit(2)
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    if not done:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done and os.waitstatus_to_exitcode(status) == 0
+    assert queued.stats().exported == 1
+    queued.shutdown(WAIT_S)
+    assert len(sink.shutdowns) == 1

@@ -373,6 +373,19 @@ def test_shutdown_ends_the_sink_call_with_at_most_its_grace_left():
     sink.gate.set()
 
 
+def test_shutdown_keeps_at_most_half_a_second_of_grace_and_then_waits_only_that():
+    queued, sink = held(2)
+    queued.shutdown(2.4)  # a quarter would be 0.6 s: the grace is 0.5 s
+    assert len(sink.shutdowns) == 1 and 0.05 <= sink.shutdowns[0] <= 0.5
+    sink.gate.set()
+    queued, sink = held(2)
+    start = time.monotonic()
+    queued.shutdown(0.4)  # the call is not ended by the sink's shutdown: given up at 0.4 s
+    elapsed = time.monotonic() - start
+    sink.gate.set()
+    assert 0.4 <= elapsed < 1.2
+
+
 def test_shutdown_past_its_deadline_does_not_wait_for_an_abandoned_call():
     sink = Gated()
     sink.gate.clear()
@@ -383,10 +396,12 @@ def test_shutdown_past_its_deadline_does_not_wait_for_an_abandoned_call():
     while not queued.stats().degraded and time.monotonic() < deadline:
         time.sleep(0.01)  # the call is abandoned (past its 0.05 s timeout)
     assert queued.stats().timed_out == 1
+    start = time.monotonic()
     queued.shutdown(0.0)
+    elapsed = time.monotonic() - start
     still_running = not sink.returned.is_set()  # shutdown returned before the call ended
     sink.gate.set()
-    assert still_running
+    assert still_running and elapsed < 0.8
     assert sink.shutdowns == []  # the sink is busy in the abandoned call: not entered
 
 
@@ -484,10 +499,11 @@ class ListOverflow(Overflow):
         return result
 
 
-def test_an_overflow_is_not_used_before_failures_last_spill_after_s():
+@pytest.mark.parametrize("spill_after_s", [1.0, WAIT_S])
+def test_an_overflow_is_not_used_before_failures_last_spill_after_s(spill_after_s):
     sink = Gated([ExportResult.FAILURE, ExportResult.FAILURE])
     sink.overflow = ListOverflow(sink)
-    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.001, spill_after_s=WAIT_S)
+    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.001, spill_after_s=spill_after_s)
     assert queued.submit(snap(0))
     assert queued.force_flush(WAIT_S)
     assert sink.overflow.spilled == 0 and sink.snapshots == [snap(0)]
@@ -616,3 +632,19 @@ def test_a_forked_child_neither_shuts_the_parents_sink_down_nor_queues():
     assert queued.stats().exported == 1
     queued.shutdown(WAIT_S)
     assert len(sink.shutdowns) == 1
+
+
+def test_an_overflow_entry_is_replayed_with_backoff_while_the_sink_keeps_failing():
+    queued, sink = overflowing(8, backoff_s=0.2, max_backoff_s=0.2, spill_after_s=0.05)
+    sink.results = [ExportResult.FAILURE] * 100_000
+    assert queued.submit(snap(0))
+    deadline = time.monotonic() + WAIT_S
+    while sink.overflow.spilled == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # failures last: the snapshot moves to the overflow
+    assert sink.overflow.spilled == 1
+    calls = len(sink.calls)
+    time.sleep(1.0)
+    replays = len(sink.calls) - calls
+    queued.shutdown(0.5)
+    assert 1 <= replays <= 10  # one every 0.2 s backoff, not a busy loop
+    assert sink.overflow.entries == [snap(0)]

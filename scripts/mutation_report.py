@@ -152,6 +152,7 @@ JUDGED: dict[str, dict[str, str]] = {
         "return [slice(i, min(i + step, n_rows)) for i in range(0, max(n_rows, 0), step)]": (
             _NO_EMPTY
         ),
+        "if mask.numel() <= 0:": "a size is never negative",
         "if len(shape) < 1:": _ROWS,
         "if len(shape) < 3:": _ROWS,
         "if len(shape) <= 2:": _ROWS,

@@ -4,6 +4,7 @@ TimedCaller, and QueuedSink's bookkeeping behind a gated sink."""
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
 import os
 import threading
@@ -648,3 +649,51 @@ def test_an_overflow_entry_is_replayed_with_backoff_while_the_sink_keeps_failing
     queued.shutdown(0.5)
     assert 1 <= replays <= 10  # one every 0.2 s backoff, not a busy loop
     assert sink.overflow.entries == [snap(0)]
+
+
+def gaps(calls: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(calls)]
+
+
+def test_retries_back_off_doubling_from_backoff_s():
+    sink = Gated([ExportResult.FAILURE] * 3)
+    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.05, max_backoff_s=WAIT_S)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    waits = gaps(sink.calls)
+    assert len(waits) == 3 and queued.stats().retried == 3
+    assert waits[0] >= 0.05 and waits[1] >= 0.1 and waits[2] >= 0.2
+    queued.shutdown(WAIT_S)
+
+
+def test_jittered_retries_wait_at_least_half_the_delay():
+    sink = Gated([ExportResult.FAILURE] * 3)
+    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.1, max_backoff_s=0.1, jitter=True)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    waits = gaps(sink.calls)
+    assert len(waits) == 3 and min(waits) >= 0.05 and sink.snapshots == [snap(0)]
+    queued.shutdown(WAIT_S)
+
+
+def test_the_sinks_retry_pushback_lengthens_the_backoff_and_a_failing_one_is_ignored(caplog):
+    sink = Gated([ExportResult.FAILURE])
+    sink.pushback = 0.3
+    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.001)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    assert gaps(sink.calls)[0] >= 0.3 and sink.snapshots == [snap(0)]
+    queued.shutdown(WAIT_S)
+
+    class BadPushback(Gated):
+        def retry_after(self):
+            raise RuntimeError("no pushback")
+
+    bad = BadPushback([ExportResult.FAILURE])
+    queued = QueuedSink(bad, timeout_s=WAIT_S, backoff_s=0.05)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    assert "retry_after failed" in caplog.text
+    assert gaps(bad.calls)[0] >= 0.05 and bad.snapshots == [snap(0)]
+    assert queued.stats().retried == 1
+    queued.shutdown(WAIT_S)

@@ -236,6 +236,8 @@ def test_argument_bounds():
 
 def test_the_sink_reads_the_queue_depth_and_stats_count_every_outcome():
     queued, sink = held(3)
+    workers = [t for t in threading.enumerate() if t.name == "rltel-sink-gated"]
+    assert workers and all(t.daemon for t in workers)  # never keeps the interpreter alive
     assert sink.depth is not None and sink.depth() == 0
     assert queued.submit(snap(1)) and queued.submit(snap(2))
     assert sink.depth() == queued.depth() == 2
@@ -396,7 +398,8 @@ def test_shutdown_past_its_deadline_does_not_wait_for_an_abandoned_call():
     deadline = time.monotonic() + WAIT_S
     while not queued.stats().degraded and time.monotonic() < deadline:
         time.sleep(0.01)  # the call is abandoned (past its 0.05 s timeout)
-    assert queued.stats().timed_out == 1
+    stats = queued.stats()
+    assert (stats.timed_out, stats.retried, stats.failed) == (1, 0, 1)
     start = time.monotonic()
     queued.shutdown(0.0)
     elapsed = time.monotonic() - start
@@ -667,12 +670,14 @@ def test_retries_back_off_doubling_from_backoff_s():
 
 
 def test_jittered_retries_wait_at_least_half_the_delay():
-    sink = Gated([ExportResult.FAILURE] * 3)
-    queued = QueuedSink(sink, timeout_s=WAIT_S, backoff_s=0.1, max_backoff_s=0.1, jitter=True)
+    sink = Gated([ExportResult.FAILURE] * 6)
+    queued = QueuedSink(
+        sink, timeout_s=WAIT_S, max_retries=6, backoff_s=0.1, max_backoff_s=0.1, jitter=True
+    )
     assert queued.submit(snap(0))
     assert queued.force_flush(WAIT_S)
     waits = gaps(sink.calls)
-    assert len(waits) == 3 and min(waits) >= 0.05 and sink.snapshots == [snap(0)]
+    assert len(waits) == 6 and min(waits) >= 0.05 and sink.snapshots == [snap(0)]
     queued.shutdown(WAIT_S)
 
 

@@ -737,8 +737,11 @@ def test_past_the_drain_deadline_the_worker_exports_nothing_more():
     queued, sink = held(8)
     assert queued.submit(snap(1)) and queued.submit(snap(2))
     queued.close(0.0)  # the drain deadline has passed
+    queued.close(WAIT_S)  # closed already: the deadline stays
     sink.gate.set()  # the worker comes back from step 0 and finds the deadline passed
+    start = time.monotonic()
     queued.shutdown(WAIT_S)
+    assert time.monotonic() - start < WAIT_S / 3  # the worker ended by itself
     assert sink.snapshots == [snap(0)]
     assert queued.stats().dropped == 2
     assert sink.events == ["discard 1", "discard 2", "shutdown"]  # the sink shut down last
@@ -765,3 +768,28 @@ def test_the_last_latency_is_the_export_calls_duration():
     latency = queued.stats().last_latency_s
     assert latency is not None and 0.1 <= latency <= elapsed
     queued.shutdown(WAIT_S)
+
+
+def test_reservations_below_the_queue_size_are_taken_and_released_exactly():
+    queued, sink = held(4)
+    assert queued.submit(snap(1))
+    assert [queued.reserve(1) for _ in range(4)] == [1, 1, 1, None]  # 1 queued + 3
+    queued.release(1)  # 2 reserved left
+    assert queued.reserve(1) == 1
+    assert queued.reserve(1) is None
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+
+
+def test_closing_during_a_long_backoff_gives_up_to_the_overflow_without_another_call():
+    queued, sink = overflowing(8, backoff_s=WAIT_S, max_backoff_s=WAIT_S, spill_after_s=WAIT_S)
+    sink.results = [ExportResult.FAILURE] * 100
+    assert queued.submit(snap(0))
+    assert sink.returned.wait(WAIT_S)  # answered FAILURE
+    time.sleep(0.2)  # the worker waits out a 30 s backoff
+    queued.close(5.0)  # the backoff would end after the drain deadline: give up now
+    start = time.monotonic()
+    queued.shutdown(WAIT_S)
+    assert time.monotonic() - start < 4.0
+    assert len(sink.calls) == 1 and sink.overflow.entries == [snap(0)]
+    assert queued.stats().dropped == 0

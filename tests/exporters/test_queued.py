@@ -35,7 +35,10 @@ def test_charge_releases_its_bytes_once_when_the_last_hold_is_done():
 
 def test_charge_without_extra_holds_releases_on_the_first_done():
     released: list[int] = []
-    Charge(7, released.append).done()
+    charge = Charge(7, released.append)
+    charge.done()
+    assert released == [7]
+    charge.done()  # one done too many: released once, never again
     assert released == [7]
 
 
@@ -114,8 +117,9 @@ def test_a_stalled_call_is_abandoned_busy_while_it_runs_then_the_caller_is_free(
     with pytest.raises(Busy):
         caller.call(lambda: calls.append("second"), 5.0)
     assert calls == ["hung"]  # the second call never entered the sink
-    caller.join_stalled(0.01)  # still running: only waits
-    assert caller.stalled
+    start = time.monotonic()
+    caller.join_stalled(0.01)  # still running: only waits that long
+    assert caller.stalled and time.monotonic() - start < 0.9
     release.set()
     caller.join_stalled(30.0)
     assert not caller.stalled
@@ -128,8 +132,9 @@ def test_join_stalled_with_a_negative_budget_returns_while_the_call_runs():
     release = threading.Event()
     with pytest.raises(Stalled):
         caller.call(lambda: release.wait(30), 0.01)
+    start = time.monotonic()
     caller.join_stalled(-5.0)
-    assert caller.stalled
+    assert caller.stalled and time.monotonic() - start < 0.9
     release.set()
     caller.join_stalled(30.0)
     assert not caller.stalled
@@ -298,6 +303,7 @@ def test_reservations_count_against_the_queue_and_fill_reserved_slots():
 def test_an_empty_queue_takes_one_request_of_any_size():
     queued, sink = held(3)
     assert queued.reserve(10) == 10
+    assert not queued.submit(snap(9))  # 10 reserved of 3: no free slot
     queued.release(10)
     assert queued.submit(snap(1))
     assert queued.reserve(3) is None  # 1 + 3 > 3
@@ -793,3 +799,32 @@ def test_closing_during_a_long_backoff_gives_up_to_the_overflow_without_another_
     assert time.monotonic() - start < 4.0
     assert len(sink.calls) == 1 and sink.overflow.entries == [snap(0)]
     assert queued.stats().dropped == 0
+
+
+def test_shutdown_ends_at_its_deadline_when_the_sinks_own_shutdown_hangs_too():
+    class Hanging(Gated):
+        def shutdown(self, timeout_s=10.0):
+            super().shutdown(timeout_s)
+            self.gate.wait(WAIT_S)
+
+    queued, sink = held(2, Hanging())
+    start = time.monotonic()
+    queued.shutdown(0.4)
+    elapsed = time.monotonic() - start
+    sink.gate.set()
+    assert len(sink.shutdowns) == 1 and elapsed < 5.0
+
+
+def test_shutdown_waits_for_an_abandoned_call_only_until_its_deadline():
+    sink = Gated()
+    sink.gate.clear()
+    queued = QueuedSink(sink, timeout_s=0.05)
+    assert queued.submit(snap(0))
+    deadline = time.monotonic() + WAIT_S
+    while queued.stats().failed == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the call is abandoned (past its 0.05 s timeout), counted failed
+    start = time.monotonic()
+    queued.shutdown(0.2)
+    elapsed = time.monotonic() - start
+    sink.gate.set()
+    assert elapsed < 0.9 and sink.shutdowns == []

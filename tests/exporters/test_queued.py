@@ -828,3 +828,28 @@ def test_shutdown_waits_for_an_abandoned_call_only_until_its_deadline():
     elapsed = time.monotonic() - start
     sink.gate.set()
     assert elapsed < 0.9 and sink.shutdowns == []
+
+
+def test_a_snapshot_the_overflow_fails_to_keep_is_logged_and_discarded(caplog):
+    class Refusing(ListOverflow):
+        def spill(self, snapshot):
+            if snapshot.step.global_step == 1:
+                raise OSError("disk full")
+            super().spill(snapshot)
+
+    sink = Gated()
+    sink.overflow = Refusing(sink)
+    queued = QueuedSink(sink, queue_size=8, timeout_s=WAIT_S, spill_after_s=WAIT_S)
+    sink.gate.clear()
+    released: list[int] = []
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    for step in (1, 2):
+        charge = Charge(step, released.append)
+        assert queued.submit(snap(step), charge)
+        charge.done()
+    queued.close(0.0)
+    sink.gate.set()  # past the deadline: the worker spills what is left
+    queued.shutdown(WAIT_S)
+    assert sink.overflow.entries == [snap(2)] and sink.discarded == [snap(1)]
+    assert "spilling failed" in caplog.text and sorted(released) == [1, 2]

@@ -853,3 +853,13 @@ def test_a_snapshot_the_overflow_fails_to_keep_is_logged_and_discarded(caplog):
     queued.shutdown(WAIT_S)
     assert sink.overflow.entries == [snap(2)] and sink.discarded == [snap(1)]
     assert "spilling failed" in caplog.text and sorted(released) == [1, 2]
+
+
+def test_a_large_max_retries_is_honoured_exactly():
+    sink = Gated([ExportResult.FAILURE] * 400)
+    queued = QueuedSink(sink, timeout_s=WAIT_S, max_retries=300, backoff_s=0.0)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    stats = queued.stats()
+    assert (len(sink.calls), stats.retried, stats.failed, stats.exported) == (301, 300, 1, 0)
+    queued.shutdown(WAIT_S)

@@ -7,6 +7,7 @@ is queued is known exactly (no sleeps; timeouts are far beyond any wait here).
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 
@@ -150,6 +151,8 @@ def test_defaults_are_1024_snapshots_per_sink_and_10_s_per_call():
     assert accepted == [True] * 1024 + [False]
     assert fan.queued[0].timeout_s == 10.0
     finish(fan, sinks)
+    for method in (FanOut.force_flush, FanOut.shutdown):  # one budget of 10 s for all sinks
+        assert inspect.signature(method).parameters["timeout_s"].default == 10.0
 
 
 def stuck_fan(n: int) -> tuple[FanOut, list[Gated], threading.Timer]:

@@ -863,3 +863,19 @@ def test_a_large_max_retries_is_honoured_exactly():
     stats = queued.stats()
     assert (len(sink.calls), stats.retried, stats.failed, stats.exported) == (301, 300, 1, 0)
     queued.shutdown(WAIT_S)
+
+
+def test_the_worker_survives_an_error_of_its_own_and_keeps_draining(caplog):
+    def broken_release(nbytes: int) -> None:
+        raise RuntimeError("release failed")
+
+    queued, sink = held(4)
+    charge = Charge(1, broken_release)
+    assert queued.submit(snap(1), charge)
+    charge.done()  # the caller's hold: the worker's is the last, its release raises
+    assert queued.submit(snap(2))
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert sink.snapshots == [snap(0), snap(1), snap(2)]
+    assert "worker error" in caplog.text
+    queued.shutdown(WAIT_S)

@@ -70,6 +70,14 @@ _BOOL_MUL = "on bool tensors * is a logical and: the same counts"
 _FOUR = "the states are 4 long: [2:5] is [2:4]"
 _EQUAL_EXTREME = "an equal value is the same extreme (up to the sign of a zero)"
 _SAME_ROW = "every empty row holds the same values"
+_JOIN_NEGATIVE = "Thread.join of a negative timeout waits 0 s (it clamps at 0)"
+_ENUM_IDENTITY = "enum members are singletons: == is is, != is is not"
+_MOD_CLOCK = (
+    "a % b is a - b for b <= a < 2b: the later reading of the monotonic clock is less than"
+    " twice the earlier (a wait or failure shorter than the machine's uptime)"
+)
+_SPILL_NOTHING = "spilling an empty queue (nothing held) moves nothing"
+_CLOCK_EQUAL = "two monotonic readings a whole backoff or spill_after_s apart never tie"
 JUDGED: dict[str, dict[str, str]] = {
     "collector/merge.py": {
         "self._latest_ns = -1": "times are never negative: max(-1, t) == max(0, t) for t >= 0",
@@ -161,6 +169,50 @@ JUDGED: dict[str, dict[str, str]] = {
             "masks are bool or 0/1 integers (documented): > 0 is != 0"
         ),
         "if value.dtype is torch.bool or value.is_complex():": "torch dtypes are singletons",
+    },
+    "exporters/queued.py": {
+        "if reserved and self._reserved != 0:": "_reserved is never negative (release clamps at 0)",
+        "if worker is not None and worker != threading.current_thread():": (
+            "threads compare by identity: != is is not"
+        ),
+        (
+            "worker.join(max( -1.0, deadline - min(CANCEL_GRACE_S, timeout_s / 4)"
+            " - time.monotonic()))"
+        ): _JOIN_NEGATIVE,
+        "worker.join(max( -1.0, deadline - time.monotonic()))": _JOIN_NEGATIVE,
+        "return self._streak != 0 or failing or self._caller.stalled": (
+            "the failure streak is never negative: != 0 is > 0"
+        ),
+    },
+    "exporters/calls.py": {
+        "self._stalled.join(max( -1.0, timeout_s))": _JOIN_NEGATIVE,
+    },
+    "exporters/drain.py": {
+        "if not TYPE_CHECKING:": (
+            "importing Charge and Snapshot at run time as well changes nothing (no cycle)"
+        ),
+        "if result == ExportResult.SUCCESS:": _ENUM_IDENTITY,
+        "if result is not None and result != ExportResult.FAILURE:": _ENUM_IDENTITY,
+        "if waited is _GIVE_UP:": "_wait_backoff returns the module's own constant objects",
+        "elif attempt == self.max_retries:": (
+            "attempt counts up by 1 from 0 and stops at max_retries: it never passes it"
+        ),
+        "self._cond.wait(end % now)": _MOD_CLOCK,
+        "self._succeeded(time.monotonic() % start)": _MOD_CLOCK,
+        "prolonged = since is not None and time.monotonic() % since >= self.spill_after_s": (
+            _MOD_CLOCK
+        ),
+        "return prolonged and (depth > -1 or held is not None)": _SPILL_NOTHING,
+        "return prolonged and (depth >= 0 or held is not None)": _SPILL_NOTHING,
+        "break": (
+            "reached only when the drain deadline passes between the loop's first check and"
+            " this one (microseconds); the worker then ends without spilling, and shutdown's"
+            " own spill moves the same queue in the same order"
+        ),
+        "if snapshot is not None and time.monotonic() - since > self.spill_after_s:": (
+            _CLOCK_EQUAL
+        ),
+        "if deadline is not None and end >= deadline:": _CLOCK_EQUAL,
     },
     "exporters/fanout.py": {
         "left = self._held.get(queued, -1)": "-1 and 0 are both no slot (left <= 0)",

@@ -559,19 +559,20 @@ def test_recovery_resets_the_failure_run_so_the_next_failure_degrades_and_is_log
 
 
 def test_each_new_kind_of_failure_is_logged(caplog):
-    errors = [KeyError("k"), ValueError("v"), ValueError("w")]
+    errors = [KeyError("k"), ValueError("v"), ValueError("w"), KeyError("again")]
 
     class Raising(Gated):
         def export(self, snapshot, timeout_s=10.0):
             raise errors.pop(0)
 
     queued = QueuedSink(Raising(), timeout_s=WAIT_S)
-    for step in range(3):
+    for step in range(4):
         assert queued.submit(snap(step))
     assert queued.force_flush(WAIT_S)
-    assert "raised KeyError" in caplog.text and "raised ValueError: v" in caplog.text
+    assert "raised KeyError: 'k'" in caplog.text and "raised ValueError: v" in caplog.text
     assert "raised ValueError: w" not in caplog.text  # the same kind again: only counted
-    assert queued.stats().failed == 3
+    assert "raised KeyError: 'again'" in caplog.text  # another kind than the last: logged
+    assert queued.stats().failed == 4
     queued.shutdown(WAIT_S)
 
 
@@ -878,4 +879,19 @@ def test_the_worker_survives_an_error_of_its_own_and_keeps_draining(caplog):
     assert queued.force_flush(5.0)  # a dead worker would never answer
     assert sink.snapshots == [snap(0), snap(1), snap(2)]
     assert "worker error" in caplog.text
+    queued.shutdown(WAIT_S)
+
+
+def test_a_queue_found_past_half_full_spills_everything_queued():
+    queued, sink = overflowing(8, spill_after_s=WAIT_S)
+    sink.gate.clear()
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    for step in range(1, 6):  # 5 of 8 while the worker is in a call
+        assert queued.submit(snap(step))
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert sink.overflow.spilled == 5 and len(sink.overflow) == 0
+    assert sink.snapshots == [snap(step) for step in range(6)]
+    assert queued.depth() == 0 and queued.stats().queue_depth == 0
     queued.shutdown(WAIT_S)

@@ -207,12 +207,19 @@ JUDGED: dict[str, dict[str, str]] = {
         "break": (
             "reached only when the drain deadline passes between the loop's first check and"
             " this one (microseconds); the worker then ends without spilling, and shutdown's"
-            " own spill moves the same queue in the same order"
+            " own spill moves the same queue in the same order (the loop's other continues"
+            " turned into break are killed)"
         ),
         "if snapshot is not None and time.monotonic() - since > self.spill_after_s:": (
             _CLOCK_EQUAL
         ),
         "if deadline is not None and end >= deadline:": _CLOCK_EQUAL,
+        "return deadline is not None and time.monotonic() >= deadline": _CLOCK_EQUAL,
+        "if now > end:": "a tie waits 0 s more and then returns the same",
+        "if snapshot is not None and time.monotonic() % since >= self.spill_after_s:": _MOD_CLOCK,
+        "def _count(self, /, retried: int = 0, timed_out: int = 0) -> None:": (
+            "every caller passes retried and timed_out by keyword: / accepts the same calls"
+        ),
     },
     "exporters/fanout.py": {
         "left = self._held.get(queued, -1)": "-1 and 0 are both no slot (left <= 0)",

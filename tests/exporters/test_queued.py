@@ -605,6 +605,16 @@ def test_a_healthy_queue_spills_only_from_half_full():
     assert sink.snapshots == [snap(0), snap(1)]
     queued.shutdown(WAIT_S)
 
+    queued, sink = overflowing(3, spill_after_s=WAIT_S)  # half of 3 rounds down to 1
+    sink.gate.clear()
+    assert queued.submit(snap(0))
+    assert sink.entered.wait(WAIT_S)
+    assert queued.submit(snap(1))
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert sink.overflow.spilled in (1, 2) and sink.snapshots == [snap(0), snap(1)]
+    queued.shutdown(WAIT_S)
+
 
 def test_a_snapshot_held_through_a_long_backoff_spills_once_failures_last():
     queued, sink = overflowing(8, backoff_s=WAIT_S, max_backoff_s=WAIT_S, spill_after_s=0.2)

@@ -905,3 +905,16 @@ def test_a_queue_found_past_half_full_spills_everything_queued():
     assert sink.snapshots == [snap(step) for step in range(6)]
     assert queued.depth() == 0 and queued.stats().queue_depth == 0
     queued.shutdown(WAIT_S)
+
+
+def test_a_sinks_failing_discard_is_logged_and_never_reaches_the_caller(caplog):
+    class BadDiscard(Gated):
+        def discard(self, snapshot):
+            raise RuntimeError("discard broke")
+
+    queued, sink = held(1, BadDiscard())
+    assert queued.submit(snap(1))
+    assert not queued.submit(snap(2))  # full: discarded, and the discard raised
+    assert "discard failed" in caplog.text and queued.stats().dropped == 1
+    sink.gate.set()
+    queued.shutdown(WAIT_S)

@@ -215,6 +215,13 @@ JUDGED: dict[str, dict[str, str]] = {
         ),
         "if deadline is not None and end >= deadline:": _CLOCK_EQUAL,
         "return deadline is not None and time.monotonic() >= deadline": _CLOCK_EQUAL,
+        "prolonged = since is not None and time.monotonic() - since > self.spill_after_s": (
+            _CLOCK_EQUAL
+        ),
+        "if snapshot is not None and time.monotonic() - since == self.spill_after_s:": (
+            "the backoff that follows at once spills the held snapshot on the same condition"
+            " (_spill_due), in the same order"
+        ),
         "if now > end:": "a tie waits 0 s more and then returns the same",
         "if snapshot is not None and time.monotonic() % since >= self.spill_after_s:": _MOD_CLOCK,
         "def _count(self, /, retried: int = 0, timed_out: int = 0) -> None:": (

@@ -194,6 +194,10 @@ JUDGED: dict[str, dict[str, str]] = {
         "if result == ExportResult.SUCCESS:": _ENUM_IDENTITY,
         "if result is not None and result != ExportResult.FAILURE:": _ENUM_IDENTITY,
         "if waited is _GIVE_UP:": "_wait_backoff returns the module's own constant objects",
+        "if waited is _SPILLED:": "_wait_backoff returns the module's own constant objects",
+        "if waited <= _GIVE_UP:": (
+            'of "waited", "give up" and "spilled" only "give up" sorts <= "give up"'
+        ),
         "elif attempt == self.max_retries:": (
             "attempt counts up by 1 from 0 and stops at max_retries: it never passes it"
         ),

@@ -222,6 +222,13 @@ JUDGED: dict[str, dict[str, str]] = {
         "prolonged = since is not None and time.monotonic() - since > self.spill_after_s": (
             _CLOCK_EQUAL
         ),
+        "if snapshot is not None and time.monotonic() - since is self.spill_after_s:": (
+            "never true, as == almost never: the backoff right after spills on the same"
+            " condition (_spill_due), in the same order"
+        ),
+        "new = self._streak <= 1 or kind != self._failure_kind": (
+            "the streak was just incremented from >= 0: it is >= 1, so <= 1 is == 1"
+        ),
         "if snapshot is not None and time.monotonic() - since == self.spill_after_s:": (
             "the backoff that follows at once spills the held snapshot on the same condition"
             " (_spill_due), in the same order"

@@ -7,11 +7,12 @@ import time
 
 import pytest
 
-from exporters.base import ExportResult, InMemorySink, Overflow, Sink
+from exporters.base import ExportResult, InMemorySink, Sink
 from exporters.fanout import FanOut, QueuedSink
 from exporters.registry import build_sinks, enabled_sinks
 from telemetry.config import load_config
 from telemetry.model.snapshot import Gauge, Snapshot, Step
+from tests.exporters.overflows import ListOverflow
 
 
 def snap(step: int) -> Snapshot:
@@ -270,28 +271,6 @@ def test_a_sink_raising_any_base_exception_is_caught_logged_counted_degraded(err
     exiting.failing = True
     fan.shutdown(2.0)  # the sink's shutdown raises: logged, never raised here
     assert good.shut_down and "shutdown raised" in caplog.text
-
-
-class ListOverflow(Overflow):
-    """Keeps spilled snapshots in a list; replays the oldest through its sink."""
-
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-        self.entries: list[Snapshot] = []
-        self.spilled = 0
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def spill(self, snapshot: Snapshot) -> None:
-        self.entries.append(snapshot)
-        self.spilled += 1
-
-    def replay(self, timeout_s: float) -> ExportResult:
-        result = self.sink.export(self.entries[0], timeout_s)
-        if result is not ExportResult.FAILURE:
-            self.entries.pop(0)
-        return result
 
 
 class Outage(InMemorySink):

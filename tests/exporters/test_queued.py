@@ -13,11 +13,12 @@ import time
 
 import pytest
 
-from exporters.base import Delivery, ExportResult, Overflow, Sink
+from exporters.base import Delivery, ExportResult, Sink
 from exporters.calls import Busy, Stalled, TimedCaller
 from exporters.charge import Charge
 from exporters.queued import QueuedSink
 from telemetry.model.snapshot import Gauge, Snapshot, Step
+from tests.exporters.overflows import ListOverflow
 
 
 def test_charge_releases_its_bytes_once_when_the_last_hold_is_done():
@@ -494,28 +495,6 @@ def test_a_backoff_past_the_drain_deadline_gives_up_at_once():
     stats = queued.stats()
     assert (stats.exported, stats.retried, stats.failed) == (0, 0, 1)
     assert sink.discarded == [snap(0)] and len(sink.calls) == 1
-
-
-class ListOverflow(Overflow):
-    """Keeps spilled snapshots in a list; replays the oldest through its sink."""
-
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-        self.entries: list[Snapshot] = []
-        self.spilled = 0
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def spill(self, snapshot: Snapshot) -> None:
-        self.entries.append(snapshot)
-        self.spilled += 1
-
-    def replay(self, timeout_s: float) -> ExportResult:
-        result = self.sink.export(self.entries[0], timeout_s)
-        if result is not ExportResult.FAILURE:
-            self.entries.pop(0)
-        return result
 
 
 @pytest.mark.parametrize("spill_after_s", [1.0, WAIT_S])

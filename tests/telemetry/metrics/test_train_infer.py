@@ -551,3 +551,99 @@ def test_an_input_without_tokens_is_refused_naming_the_mask(shape):
     empty = torch.zeros(shape)
     with pytest.raises(InvalidValueError, match=r"'train_infer/mask': empty mask"):
         record_train_infer(empty, empty, torch.zeros(shape, dtype=torch.bool), tracker=tracker)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_levels", [0, 1, 2, 5])
+def test_one_pass_with_few_thresholds_against_numpy(dtype, n_levels):
+    # reduce_chunk on its own (public), with fewer thresholds than the rows its minima
+    # need: sums, extremes and counts against numpy in float64.
+    from telemetry.metrics.logp_pass import reduce_chunk
+    from telemetry.record.scratch import Scratch
+
+    trainer, rollout, mask = random_batch(40, shape=(300,), dtype=dtype)
+    trainer[:3] = torch.tensor([math.nan, math.inf, -1.0], dtype=dtype)
+    mask[:3] = True
+    mask[3] = False
+    levels = torch.linspace(-1.0, 1.0, n_levels, dtype=torch.float64).to(dtype).unsqueeze(1)
+    got = reduce_chunk(trainer, rollout, mask, levels, levels[:0], Scratch(torch.device("cpu")))
+    t, r, m = trainer.double().numpy(), rollout.double().numpy(), mask.numpy()
+    keep = m & np.isfinite(t) & np.isfinite(r)
+    t, r = t[keep], r[keep]
+    d = t - r
+    rows = [d, np.abs(d), np.expm1(d) - d, d * d, np.isinf(np.expm1(d)), t, r]
+    assert got.finite.tolist() == keep.tolist()
+    np.testing.assert_allclose(got.sums.numpy(), [np.sum(x) for x in rows], rtol=1e-13)
+    assert got.low.tolist() == [d.min(), np.abs(d).min(), (np.expm1(d) - d).min()]
+    assert got.high.tolist() == [d.max()]
+    assert got.logp_low.tolist() == [t.min(), r.min()]
+    assert got.logp_high.tolist() == [t.max(), r.max()]
+    compared = d.astype(np.float32) if dtype == torch.float32 else d
+    expected = [int((compared > x).sum()) for x in levels.reshape(-1).numpy()]
+    assert got.above.tolist() == expected
+
+
+def test_float64_difference_overflow_to_minus_inf(tracker):
+    # d = t - r overflows to -inf on a finite valid token: logp_diff/max stays that of
+    # the other tokens, min is -inf (numpy reference in float64).
+    trainer = torch.tensor([-1.7e308, -1.0, -2.0], dtype=torch.float64)
+    rollout = torch.tensor([1.7e308, -1.5, -1.0], dtype=torch.float64)
+    mask = torch.ones(3, dtype=torch.bool)
+    record(tracker, trainer, rollout, mask)
+    stats = tracker.export()
+    assert_matches(stats, reference(*flat(trainer, rollout, mask)))
+    d = trainer.numpy() - rollout.numpy()
+    assert stats[P + "logp_diff/max"] == d.max() == 0.5
+    assert stats[P + "logp_diff/min"] == -math.inf
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_every_token_outside_makes_the_tail_indicator_min_one(dtype):
+    # All finite tokens outside log 2 (but not log 3): ratio_outside_2 is 1 on every token,
+    # its histogram min and max both 1; ratio_outside_3 is 0 on every token.
+    rollout = torch.tensor([-1.0, -2.0, -0.5, -3.0], dtype=dtype)
+    trainer = rollout + torch.tensor([0.8, -0.9, 1.0, -0.75], dtype=dtype)
+    mask = torch.ones(4, dtype=torch.bool)
+    tracker = DistributedStatsTracker()
+    record(tracker, trainer, rollout, mask)
+    points = {p.key: p for p in tracker.export().points}
+    d = trainer.double().numpy() - rollout.double().numpy()
+    for t in THRESHOLDS:
+        outside = (np.abs(d) > math.log(t)).astype(float)
+        got = points[f"{P}ratio_outside_{t:g}"]
+        assert (got.min, got.max, got.sum) == (outside.min(), outside.max(), outside.sum()), t
+    assert (points[f"{P}ratio_outside_2"].min, points[f"{P}ratio_outside_3"].max) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("bounds", [None, (-1.0, 0.25)])
+def test_float32_inputs_without_the_default_bounds(tracker, bounds):
+    # In float32 the tails come from counts of d above +-log t, which must be compared
+    # whatever the bucket bounds (none, or others than +-log t).
+    trainer, rollout, mask = random_batch(41, dtype=torch.float32)
+    record(tracker, trainer, rollout, mask, logp_diff_bounds=bounds)
+    exported = tracker.export()
+    assert_matches(exported, reference(*flat(trainer.double(), rollout.double(), mask)))
+    (point,) = [p for p in exported.points if p.metric == P + "logp_diff"]
+    d = (trainer.double() - rollout.double())[mask].numpy()
+    edges = np.array(bounds or ())
+    expected = np.bincount(np.searchsorted(edges, d, side="left"), minlength=edges.size + 1)
+    assert list(point.bucket_counts) == (expected.tolist() if bounds else [])
+
+
+def test_float32_difference_rounding_onto_a_bound_counts_as_exactly_on_it(tracker):
+    # d = float32(-log 2) + 2**-30 is exactly above float32(-log 2), and rounds to it in
+    # float32; exactly, abs(d) > log 2 and d < -log 2 (float32(-log 2) is below -log 2 by
+    # more than 2**-30). Compared in float32, as documented, the token is outside and in
+    # the bucket ending at -log 2, as the exact float64 reference says.
+    rollout = torch.tensor([-(2.0**-30), -1.0, -2.0], dtype=torch.float32)
+    trainer = torch.tensor([-math.log(2), -1.1, -1.5], dtype=torch.float32)
+    mask = torch.ones(3, dtype=torch.bool)
+    d = trainer.double().numpy() - rollout.double().numpy()
+    assert np.float32(d[0]) == np.float32(-math.log(2)) < d[0] < -math.log(2)
+    record(tracker, trainer, rollout, mask)
+    stats = tracker.export()
+    assert_matches(stats, reference(*flat(trainer.double(), rollout.double(), mask)))
+    (point,) = [p for p in stats.points if p.metric == P + "logp_diff"]
+    bounds = np.array(DEFAULT_LOGP_DIFF_BOUNDS)
+    expected = np.bincount(np.searchsorted(bounds, d, side="left"), minlength=bounds.size + 1)
+    assert list(point.bucket_counts) == expected.tolist()

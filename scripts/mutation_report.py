@@ -78,6 +78,18 @@ _MOD_CLOCK = (
 )
 _SPILL_NOTHING = "spilling an empty queue (nothing held) moves nothing"
 _CLOCK_EQUAL = "two monotonic readings a whole backoff or spill_after_s apart never tie"
+_BIGGER_BUFFER = (
+    "more rows of comparison scratch than the minima need (memory only): every row the"
+    " minima and comparisons use is still there"
+)
+_DTYPE_IDENTITY = "torch dtypes are singletons: != is is not"
+_NO_MINUS_INF_LOGP = (
+    "the marked log-probs are finite (non-finite inputs are unmarked: NaN here), so there"
+    " is no -inf for neginf to replace"
+)
+_SPENT_ROW = "either row of the spent log-prob buffer (both read already) holds the copy of d"
+_ONE_DIM = "the tensor is 1-D: dim -1 is dim 0"
+_MIN_ROWS = "_MIN_ABOVE_ROWS = {dtype: N_EXTREME_ROWS %s for dtype in _BITS}"
 JUDGED: dict[str, dict[str, str]] = {
     "collector/merge.py": {
         "self._latest_ns = -1": "times are never negative: max(-1, t) == max(0, t) for t >= 0",
@@ -147,6 +159,35 @@ JUDGED: dict[str, dict[str, str]] = {
             "the extra columns are overwritten by the later ops (sum, then min over min and"
             " max columns, then max): every column ends with its own op"
         ),
+    },
+    "telemetry/metrics/logp_pass.py": {
+        _MIN_ROWS % "* 8 + dtype.itemsize": _BIGGER_BUFFER,
+        _MIN_ROWS % "* 8 - dtype.itemsize": _BIGGER_BUFFER,
+        _MIN_ROWS % "* 8 * dtype.itemsize": _BIGGER_BUFFER,
+        _MIN_ROWS % "* 8 | dtype.itemsize": _BIGGER_BUFFER,
+        _MIN_ROWS % "* 8 ^ dtype.itemsize": _BIGGER_BUFFER,
+        _MIN_ROWS % "** 8 // dtype.itemsize": _BIGGER_BUFFER,
+        _MIN_ROWS % "<< 8 // dtype.itemsize": _BIGGER_BUFFER,
+        _MIN_ROWS % "* 9 // dtype.itemsize": (
+            "27 // 4 == 24 // 4 and 27 // 8 == 24 // 8: the same sizes"
+        ),
+        "if dtype is torch.float64:": _DTYPE_IDENTITY,
+        "if dtype is not torch.float64:": _DTYPE_IDENTITY,
+        "logp_high = logps.nan_to_num_(-_INF, _INF, +_INF).amax(1)": _NO_MINUS_INF_LOGP,
+        "logp_high = logps.nan_to_num_(-_INF, _INF, not _INF).amax(1)": _NO_MINUS_INF_LOGP,
+        "logp_high = logps.nan_to_num_(-_INF, _INF, _INF).amax(1)": _NO_MINUS_INF_LOGP,
+        "d = logps[ 1].copy_(d)": _SPENT_ROW,
+        "d = logps[ -1].copy_(d)": _SPENT_ROW,
+    },
+    "telemetry/metrics/train_infer_states.py": {
+        "max_k3 = torch.expm1(ends).sub_(ends).amax( -1, keepdim=True)": _ONE_DIM,
+        "flags = values.index_select(0, first) > values.index_select( -1, greater)": _ONE_DIM,
+        "flags = values.index_select( -1, first) > values.index_select(0, greater)": _ONE_DIM,
+        "product = values.index_select( -1, self._x) * values.index_select(0, self._y)": _ONE_DIM,
+        "product = values.index_select(0, self._x) * values.index_select( -1, self._y)": _ONE_DIM,
+        "states = torch.where(flags.index_select( -1, self._empty), math.inf, states)": _ONE_DIM,
+        "states = torch.where(flags.index_select( -1, self._nan), math.nan, states)": _ONE_DIM,
+        "max_abs = ends.mul_(self._to_abs).amax( -1, keepdim=True)": _ONE_DIM,
     },
     "telemetry/metrics/train_infer.py": {
         "sorted({s * math.log(t) for t in TAIL_THRESHOLDS for s in (-1.0, 1.0)} ^ {0.0})": (

@@ -162,6 +162,7 @@ JUDGED: dict[str, dict[str, str]] = {
     },
     "telemetry/metrics/logp_pass.py": {
         _MIN_ROWS % "* 8 + dtype.itemsize": _BIGGER_BUFFER,
+        _MIN_ROWS % "* 8 << dtype.itemsize": _BIGGER_BUFFER,
         _MIN_ROWS % "* 8 - dtype.itemsize": _BIGGER_BUFFER,
         _MIN_ROWS % "* 8 * dtype.itemsize": _BIGGER_BUFFER,
         _MIN_ROWS % "* 8 | dtype.itemsize": _BIGGER_BUFFER,

@@ -189,6 +189,14 @@ JUDGED: dict[str, dict[str, str]] = {
         "states = torch.where(flags.index_select( -1, self._empty), math.inf, states)": _ONE_DIM,
         "states = torch.where(flags.index_select( -1, self._nan), math.nan, states)": _ONE_DIM,
         "max_abs = ends.mul_(self._to_abs).amax( -1, keepdim=True)": _ONE_DIM,
+        "combos = torch.mv(self._combine, values.narrow( -1, *self._counts))": _ONE_DIM,
+        "values = torch.cat([values, flags, combos, combos != 0])": (
+            "the combinations are counts, never negative (a tail's d above log t is above"
+            " -log t too; buckets are differences of counts above rising bounds): != 0 is > 0"
+        ),
+        "n_buckets = len(bounds) + 1 if bounds else -1": (
+            "without bounds: range(-1) and a list times -1 are empty, as with 0"
+        ),
     },
     "telemetry/metrics/train_infer.py": {
         "sorted({s * math.log(t) for t in TAIL_THRESHOLDS for s in (-1.0, 1.0)} ^ {0.0})": (

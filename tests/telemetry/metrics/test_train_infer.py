@@ -583,17 +583,19 @@ def test_one_pass_with_few_thresholds_against_numpy(dtype, n_levels):
     assert got.above.tolist() == expected
 
 
-def test_float64_difference_overflow_to_minus_inf(tracker):
+@pytest.mark.parametrize("others", [(0.5, -1.0), (-0.5, -2.0)])
+def test_float64_difference_overflow_to_minus_inf(tracker, others):
     # d = t - r overflows to -inf on a finite valid token: logp_diff/max stays that of
-    # the other tokens, min is -inf (numpy reference in float64).
-    trainer = torch.tensor([-1.7e308, -1.0, -2.0], dtype=torch.float64)
+    # the other tokens (positive or negative), min is -inf (numpy reference in float64).
     rollout = torch.tensor([1.7e308, -1.5, -1.0], dtype=torch.float64)
+    trainer = torch.tensor([-1.7e308, 0.0, 0.0], dtype=torch.float64)
+    trainer[1:] = rollout[1:] + torch.tensor(others, dtype=torch.float64)
     mask = torch.ones(3, dtype=torch.bool)
     record(tracker, trainer, rollout, mask)
     stats = tracker.export()
     assert_matches(stats, reference(*flat(trainer, rollout, mask)))
     d = trainer.numpy() - rollout.numpy()
-    assert stats[P + "logp_diff/max"] == d.max() == 0.5
+    assert stats[P + "logp_diff/max"] == d.max() == max(others)
     assert stats[P + "logp_diff/min"] == -math.inf
 
 

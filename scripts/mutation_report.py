@@ -181,6 +181,7 @@ JUDGED: dict[str, dict[str, str]] = {
         "d = logps[ -1].copy_(d)": _SPENT_ROW,
     },
     "telemetry/metrics/train_infer_states.py": {
+        "if dtype is torch.float64:": _DTYPE_IDENTITY,
         "max_k3 = torch.expm1(ends).sub_(ends).amax( -1, keepdim=True)": _ONE_DIM,
         "flags = values.index_select(0, first) > values.index_select( -1, greater)": _ONE_DIM,
         "flags = values.index_select( -1, first) > values.index_select(0, greater)": _ONE_DIM,

@@ -90,7 +90,24 @@ _NO_MINUS_INF_LOGP = (
 _SPENT_ROW = "either row of the spent log-prob buffer (both read already) holds the copy of d"
 _ONE_DIM = "the tensor is 1-D: dim -1 is dim 0"
 _MIN_ROWS = "_MIN_ABOVE_ROWS = {dtype: N_EXTREME_ROWS %s for dtype in _BITS}"
+_ONE_CALL = "the tensors of one call share one dtype and length: any of them gives the same"
 JUDGED: dict[str, dict[str, str]] = {
+    "telemetry/record/kernels.py": {
+        "fills = (padding & inf, padding * sign)": (
+            "padding is 0 or all ones (-1): -1 * the sign bit wraps to the sign bit in two's"
+            " complement, 0 * it is 0, as with &"
+        ),
+        "or x.storage_offset() is not first.storage_offset() + i * n": (
+            "is not on equal ints above 256 is True: the copying path, with the same result"
+        ),
+        "keep = masks.keep(xs[ -1].element_size())": _ONE_CALL,
+        "keep = masks.keep(xs[ 1].element_size())": _ONE_CALL,
+        "shape, dtype = (len(xs), xs[ -1].numel()), xs[0].dtype": _ONE_CALL,
+        "shape, dtype = (len(xs), xs[ 1].numel()), xs[0].dtype": _ONE_CALL,
+        "shape, dtype = (len(xs), xs[0].numel()), xs[ -1].dtype": _ONE_CALL,
+        "shape, dtype = (len(xs), xs[0].numel()), xs[ 1].dtype": _ONE_CALL,
+        "return [] if dtype is torch.float64 else [(shape, torch.float64)]": _DTYPE_IDENTITY,
+    },
     "collector/merge.py": {
         "self._latest_ns = -1": "times are never negative: max(-1, t) == max(0, t) for t >= 0",
         'if kind >= "counter":': _UNREAD + " (totals are read for counter windows only)",

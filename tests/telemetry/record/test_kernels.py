@@ -184,3 +184,28 @@ def test_fold_block_overwriting_keeps_valid_values_and_gives_the_same_states():
     assert torch.equal(got, want)
     assert torch.equal(overwritten[:, m], block[:, m])
     assert bool((overwritten[:, ~m] == -INF).all())  # padding ends at -inf
+
+
+def _rows_that_only_look_consecutive() -> list[list[torch.Tensor]]:
+    """Second rows whose storage offset is where a consecutive row would start, but that
+    are not that row: a repeated element, a strided slice, the same offset in another
+    buffer (both ways round, so that its address is above and below the first's)."""
+    buf = torch.arange(20.0)
+    a, b = torch.arange(10.0), torch.arange(100.0, 110.0)
+    return [
+        [buf[0:5], buf[5:6].expand(5)],  # stride 0
+        [buf[0:5], buf[5:15:2]],  # stride 2
+        [a[0:5], b[5:10]],
+        [b[0:5], a[5:10]],
+    ]
+
+
+@pytest.mark.parametrize("xs", _rows_that_only_look_consecutive())
+def test_rows_at_the_next_offset_that_are_not_the_next_row_are_not_viewed(xs):
+    assert all(x.storage_offset() == 5 * i for i, x in enumerate(xs))
+    assert kernels.rows_view(xs) is None
+    states = torch.tensor([[0.0, 0.0, INF, INF]] * 2, dtype=torch.float64)
+    mask = torch.tensor([True, True, False, True, True])
+    masks = kernels.MaskBits(mask, mask.sum().double())
+    got = kernels.fold(states, masks, xs, Scratch(torch.device("cpu")))
+    assert_same(got.numpy(), numpy_fold(states.numpy(), xs, mask))

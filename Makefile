@@ -36,7 +36,7 @@ format: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# Mutation testing of the core modules (cosmic-ray, in a clone of HEAD): tens of minutes,
+# Mutation testing of the core modules (cosmic-ray, in a clone of HEAD): about 2 hours,
 # not part of make test; see docs/development.md for the last scores.
 mutation: venv
 	$(PY) -c "import cosmic_ray" 2>/dev/null || $(PY) -m pip install --quiet "cosmic-ray==8.7.0"

@@ -89,6 +89,15 @@ def test_different_key_sets_agree_on_the_union(world):
         assert collectives == 4
 
 
+def _mismatch(tracker) -> str | None:
+    """The KeyMismatchError an export raises, as text; None when it succeeds."""
+    try:
+        tracker.export()
+    except KeyMismatchError as exc:
+        return str(exc)
+    return None
+
+
 def _conflicting_reduce_types(rank: int, world: int):
     from telemetry.stats_tracker import DistributedStatsTracker, ReduceType
 
@@ -97,11 +106,7 @@ def _conflicting_reduce_types(rank: int, world: int):
     reduce = ReduceType.SUM if rank == 1 else ReduceType.AVG
     tracker.stat(x=torch.ones(4), denominator="valid", reduce_type=reduce)
     tracker.stat(fine=torch.ones(4), denominator="valid")
-    try:
-        tracker.export()
-    except KeyMismatchError as exc:
-        return str(exc)
-    return None
+    return _mismatch(tracker)
 
 
 def test_reduce_type_conflict_raises_on_every_rank():
@@ -168,11 +173,7 @@ def _bounds_on_rank_one_only(rank: int, world: int):
         tracker.set_bucket_bounds("x", [0.0, 1.0])
     tracker.denominator(valid=torch.ones(3, dtype=torch.bool))
     tracker.stat(x=torch.tensor([-1.0, 0.5, 2.0]), denominator="valid")
-    try:
-        tracker.export()
-    except KeyMismatchError as exc:
-        return str(exc)
-    return None
+    return _mismatch(tracker)
 
 
 def test_bucket_bounds_on_some_ranks_only_is_a_layout_conflict():
@@ -190,11 +191,7 @@ def _scalar_here_stat_there(rank: int, world: int):
     else:
         tracker.denominator(valid=torch.ones(2, dtype=torch.bool))
         tracker.stat(x=torch.ones(2), denominator="valid")
-    try:
-        tracker.export()
-    except KeyMismatchError as exc:
-        return str(exc)
-    return None
+    return _mismatch(tracker)
 
 
 def test_scalar_on_one_rank_and_stat_on_another_is_a_layout_conflict():

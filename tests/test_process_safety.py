@@ -68,6 +68,11 @@ def rank_main(rank, world, port):
     out = st.export_all(reduce_group=dist.group.WORLD)
     os.write(1, f"rank {rank}: {sorted(out)}\\n".encode())  # one write: lines never interleave
     dist.destroy_process_group()
+    # A rank that ran its own torch.compile and profiler died at interpreter teardown with
+    # "terminate called without an active exception" in about 1 of 25 runs (torch 2.13),
+    # while rltel loads no compiler and starts no thread (test_kernels.py checks it):
+    # the ranks end without that teardown. Exits of rltel's own are tested by the other cases.
+    os._exit(0)
 
 
 if __name__ == "__main__":

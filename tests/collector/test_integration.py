@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from telemetry.otlp.encode import encode
+from tests.wandb_log import inspect_wandb
 
 from .conftest import samples, scrape
 
@@ -98,14 +98,7 @@ def wandb_rows(tmp_path: Path) -> tuple[list[dict], list[dict]]:
     """History rows (key -> value) and all records of the run's offline ``.wandb`` file."""
     pattern = str(tmp_path / "files" / "exp" / "t1" / "wandb" / "offline-run-*" / "*.wandb")
     (path,) = glob.glob(pattern)
-    out = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", path],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    records = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    records = inspect_wandb(path)
     rows = [r["history"]["item"] for r in records if r["type"] == "history"]
     return rows, records
 

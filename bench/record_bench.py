@@ -15,6 +15,7 @@ resident memory growth over 200 steps after the first.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import statistics
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -88,11 +90,14 @@ def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
     from telemetry import stats_tracker
     from telemetry.record.reduce import collectives_issued
 
+    group = dist.group.WORLD if world > 1 else None  # None is rank-local
+    export_all = functools.partial(stats_tracker.export_all, reduce_group=group)
+
     torch.set_num_threads(1)
     batches = make_step()
     start = time.perf_counter()
     record_step(stats_tracker, batches)
-    stats_tracker.export_all()
+    export_all()
     first_step = time.perf_counter() - start
     samples: dict[str, list[float]] = {}
     collectives = []
@@ -101,7 +106,7 @@ def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
         recorded = timed(record_step, stats_tracker, batches)
         held = held_bytes(stats_tracker)
         before = collectives_issued()
-        exported = timed(stats_tracker.export_all)
+        exported = timed(export_all)
         if i >= WARMUP:
             for name, (wall, cpu) in (("base", base), ("record", recorded), ("export", exported)):
                 samples.setdefault(f"{name}_wall", []).append(wall)
@@ -109,7 +114,7 @@ def measure(rank: int = 0, world: int = 1) -> dict[str, float]:
             collectives.append(collectives_issued() - before)
     record_step(stats_tracker, make_step(seq=4 * SEQ))
     held_large = held_bytes(stats_tracker)
-    stats_tracker.export_all()
+    export_all()
     m = {name: statistics.median(values) for name, values in samples.items()}
     return {
         "first_step_s": first_step,

@@ -85,13 +85,17 @@ def export_sources(
     key: str | None = None,
     reduce_group: dist.ProcessGroup | None = None,
     reset: bool = True,
+    key_sync_group: dist.ProcessGroup | None = None,
 ) -> Stats:
     """Reduce trackers and state sources together (one coalesced reduction) into Stats.
 
     ``key`` limits trackers to keys starting with it. With ``reset=False`` the states
-    are put back after reading (trackers only keep accumulating).
+    are put back after reading (trackers only keep accumulating). ``reduce_group=None``
+    is rank-local: no collective, whatever process group exists.
     """
-    return _export.export_sources(sources, DistributedStatsTracker, key, reduce_group, reset)
+    return _export.export_sources(
+        sources, DistributedStatsTracker, key, reduce_group, reset, key_sync_group=key_sync_group
+    )
 
 
 def export(
@@ -102,8 +106,8 @@ def export(
 ) -> Stats:
     """Export the default tracker only (AReaL's ``stats_tracker.export``).
 
-    ``key_sync_group`` is accepted for AReaL's signature; rltel reduces every key over
-    ``reduce_group`` (per-key groups are not supported), so it changes nothing.
+    ``reduce_group=None`` is rank-local; ``key_sync_group`` is the group keys recorded
+    with a per-key ``reduce_group`` are reduced over (as in AReaL).
     """
     return DEFAULT_TRACKER.export(key, reduce_group, key_sync_group, reset)
 
@@ -113,15 +117,18 @@ def export_all(
     key_sync_group: dist.ProcessGroup | None = None,
     reset: bool = True,
 ) -> Stats:
-    """Export every tracker and registered source in one reduction (call on all ranks).
+    """Export every tracker and registered source in one reduction.
 
-    ``key_sync_group`` is accepted for AReaL's signature and changes nothing (see export).
+    With a ``reduce_group``, call it on every rank of the group: all get the same dict.
+    ``reduce_group=None`` (AReaL's inference engines' ``export_stats``) is rank-local: no
+    collective, this process's values only. ``key_sync_group`` as in :func:`export`.
     """
-    del key_sync_group
     with _lock:
         sources: list[object] = [_trackers[name] for name in sorted(_trackers)]
     sources.extend(_export.registered_sources())
-    return export_sources(sources, reduce_group=reduce_group, reset=reset)
+    return export_sources(
+        sources, reduce_group=reduce_group, reset=reset, key_sync_group=key_sync_group
+    )
 
 
 denominator = DEFAULT_TRACKER.denominator

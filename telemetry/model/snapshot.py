@@ -68,9 +68,10 @@ class Gauge:
         return flat_key(self.metric, self.attributes)
 
     def flat(self) -> Iterator[tuple[str, float]]:
+        """The flat entries: the value, and ``key__count`` (an int, as AReaL's) if counted."""
         yield self.key, self.value
         if self.count is not None:
-            yield self.key + COUNT_SUFFIX, float(self.count)
+            yield self.key + COUNT_SUFFIX, int(self.count)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from telemetry.model.errors import InvalidValueError
 from telemetry.record import tracker as _tracker
 
 __all__ = ["DistributedStatsTracker"]
@@ -100,30 +99,6 @@ class DistributedStatsTracker(_tracker.DistributedStatsTracker):
 
         return decorator
 
-    def scalar(self, *, reduce_group: Any = None, **values: Any) -> None:
-        """AReaL's ``scalar``; ``reduce_group`` (a per-key group override) must be None."""
-        _no_key_group(reduce_group, values, self)
-        super().scalar(**values)
-
-    def denominator(self, *, reduce_group: Any = None, **masks: Any) -> None:
-        """AReaL's ``denominator``; ``reduce_group`` must be None."""
-        _no_key_group(reduce_group, masks, self)
-        super().denominator(**masks)
-
-    def stat(
-        self,
-        denominator: str,
-        reduce_type: _tracker.ReduceType | None = None,
-        *,
-        reduce_group: Any = None,
-        **tensors: Any,
-    ) -> None:
-        """AReaL's ``stat``; ``reduce_group`` must be None."""
-        _no_key_group(reduce_group, tensors, self)
-        super().stat(denominator, reduce_type, **tensors)
-
-    stat_compact = stat
-
     def export(
         self,
         key: str | None = None,
@@ -133,17 +108,9 @@ class DistributedStatsTracker(_tracker.DistributedStatsTracker):
     ):
         """AReaL's ``export``: this tracker's keys (under ``key`` if given) as a flat dict.
 
-        ``key_sync_group`` is accepted for AReaL's signature and changes nothing: rltel
-        reduces every key over ``reduce_group`` and agrees on key sets by itself.
+        ``reduce_group=None`` is rank-local (no collective); ``key_sync_group`` is the
+        group that keys with a per-key ``reduce_group`` are reduced over (AReaL's).
         """
-        del key_sync_group
-        return super().export(key=key, reduce_group=reduce_group, reset=reset)
-
-
-def _no_key_group(group: Any, values: dict, tracker: DistributedStatsTracker) -> None:
-    if group is not None:
-        first = tracker.full_key(next(iter(values), "?"))
-        raise InvalidValueError(
-            f"{first!r}: a per-key reduce_group is not supported by rltel; every key is "
-            "reduced over the reduce_group given to export/export_all"
+        return super().export(
+            key=key, reduce_group=reduce_group, key_sync_group=key_sync_group, reset=reset
         )

@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections.abc import Sequence
 
+import numpy as np
 import torch
+import torch.distributed as dist
 
 from telemetry.model.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
 
-__all__ = ["bucket_bounds", "mask", "moment_rows", "moment_state", "stat_value"]
+__all__ = [
+    "bucket_bounds",
+    "mask",
+    "moment_rows",
+    "moment_state",
+    "reduce_group",
+    "scalar_value",
+    "stat_value",
+]
 
 _ACCEPTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -116,3 +127,47 @@ def moment_rows(keys: Sequence[str], rows: object) -> torch.Tensor:
             f"{tuple(getattr(rows, 'shape', ()))}"
         )
     return rows
+
+
+def scalar_value(key: str, value: object) -> float | torch.Tensor:
+    """A ``scalar()`` value: a float, or a one-element tensor kept on its device (no sync).
+
+    AReaL records ``float(value)``; this accepts the same real numbers: Python and numpy
+    numbers, bools (0.0/1.0), one-element arrays and tensors of a real or bool dtype.
+
+    Raises:
+        InvalidValueError: anything else (strings, None, complex numbers, several elements).
+    """
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise InvalidValueError(
+                f"scalar {key!r}: expected one element, got shape {tuple(value.shape)}"
+            )
+        if value.is_complex():
+            raise InvalidValueError(f"scalar {key!r}: dtype {value.dtype} is not a real number")
+        return value
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise InvalidValueError(
+                f"scalar {key!r}: expected one element, got shape {value.shape}"
+            )
+        value = value.reshape(()).item()
+    if isinstance(value, (numbers.Real, np.bool_)):
+        return float(value)
+    raise InvalidValueError(f"scalar {key!r}: expected a real number, got {type(value).__name__}")
+
+
+def reduce_group(key: str, group: object) -> None:
+    """A per-key ``reduce_group``: None or a ``torch.distributed`` process group.
+
+    Raises:
+        InvalidValueError: anything else, naming the first key of the call.
+    """
+    if group is None:
+        return
+    process_group = getattr(dist, "ProcessGroup", None)
+    if process_group is None or not isinstance(group, process_group):
+        raise InvalidValueError(
+            f"{key!r}: reduce_group must be a torch.distributed process group or None, "
+            f"got {type(group).__name__}"
+        )

@@ -72,6 +72,8 @@ def export_sources(
     key: str | None = None,
     reduce_group: dist.ProcessGroup | None = None,
     reset: bool = True,
+    *,
+    key_sync_group: dist.ProcessGroup | None = None,
 ) -> Stats:
     """Reduce trackers and state sources together (one coalesced reduction) into Stats.
 
@@ -80,26 +82,37 @@ def export_sources(
         make_tracker: builds an empty tracker by name, for a named tracker that only
             other ranks used (every rank reports it).
         key: limits trackers to keys starting with it.
-        reduce_group: the data-parallel group (default: the default group, if any).
+        reduce_group: the data-parallel group; ``None`` is rank-local (no collective), as
+            AReaL's ``export_all(reduce_group=None)``.
         reset: False puts the states back after reading (trackers keep accumulating).
+        key_sync_group: the group that keys recorded with a per-key ``reduce_group`` are
+            reduced over (every rank of it joins that reduction); without it, each such
+            key is reduced over its own group. One more coalesced reduction per group.
     """
     sources = list(sources)
     tags = _tags(sources)
     merged: dict[str, State] = {}
+    key_groups: dict[str, object] = {}
     for tag, source in zip(tags, sources):
         if _is_tracker(source):
-            states = source.collect_states(key, reset=reset)
+            states, groups = source.collect(key, reset=reset)
+            key_groups.update((f"{tag}|{name}", group) for name, group in groups.items())
         else:
             states = source.collect_states()
             if reset:
                 source.reset()
         merged.update((f"{tag}|{name}", state) for name, state in states.items())
-    try:
-        reduced, spreads = reduce_with_spread(
-            merged, reduce_group, lambda tagged: rank_spread.tracked(tagged.partition("|")[2])
-        )
-    except KeyMismatchError as exc:  # name user keys, not internal source tags
-        raise KeyMismatchError(_TAG.sub("'", str(exc))) from None
+    reduced: dict = {}
+    spreads: dict = {}
+    for group, states in _reductions(merged, key_groups, reduce_group, key_sync_group):
+        try:
+            done, spread = reduce_with_spread(
+                states, group, lambda tagged: rank_spread.tracked(tagged.partition("|")[2])
+            )
+        except KeyMismatchError as exc:  # name user keys, not internal source tags
+            raise KeyMismatchError(_TAG.sub("'", str(exc))) from None
+        reduced.update(done)
+        spreads.update(spread)
     by_tag: dict[str, dict] = {tag: {} for tag in tags}
     for tagged, entry in reduced.items():
         tag, _, name = tagged.partition("|")
@@ -120,3 +133,30 @@ def export_sources(
         points.extend(rank_spread.spread_points(tagged.partition("|")[2], by_quantity))
     typed_keys.remember(points)
     return Stats(points)
+
+
+def _reductions(
+    merged: dict[str, State],
+    key_groups: dict[str, object],
+    reduce_group: dist.ProcessGroup | None,
+    key_sync_group: dist.ProcessGroup | None,
+) -> list[tuple[object, dict[str, State]]]:
+    """The reductions of one export: the export's group, then the per-key overrides.
+
+    With ``key_sync_group`` every rank reduces its override keys (maybe none) over it, so
+    ranks without such keys still join; without it, one reduction per override group, in
+    the order of each group's first key (the same on every rank that holds the keys).
+    """
+    plan: list[tuple[object, dict[str, State]]] = [
+        (reduce_group, {k: s for k, s in merged.items() if k not in key_groups})
+    ]
+    overrides = {k: merged[k] for k in sorted(key_groups) if k in merged}
+    if key_sync_group is not None:
+        plan.append((key_sync_group, overrides))
+        return plan
+    by_group: dict[int, tuple[object, dict[str, State]]] = {}
+    for tagged, state in overrides.items():
+        group = key_groups[tagged]
+        by_group.setdefault(id(group), (group, {}))[1][tagged] = state
+    plan.extend(by_group.values())
+    return plan

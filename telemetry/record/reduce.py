@@ -8,7 +8,7 @@ one state.
 
 Collectives per call, whatever the number of keys:
 
-* world size 1 or no group: none;
+* world size 1 or ``group=None`` (rank-local, as in AReaL): none;
 * ranks agree on the key set (the usual case): 2 (a fixed-size header gather that
   compares a digest of the key specs, then one gather of the flat payload);
 * ranks disagree: 4 (the header, an object gather of the specs — two collectives
@@ -68,7 +68,8 @@ def _count_collectives(n: int) -> None:
 
 
 def _world(group) -> int:
-    if not dist.is_available() or not dist.is_initialized():
+    """The ranks a reduction spans: 1 (rank-local, no collective) for ``group=None``."""
+    if group is None or not dist.is_available() or not dist.is_initialized():
         return 1
     return dist.get_world_size(group)
 
@@ -177,8 +178,9 @@ def reduce_with_spread(
     """Reduce every state across ``group``, with the per-rank spread of chosen keys.
 
     Keys recorded on only some ranks are reduced over the ranks that have them (the
-    others contribute the identity). With ``group=None`` and an initialised default
-    process group, the default group is used, as in ``torch.distributed``. For each key
+    others contribute the identity). ``group=None`` is rank-local, as AReaL's
+    ``export(reduce_group=None)``: no collective, whatever process group exists (pass
+    ``dist.group.WORLD`` for the whole world). For each key
     where ``spread(key)`` holds, the quantities its layout names in ``per_rank`` are also
     compared across ranks, from the same gathered payload (no extra collective).
 

@@ -91,20 +91,27 @@ class DistributedStatsTracker:
 
     # -- recording --------------------------------------------------------------------
 
-    def denominator(self, **masks: torch.Tensor) -> None:
+    def denominator(self, *, reduce_group: object = None, **masks: torch.Tensor) -> None:
         """Declare boolean masks; each is exported as its SUM (the valid count).
+
+        ``reduce_group`` (AReaL's per-key override) reduces these keys over that group
+        instead of the export's (see :meth:`export`).
 
         Raises:
             MaskTypeError: a mask is not a boolean tensor.
             InvalidValueError: a mask is empty.
         """
-        for name, given in masks.items():
+        checks.reduce_group(self.full_key(next(iter(masks), "?")), reduce_group)
+        checked = []
+        for name, given in masks.items():  # every mask is checked before any is recorded
             key = self.full_key(name)
-            mask = checks.mask(key, given)
+            checked.append((key, checks.mask(key, given)))
+        for key, mask in checked:
             count = mask.sum().to(torch.float64).reshape(1)  # an integer sum: 3x faster
             with self._lock:
                 window = self._window
                 window.masks[key] = kernels.MaskBits(mask, count)
+                _set_group(window, key, reduce_group)
                 total = window.denominators.get(key)
                 if total is None:
                     window.denominators[key] = count
@@ -115,6 +122,8 @@ class DistributedStatsTracker:
         self,
         denominator: str,
         reduce_type: ReduceType | None = None,
+        *,
+        reduce_group: object = None,
         **tensors: torch.Tensor,
     ) -> None:
         """Accumulate masked tensors over the declared ``denominator`` mask.
@@ -122,12 +131,15 @@ class DistributedStatsTracker:
         Args:
             denominator: name of a mask declared with :meth:`denominator` in this scope.
             reduce_type: AVG_MIN_MAX (default), AVG, SUM, MIN or MAX (not SCALAR).
+            reduce_group: AReaL's per-key override: reduce these keys over this group
+                instead of the export's.
             tensors: float tensors with the denominator's shape.
 
         Raises:
             UnknownDenominatorError, ShapeMismatchError, InvalidValueError: naming the key.
         """
         reduce = self._stat_reduce(reduce_type, tensors)
+        checks.reduce_group(self.full_key(next(iter(tensors), "?")), reduce_group)
         mask_key = self.full_key(denominator)
         declared = self._window.masks.get(mask_key)
         if declared is None:
@@ -149,6 +161,7 @@ class DistributedStatsTracker:
             by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
             for key, value in zip(keys, values):
                 window.add_stat(key, reduce, mask.device, self._bounds.get(key, ()))
+                _set_group(window, key, reduce_group)
                 by_dtype.setdefault(value.dtype, []).append((key, value.detach()))
             bank = window.bank(mask.device)
             for group in by_dtype.values():
@@ -254,31 +267,34 @@ class DistributedStatsTracker:
             raise UnknownDenominatorError(f"unknown denominator {key!r}")
         return declared
 
-    def scalar(self, **values: float | torch.Tensor) -> None:
+    def scalar(self, *, reduce_group: object = None, **values: float | torch.Tensor) -> None:
         """Record single values; exported as the count-weighted mean plus ``key__count``.
 
+        Accepts what AReaL records (it calls ``float(value)``): Python and numpy numbers,
+        bools (as 0.0/1.0) and one-element tensors or arrays. Every value is checked before
+        any is recorded. ``reduce_group`` is AReaL's per-key override, as for :meth:`stat`.
+
         Raises:
-            InvalidValueError: a value is not a number or a one-element tensor.
+            InvalidValueError: a value is not a real number (a string, None, a complex
+                number) or has more than one element; naming the key.
         """
-        for name, value in values.items():
-            key = self.full_key(name)
-            if isinstance(value, torch.Tensor):
-                if value.numel() != 1:
-                    raise InvalidValueError(
-                        f"scalar {key!r}: expected one element, got shape {tuple(value.shape)}"
-                    )
-            elif isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
-                raise InvalidValueError(
-                    f"scalar {key!r}: expected a number, got {type(value).__name__}"
-                )
-            with self._lock:
-                if key in self._window.stats:
+        checks.reduce_group(self.full_key(next(iter(values), "?")), reduce_group)
+        checked = [
+            (self.full_key(name), checks.scalar_value(self.full_key(name), value))
+            for name, value in values.items()
+        ]
+        with self._lock:
+            window = self._window
+            for key, _ in checked:
+                if key in window.stats:
                     raise InvalidValueError(f"{key!r}: recorded as a stat, now as a scalar")
-                state = self._window.scalars.setdefault(key, accumulate.ScalarState())
+            for key, value in checked:
+                _set_group(window, key, reduce_group)
+                state = window.scalars.setdefault(key, accumulate.ScalarState())
                 if isinstance(value, torch.Tensor):
                     state.add_tensor(value)
                 else:
-                    state.add(float(value))
+                    state.add(value)
 
     def _stat_reduce(self, reduce_type: StatReduce | None, tensors: Mapping) -> StatReduce:
         if reduce_type is None:
@@ -296,9 +312,15 @@ class DistributedStatsTracker:
 
     def collect_states(self, key: str | None = None, reset: bool = True) -> dict[str, State]:
         """This window's states (keys starting with ``key`` if given), cleared if ``reset``."""
+        return self.collect(key, reset)[0]
+
+    def collect(
+        self, key: str | None = None, reset: bool = True
+    ) -> tuple[dict[str, State], dict[str, object]]:
+        """:meth:`collect_states`, with the per-key reduce groups of the keys that have one."""
         with self._lock:
             taken = self._window.take(key, reset)
-        return taken.states()
+        return taken.states(), dict(taken.groups)
 
     def build_points_with_layouts(
         self, reduced: Mapping[str, tuple[StateLayout, np.ndarray]]
@@ -319,10 +341,23 @@ class DistributedStatsTracker:
         self,
         key: str | None = None,
         reduce_group: dist.ProcessGroup | None = None,
+        key_sync_group: dist.ProcessGroup | None = None,
         reset: bool = True,
     ) -> Stats:
         """Reduce this tracker's keys over ``reduce_group`` and return AReaL's flat dict.
 
-        Every rank of the group must call it; all receive the same result.
+        ``reduce_group=None`` is rank-local: no collective. Otherwise every rank of the
+        group must call it, and all receive the same result. Keys recorded with a per-key
+        ``reduce_group`` are reduced over ``key_sync_group`` when given (every rank of it
+        must export), else over their own group (every rank of it must hold them), as in
+        AReaL.
         """
-        return export.export_sources([self], type(self), key, reduce_group, reset)
+        return export.export_sources(
+            [self], type(self), key, reduce_group, reset, key_sync_group=key_sync_group
+        )
+
+
+def _set_group(window: Window, key: str, group: object) -> None:
+    """Remember ``key``'s per-key reduce group (AReaL keeps the last one given)."""
+    if group is not None:
+        window.groups[key] = group

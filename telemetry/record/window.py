@@ -40,6 +40,8 @@ class Window:
         self.scalars: dict[str, accumulate.ScalarState] = {}
         self.denominators: dict[str, torch.Tensor] = {}
         self.masks: dict[str, kernels.MaskBits] = {}
+        self.groups: dict[str, object] = {}
+        """Keys recorded with a per-key ``reduce_group`` (AReaL's override), and that group."""
 
     def bank(self, device: torch.device) -> accumulate.StatBank:
         """The stat bank of ``device``, made on first use."""
@@ -78,12 +80,14 @@ class Window:
     def take(self, prefix: str | None, reset: bool) -> Taken:
         """The keys under ``prefix`` (all if None); with ``reset`` they leave the window."""
         stats, scalars, denoms = self.stats, self.scalars, self.denominators
-        kept_stats, kept_scalars, kept_denoms, kept_masks = {}, {}, {}, {}
+        groups = self.groups
+        kept_stats, kept_scalars, kept_denoms, kept_masks, kept_groups = {}, {}, {}, {}, {}
         if prefix is not None:
             stats, kept_stats = _split_prefix(stats, prefix)
             scalars, kept_scalars = _split_prefix(scalars, prefix)
             denoms, kept_denoms = _split_prefix(denoms, prefix)
             _, kept_masks = _split_prefix(self.masks, prefix)
+            groups, kept_groups = _split_prefix(groups, prefix)
         rows: dict[str, torch.Tensor] = {}
         for device, bank in self.banks.items():
             keys = [k for k, entry in stats.items() if entry.device == device]
@@ -91,9 +95,10 @@ class Window:
         if reset:
             self.stats, self.scalars = kept_stats, kept_scalars
             self.denominators, self.masks = kept_denoms, kept_masks
+            self.groups = kept_groups
         else:
             denoms = {k: t.clone() for k, t in denoms.items()}
-        return Taken(stats, rows, scalars, denoms)
+        return Taken(stats, rows, scalars, denoms, dict(groups))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,8 @@ class Taken:
     rows: Mapping[str, torch.Tensor]
     scalars: Mapping[str, accumulate.ScalarState]
     denominators: Mapping[str, torch.Tensor]
+    groups: Mapping[str, object]
+    """The per-key reduce groups of these keys (keys without one are not listed)."""
 
     def states(self) -> dict[str, State]:
         """Every key's state with its layout (scalars on a device are copied here)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 from distributed import run_ranks
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
 
@@ -177,7 +178,7 @@ def _ranks_different_layers(rank: int, world: int) -> dict:
         for layer in RANK_LAYERS[rank]:
             for micro in range(3):
                 balance.record(layer, torch.from_numpy(rank_routing(rank, layer, micro)), 6)
-    return dict(stats_tracker.export_sources([balance]))
+    return dict(stats_tracker.export_sources([balance], reduce_group=dist.group.WORLD))
 
 
 def test_two_ranks_with_different_layers():
@@ -198,7 +199,7 @@ def _ranks_disagree_on_experts(rank: int, world: int) -> str:
     with balance.training():
         balance.record(0, torch.tensor([0, 1]), 4 if rank == 0 else 8)
     try:
-        stats_tracker.export_sources([balance])
+        stats_tracker.export_sources([balance], reduce_group=dist.group.WORLD)
     except KeyMismatchError as exc:
         return str(exc)
     return "no error"

@@ -6,6 +6,7 @@ import time
 
 import pytest
 import torch
+import torch.distributed as dist
 from distributed import run_ranks
 
 from telemetry import stats_tracker
@@ -49,16 +50,18 @@ def _ranks_unequal_work(rank: int, world: int) -> dict:
         with perf.measure(seq_lens=[10, 2]):
             time.sleep(0.15)
     out["local"].append(local_seconds(perf))
-    out["w1"] = stats_tracker.export_sources([perf])
+    out["w1"] = stats_tracker.export_sources([perf], reduce_group=dist.group.WORLD)
     # window 2: only rank 0 trains
     if rank == 0:
         with perf.measure(mask(7)):
             time.sleep(0.03)
     out["local"].append(local_seconds(perf))
-    out["w2"] = stats_tracker.export_sources([perf])
-    out["w2_again"] = stats_tracker.export_sources([perf], reset=False)  # window already closed
+    out["w2"] = stats_tracker.export_sources([perf], reduce_group=dist.group.WORLD)
+    out["w2_again"] = stats_tracker.export_sources(
+        [perf], reduce_group=dist.group.WORLD, reset=False
+    )  # window already closed
     # window 3: nobody trains
-    out["w3"] = stats_tracker.export_sources([perf])
+    out["w3"] = stats_tracker.export_sources([perf], reduce_group=dist.group.WORLD)
     return out
 
 

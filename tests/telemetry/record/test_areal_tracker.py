@@ -84,9 +84,16 @@ def test_areal_signatures_accept_areal_keywords():
     }
 
 
-def test_a_per_key_reduce_group_is_refused_by_name():
-    with stats_tracker.scope("sft"), pytest.raises(InvalidValueError, match="'sft/loss'"):
-        stats_tracker.scalar(loss=1.0, reduce_group=object())
+def test_a_per_key_reduce_group_that_is_not_a_process_group_is_refused_by_name():
+    with stats_tracker.scope("sft"):
+        with pytest.raises(InvalidValueError, match="'sft/loss'.*process group"):
+            stats_tracker.scalar(loss=1.0, reduce_group=object())
+        with pytest.raises(InvalidValueError, match="'sft/valid'.*process group"):
+            stats_tracker.denominator(valid=torch.ones(2, dtype=torch.bool), reduce_group="dp")
+        stats_tracker.denominator(valid=torch.ones(2, dtype=torch.bool))
+        with pytest.raises(InvalidValueError, match="'sft/x'.*process group"):
+            stats_tracker.stat(x=torch.ones(2), denominator="valid", reduce_group=1)
+    assert set(stats_tracker.export_all()) == {"sft/valid"}  # nothing else was recorded
 
 
 def test_get_without_a_name_is_the_default_tracker():

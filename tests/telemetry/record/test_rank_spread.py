@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
 from telemetry.model.snapshot import Gauge
 from telemetry.record import rank_spread
@@ -23,13 +24,13 @@ def _four_ranks(rank: int, world: int) -> dict:
 
     rank_spread.rank_series("timeperf/train_step")
     tracker = stats_tracker.get("")
-    stats_tracker.export_all()  # start from an empty window
+    stats_tracker.export_all(reduce_group=dist.group.WORLD)  # start from an empty window
     delays = {0: 0.01, 1: 0.02, 2: 0.25, 3: 0.03}
     with tracker.record_timing("train_step"):
         time.sleep(delays[rank])
     tracker.scalar(loss=float(rank))  # not tracked: no spread
     before = collectives_issued()
-    out = stats_tracker.export_all()
+    out = stats_tracker.export_all(reduce_group=dist.group.WORLD)
     return {"stats": dict(out), "collectives": collectives_issued() - before}
 
 

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
 from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import StatReduce
@@ -42,7 +43,7 @@ def _record_and_export(rank: int, world: int, keys_by_rank: dict[int, list[str]]
             tracker.stat(**{key: torch.from_numpy(values)}, denominator="valid")
             tracker.scalar(**{f"{key}_lr": float(rank + 1)})
     before = collectives_issued()
-    out = tracker.export(reduce_group=None)
+    out = tracker.export(reduce_group=dist.group.WORLD)
     return dict(out), collectives_issued() - before
 
 
@@ -92,7 +93,7 @@ def test_different_key_sets_agree_on_the_union(world):
 def _mismatch(tracker) -> str | None:
     """The KeyMismatchError an export raises, as text; None when it succeeds."""
     try:
-        tracker.export()
+        tracker.export(reduce_group=dist.group.WORLD)
     except KeyMismatchError as exc:
         return str(exc)
     return None
@@ -126,7 +127,7 @@ def _nan_on_one_rank(rank: int, world: int):
     x = torch.tensor([1.0, 2.0]) if rank else torch.tensor([float("nan"), 2.0])
     tracker.denominator(valid=torch.ones(2, dtype=torch.bool))
     tracker.stat(x=x, denominator="valid")
-    return dict(tracker.export())
+    return dict(tracker.export(reduce_group=dist.group.WORLD))
 
 
 def test_nan_on_one_rank_propagates_everywhere():
@@ -141,7 +142,7 @@ def _raw_states(rank: int, world: int):
     }
     if rank == world - 1:
         states["last_only"] = (layout, torch.tensor([5.0, -1.0, 9.0], dtype=torch.float64))
-    return {k: v.tolist() for k, v in reduce_states(states).items()}
+    return {k: v.tolist() for k, v in reduce_states(states, dist.group.WORLD).items()}
 
 
 def test_raw_state_ops_and_identity_for_missing_keys():
@@ -243,7 +244,7 @@ def _timing_on_rank_one_only(rank: int, world: int):
     if rank == 1:
         tracker.scalar(**{"timeperf/step": 2.0})
     states = tracker.collect_states()
-    reduced, spreads = reduce_with_spread(states, spread=lambda key: True)
+    reduced, spreads = reduce_with_spread(states, dist.group.WORLD, spread=lambda key: True)
     return {k: v.tolist() for k, (_, v) in reduced.items()}, {
         k: {q: (s.low, s.high, s.slowest_rank) for q, s in by.items()} for k, by in spreads.items()
     }

@@ -16,6 +16,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
 from telemetry.model.errors import KeyMismatchError
 from telemetry.record.layout import (
@@ -82,7 +83,9 @@ def _every_path(rank: int, world: int) -> dict:
     cases = (("same", SAME_KEYS), ("some", SOME_KEYS), ("disjoint", DISJOINT), ("none", {}))
     for name, table in cases:
         before = collectives_issued()
-        result = reduce_with_spread(states_of(rank, table), spread=SPREAD.__contains__)
+        result = reduce_with_spread(
+            states_of(rank, table), dist.group.WORLD, spread=SPREAD.__contains__
+        )
         out[name] = (plain(result), collectives_issued() - before)
     fine = (MIXED, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
     # "x" and "y" differ in both orders (the first rank's description sorting after, then
@@ -91,7 +94,7 @@ def _every_path(rank: int, world: int) -> dict:
     y = StateLayout(StateKind.CUSTOM, (MAX,) if rank == 0 else (SUM,))
     one = torch.ones(1, dtype=torch.float64)
     try:
-        reduce_with_spread({"x": (x, one), "y": (y, one), "fine": fine})
+        reduce_with_spread({"x": (x, one), "y": (y, one), "fine": fine}, dist.group.WORLD)
         out["conflict"] = None
     except KeyMismatchError as exc:
         out["conflict"] = str(exc)

@@ -1,24 +1,36 @@
 """Rollout version staleness: ``<scope>/version_stats/...`` (AReaL's checkpoint-age stats).
 
-Tokens counted: valid generated tokens whose behavior version is >= 0. For those,
-staleness_theta = current_version - behavior_version and staleness_proximal =
-proximal_version - behavior_version (``proximal_version`` defaults to
-``current_version``: actor and rollout advance their published checkpoint version
-together after each PPO update, so both compatible groups use it).
+Qualifying tokens: valid generated tokens (``mask``) whose behavior version is >= 0. For
+those, staleness_theta = current_version - behavior_version and staleness_proximal =
+proximal_version - behavior_version (``proximal_version`` defaults to ``current_version``:
+actor and rollout advance their published checkpoint version together after each PPO
+update, so both compatible groups use it).
 
 ==================================================== =====================================
 key (under ``version_stats/``)                       value
 ==================================================== =====================================
-``n_valid_generated_tokens``                         token count (a sum; repeats when an
-                                                     update reuses a trajectory)
+``n_valid_tokens``                                   ``mask`` token count, any version (a
+                                                     sum; AReaL's denominator)
+``n_valid_generated_tokens``                         qualifying token count (a sum; repeats
+                                                     when an update reuses a trajectory)
 ``sample_staleness_{theta,proximal}_avg``            token-weighted mean staleness
 ``sample_staleness_{theta,proximal}_{min,max}``      global extrema over the reduce group
 ``stale_token_fraction``                             fraction with behavior < current
 ``future_token_fraction``                            fraction with behavior > current
+``v_theta``, ``v_proximal``                          current and proximal version
+                                                     (token-weighted mean)
 ==================================================== =====================================
 
-Averages, extrema and fractions are omitted when no token qualifies. The ``_avg`` stats
-carry histogram buckets (``staleness_bounds``) for distributions and heatmaps.
+Everything but the two counts is omitted when no token qualifies. The ``_avg`` stats carry
+histogram buckets (``staleness_bounds``) for distributions and heatmaps.
+
+AReaL 1.0.4 publishes the same names from one ``scalar()`` per loss micro-batch, so its
+values are means over micro-batches: of per-call means (``_avg``), of per-call extrema
+(``_min``/``_max``) and of per-call counts (``n_valid_generated_tokens``), with
+proximal = current - 1. The source documents (and AReaL's main) define token-weighted means,
+global extrema, a summed count and proximal = current, as here; pass
+``proximal_version=current_version - 1`` for 1.0.4's proximal convention
+(docs/producers.md, tests/areal/cases_version.py).
 """
 
 from __future__ import annotations
@@ -123,7 +135,7 @@ def _record_chunk(
     valid = mask & (behavior >= 0)
     theta = current - behavior
     prox = proximal - behavior
-    tracker.denominator(n_valid_generated_tokens=valid)
+    tracker.denominator(n_valid_tokens=mask, n_valid_generated_tokens=valid)
     for name, value in (("theta", theta), ("proximal", prox)):
         for suffix, reduce in (
             ("avg", ReduceType.AVG),
@@ -140,4 +152,6 @@ def _record_chunk(
         reduce_type=ReduceType.AVG,
         stale_token_fraction=(behavior < current).to(torch.float64),
         future_token_fraction=(behavior > current).to(torch.float64),
+        v_theta=torch.full_like(behavior, current),
+        v_proximal=proximal,
     )

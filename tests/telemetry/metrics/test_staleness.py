@@ -1,4 +1,4 @@
-"""Version staleness stats against a plain-Python reference of the seed's definitions."""
+"""Version staleness stats against a numpy reference of the seed's definitions."""
 
 from __future__ import annotations
 
@@ -19,20 +19,29 @@ P = "ppo_actor/update/version_stats/"
 
 
 def reference(versions, current, mask, proximal=None) -> dict[str, float]:
-    proximal = proximal if proximal is not None else [current] * len(versions)
-    toks = [(v, p) for v, p, m in zip(versions, proximal, mask, strict=True) if m and v >= 0]
-    out = {f"{P}n_valid_generated_tokens": float(len(toks))}
-    if not toks:
+    """The seed's definitions over flat token lists, in numpy float64 (``current`` and
+    ``proximal`` a number or one value per token)."""
+    versions = np.asarray(versions, dtype=np.float64)
+    mask = np.asarray(mask, dtype=bool)
+    current = np.broadcast_to(np.asarray(current, dtype=np.float64), versions.shape)
+    proximal = current if proximal is None else np.asarray(proximal, dtype=np.float64)
+    valid = mask & (versions >= 0)
+    out = {
+        f"{P}n_valid_tokens": float(mask.sum()),
+        f"{P}n_valid_generated_tokens": float(valid.sum()),
+    }
+    if not valid.any():
         return out
-    n = len(toks)
-    theta = [current - v for v, _ in toks]
-    prox = [p - v for v, p in toks]
-    for name, values in (("theta", theta), ("proximal", prox)):
-        out[f"{P}sample_staleness_{name}_avg"] = math.fsum(values) / n
-        out[f"{P}sample_staleness_{name}_min"] = min(values)
-        out[f"{P}sample_staleness_{name}_max"] = max(values)
-    out[f"{P}stale_token_fraction"] = sum(v < current for v, _ in toks) / n
-    out[f"{P}future_token_fraction"] = sum(v > current for v, _ in toks) / n
+    behavior, now = versions[valid], current[valid]
+    prox = np.broadcast_to(proximal, versions.shape)[valid]
+    for name, values in (("theta", now - behavior), ("proximal", prox - behavior)):
+        out[f"{P}sample_staleness_{name}_avg"] = float(values.mean())
+        out[f"{P}sample_staleness_{name}_min"] = float(values.min())
+        out[f"{P}sample_staleness_{name}_max"] = float(values.max())
+    out[f"{P}stale_token_fraction"] = float((behavior < now).mean())
+    out[f"{P}future_token_fraction"] = float((behavior > now).mean())
+    out[f"{P}v_theta"] = float(now.mean())
+    out[f"{P}v_proximal"] = float(prox.mean())
     return out
 
 
@@ -90,12 +99,33 @@ def test_proximal_version_number_and_tensor(tracker):
     )
 
 
+def test_version_means_are_token_weighted_across_calls(tracker):
+    """v_theta, v_proximal and the staleness pool tokens when the version changes between
+    calls in one window (a per-call mean would weight the small call as much as the big)."""
+    (v1, m1), (v2, m2) = random_batch(7), random_batch(8, shape=(1, 5))
+    record(tracker, v1, 6, m1, proximal_version=5)
+    record(tracker, v2, 9, m2)
+    n1, n2 = v1.numel(), v2.numel()
+    expected = reference(
+        v1.flatten().tolist() + v2.flatten().tolist(),
+        [6] * n1 + [9] * n2,
+        m1.flatten().tolist() + m2.flatten().tolist(),
+        [5] * n1 + [9] * n2,
+    )
+    per_call = (6 + 9) / 2
+    assert expected[f"{P}v_theta"] != pytest.approx(per_call)
+    assert_matches(tracker.export(), expected)
+
+
 def test_no_qualifying_tokens_omits_averages_and_extrema(tracker):
     versions, mask = random_batch(4)
     record(tracker, torch.full_like(versions, -1), 5, mask)  # all unknown versions
     record(tracker, versions, 5, torch.zeros_like(mask))  # nothing valid
     stats = tracker.export()
-    assert_matches(stats, {f"{P}n_valid_generated_tokens": 0.0})
+    assert_matches(
+        stats,
+        {f"{P}n_valid_generated_tokens": 0.0, f"{P}n_valid_tokens": float(mask.sum())},
+    )
 
 
 def test_staleness_buckets_match_numpy(tracker):

@@ -133,7 +133,7 @@ def scalar_value(key: str, value: object) -> float | torch.Tensor:
     """A ``scalar()`` value: a float, or a one-element tensor kept on its device (no sync).
 
     AReaL records ``float(value)``; this accepts the same real numbers: Python and numpy
-    numbers, bools (0.0/1.0), one-element arrays and tensors of a real or bool dtype.
+    numbers, bools (0.0/1.0), 0-d arrays and one-element tensors of a real or bool dtype.
 
     Raises:
         InvalidValueError: anything else (strings, None, complex numbers, several elements).
@@ -147,11 +147,11 @@ def scalar_value(key: str, value: object) -> float | torch.Tensor:
             raise InvalidValueError(f"scalar {key!r}: dtype {value.dtype} is not a real number")
         return value
     if isinstance(value, np.ndarray):
-        if value.size != 1:
+        if value.ndim != 0:  # float() refuses these too (numpy 2)
             raise InvalidValueError(
-                f"scalar {key!r}: expected one element, got shape {value.shape}"
+                f"scalar {key!r}: expected a number or a 0-d array, got shape {value.shape}"
             )
-        value = value.reshape(()).item()
+        value = value.item()
     if isinstance(value, (numbers.Real, np.bool_)):
         return float(value)
     raise InvalidValueError(f"scalar {key!r}: expected a real number, got {type(value).__name__}")

@@ -271,7 +271,7 @@ class DistributedStatsTracker:
         """Record single values; exported as the count-weighted mean plus ``key__count``.
 
         Accepts what AReaL records (it calls ``float(value)``): Python and numpy numbers,
-        bools (as 0.0/1.0) and one-element tensors or arrays. Every value is checked before
+        bools (as 0.0/1.0), 0-d arrays and one-element tensors. Every value is checked before
         any is recorded. ``reduce_group`` is AReaL's per-key override, as for :meth:`stat`.
 
         Raises:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
 import sys
 import types
 from collections.abc import Iterable, Mapping
@@ -42,16 +43,17 @@ def root() -> Path:
     from importlib import metadata
 
     try:
-        version = metadata.version("areal")
+        distribution = metadata.distribution("areal")
     except metadata.PackageNotFoundError:
-        version = None
-    spec = importlib.util.find_spec("areal") if version else None
-    if version != AREAL_VERSION or spec is None or not spec.submodule_search_locations:
+        distribution = None
+    version = distribution.version if distribution else None
+    if version != AREAL_VERSION:
         raise RuntimeError(
             f"the AReaL conformance tests need areal=={AREAL_VERSION} (found {version}): "
             f"pip install --no-deps areal=={AREAL_VERSION}"
         )
-    return Path(next(iter(spec.submodule_search_locations)))
+    # the installed files, whatever else on sys.path is named areal
+    return Path(distribution.locate_file("areal"))
 
 
 def _package(name: str) -> None:
@@ -73,6 +75,7 @@ def _seqpack() -> None:
         return
     _package("areal.utils")
     stand_in = types.ModuleType(name)
+    stand_in.itertools = itertools  # what flat2d refers to
     definitions("utils/seqpack.py", ["flat2d"], vars(stand_in))
     sys.modules[name] = stand_in
 

@@ -23,14 +23,22 @@ import importlib.util
 import itertools
 import sys
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 AREAL_VERSION = "1.0.4"
 
-__all__ = ["AREAL_VERSION", "definitions", "module", "root", "stats_tracker"]
+__all__ = [
+    "AREAL_VERSION",
+    "definitions",
+    "method",
+    "module",
+    "namespace_with",
+    "root",
+    "stats_tracker",
+]
 
 
 @cache
@@ -129,6 +137,26 @@ def definitions(
     code = compile(ast.Module(body=found, type_ignores=[]), str(root() / relative), "exec")
     exec(code, namespace)
     return namespace
+
+
+def method(
+    relative: str, class_name: str, name: str, namespace: dict[str, Any]
+) -> Callable[..., Any]:
+    """AReaL's method ``class_name.name`` of file ``relative``, executed unchanged as a plain
+    function in ``namespace`` (call it with the object it reads as ``self``)."""
+    tree = ast.parse(root().joinpath(relative).read_text(), filename=relative)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == name:
+                    item.decorator_list = []
+                    code = compile(
+                        ast.Module(body=[item], type_ignores=[]), str(root() / relative), "exec"
+                    )
+                    namespace.setdefault("__name__", f"areal_{Path(relative).stem}")
+                    exec(code, namespace)
+                    return namespace[name]
+    raise RuntimeError(f"AReaL {AREAL_VERSION} {relative} has no {class_name}.{name}")
 
 
 def stats_tracker() -> types.ModuleType:

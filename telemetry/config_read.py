@@ -43,10 +43,11 @@ def to_plain(value: Any) -> Any:
     """Plain data (dicts, lists, scalars) from mappings, dataclasses, OmegaConf and models.
 
     AReaL dataclass instances are read by attributes; enums become their value and paths
-    strings. Interpolations in a ``DictConfig`` are resolved (see :func:`resolve`).
+    strings. Interpolations in a ``DictConfig`` are resolved (see :func:`resolve`); a missing
+    value stays ``"???"`` for :func:`read_section` to judge.
     """
     if _is_omegaconf(value):
-        return resolve(value)
+        return resolve(value, missing_ok=True)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if hasattr(value, "model_dump") and callable(value.model_dump):
@@ -66,12 +67,14 @@ def _is_omegaconf(value: Any) -> bool:
     return type(value).__module__.startswith("omegaconf")
 
 
-def resolve(document: Any) -> Any:
+def resolve(document: Any, missing_ok: bool = False) -> Any:
     """``document`` with every ``${...}`` resolved by OmegaConf (a plain copy).
 
+    With ``missing_ok`` a missing value (``???``) stays ``"???"``.
+
     Raises:
-        ConfigError: an interpolation cannot be resolved or a value is missing (``???``),
-            naming its full key and the reference.
+        ConfigError: an interpolation cannot be resolved or (unless ``missing_ok``) a value
+            is missing, naming its full key and the reference.
     """
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -84,7 +87,7 @@ def resolve(document: Any) -> Any:
         except OmegaConfBaseException as exc:
             raise ConfigError(f"config cannot be read by OmegaConf: {exc.msg}") from None
     try:
-        return OmegaConf.to_container(document, resolve=True, throw_on_missing=True)
+        return OmegaConf.to_container(document, resolve=True, throw_on_missing=not missing_ok)
     except OmegaConfBaseException as exc:
         key = str(getattr(exc, "full_key", "") or "")
         raw = _raw_value(document, key)
@@ -125,16 +128,32 @@ def read_section(source: Any, root: str) -> tuple[Any, dict | None]:
     either the section itself or a whole experiment config with a ``root`` key (AReaL's
     ``config``); the whole document is returned only in the second case. Interpolations
     resolve against the whole document, so a section alone that refers to its parents
-    (``${experiment_name}``) fails naming the key.
+    (``${experiment_name}``) fails naming the key. Only the section must be complete: a
+    missing value (``???``) elsewhere in a whole config stays ``"???"``, as AReaL's
+    StatsLogger takes a config whose other sections are unset.
 
     Raises:
-        ConfigError: the file cannot be read or parsed, or an interpolation fails.
+        ConfigError: the file cannot be read or parsed, an interpolation fails, or a value
+            of the section is missing.
     """
     document = _load(source, root)
     if isinstance(document, Mapping) and isinstance(document.get(root), Mapping):
-        whole = resolve(dict(document))
+        whole = resolve(dict(document), missing_ok=True)
+        _require_values(whole[root], root)
         return whole[root], whole
     return resolve({root: document})[root], None
+
+
+def _require_values(value: Any, key: str) -> None:
+    """Raise naming the first missing value (``???``) under ``key``."""
+    if value == "???":
+        raise ConfigError(f"{key}: no value given (???)")
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            _require_values(item, f"{key}.{name}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _require_values(item, f"{key}.{index}")
 
 
 def _load(source: Any, root: str) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import socket
 import sys
@@ -25,9 +26,9 @@ from exporters.fanout import FanOut
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
 from telemetry.model import names
 from telemetry.model.errors import ConfigError, InvalidValueError
-from telemetry.model.snapshot import Gauge, Point, Snapshot, Step
+from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, Snapshot, Step, flatten
 from telemetry.progress import progress_line
-from telemetry.record.stats import Stats
+from telemetry.record.stats import Stats, points_from_flat
 from telemetry.record.typed_keys import points_for
 
 __all__ = ["CLOSED_METRIC", "ROLES", "STEP_METRIC", "StatsLogger"]
@@ -164,7 +165,8 @@ class StatsLogger:
             data: AReaL's flat dict (``k__count`` entries become counts of ``k``), a tracker
                 :class:`Stats` (typed points), or a list of either, one per step. A plain
                 dict gets back the typed points of the tracker exports it was merged from
-                (histograms, counters, units) wherever it still holds their values.
+                (histograms, counters, units) wherever it still holds their values; either
+                logs the values it holds at commit, as AReaL does.
 
         Raises:
             InvalidValueError: a value is not a number (names the key).
@@ -181,7 +183,7 @@ class StatsLogger:
                 raise InvalidValueError(
                     f"commit data must be a dict or a list of dicts, got {type(item).__name__}"
                 )
-            points = item.typed_points() if isinstance(item, Stats) else points_for(item)
+            points = _stats_points(item) if isinstance(item, Stats) else points_for(item)
             step = Step(int(epoch), int(epoch_step) + offset, int(global_step) + offset)
             self._emit(points, step)
 
@@ -250,6 +252,30 @@ class StatsLogger:
                     health["spool_points"],
                     health["points_dropped"],
                 )
+
+
+def _stats_points(stats: Stats) -> tuple[Point, ...]:
+    """The export's typed points the dict still holds unchanged, and gauges for every other
+    entry: a value changed, added or removed after the export (``stats[k] = v``,
+    ``stats.update(rollout_stats)``, ``del stats[k]``) logs as the dict holds it, as in AReaL."""
+    kept = [point for point in stats.points if _holds(stats, point)]
+    covered = set(flatten(kept, include_counts=True))
+    return (*kept, *points_from_flat({k: v for k, v in stats.items() if k not in covered}))
+
+
+def _holds(data: Mapping[str, Any], point: Point) -> bool:
+    """``data`` holds every value ``point`` flattens to (a missing ``__count`` is fine)."""
+    for key, value in point.flat():
+        if key not in data:
+            if key.endswith(COUNT_SUFFIX):
+                continue
+            return False
+        got = data[key]
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return False
+        if not (got == value or (math.isnan(got) and math.isnan(value))):
+            return False
+    return True
 
 
 def _serve_sink_health(fanout) -> None:

@@ -3,18 +3,22 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
+# AReaL's released wheel, the peer of the conformance tests (tests/conformance): installed
+# without its dependencies (ray, vLLM, ...); the tests load its modules by file path.
+AREAL_VERSION := 1.0.4
 STAMP := $(VENV)/.rltel-installed
 
 .PHONY: venv system-deps demo test lint format mutation bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || { PYTHON=$(PYTHON) bash scripts/system-deps build && $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch pinned: an unpinned torch may pull a multi-GB CUDA build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==$(TORCH_VERSION)
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps areal==$(AREAL_VERSION)
 	touch $(STAMP)
 
 demo: venv

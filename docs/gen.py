@@ -7,7 +7,9 @@ committed page differs from what the code generates (``tests/docs`` runs the che
   Prometheus names, the panels and alert rules that read it, and its hand-written
   definition and healthy range;
 - config.md (``docs/gen_config.py``): every key of the typed config schema, its type,
-  default and range from the pydantic fields, and its meaning.
+  default and range from the pydantic fields, and its meaning;
+- the conformance table of areal-migration.md (``docs/gen_areal.py``): every AReaL
+  conformance case, run through AReaL's released code and through rltel.
 
 The two page modules are loaded by path, as ``tests/docs`` loads this one: there the name
 ``docs`` is the test package.
@@ -36,10 +38,15 @@ def _load_sibling(name: str) -> ModuleType:
 
 metrics_page = _load_sibling("gen_metrics")
 config_page = _load_sibling("gen_config")
+areal_page = _load_sibling("gen_areal")
 render_metrics = metrics_page.render_metrics
 render_config = config_page.render_config
 
-PAGES = {METRICS_PATH: render_metrics, CONFIG_PATH: render_config}
+PAGES = {
+    METRICS_PATH: render_metrics,
+    CONFIG_PATH: render_config,
+    areal_page.MIGRATION_PATH: areal_page.render_migration,
+}
 """Each generated page and the function that renders it."""
 
 

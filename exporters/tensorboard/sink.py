@@ -12,6 +12,7 @@ the per-layer summary (``moe_balance/layer_<i>/max_over_ideal``) stays.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 import time
@@ -70,7 +71,7 @@ class TensorBoardSink(RunSink):
 
     def _write(self, snapshot: Snapshot) -> None:
         values = [
-            self._summary.Summary.Value(tag=key, simple_value=value)
+            self._summary.Summary.Value(tag=tensorboard_tag(key), simple_value=value)
             for key, value in flat_without_experts(snapshot).items()
         ]
         values.extend(
@@ -103,7 +104,7 @@ class TensorBoardSink(RunSink):
             bucket_limit=[*point.bounds, sys.float_info.max],
             bucket=list(point.bucket_counts),
         )
-        return self._summary.Summary.Value(tag=point.key, histo=proto)
+        return self._summary.Summary.Value(tag=tensorboard_tag(point.key), histo=proto)
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Write queued events to the file; False when the writer failed."""
@@ -122,3 +123,12 @@ class TensorBoardSink(RunSink):
         """Flush and close the event file."""
         if self._writer is not None:
             self._writer.close()
+
+
+_NOT_IN_TAGS = re.compile(r"[^-/\w.]")
+
+
+def tensorboard_tag(key: str) -> str:
+    """The tag AReaL's TensorBoard writer (tensorboardX) gives ``key``: characters other than
+    letters, digits, ``_``, ``-``, ``/`` and ``.`` become ``_``; leading ``/`` are dropped."""
+    return _NOT_IN_TAGS.sub("_", key).lstrip("/")

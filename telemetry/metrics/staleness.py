@@ -30,7 +30,7 @@ values are means over micro-batches: of per-call means (``_avg``), of per-call e
 proximal = current - 1. The source documents (and AReaL's main) define token-weighted means,
 global extrema, a summed count and proximal = current, as here; pass
 ``proximal_version=current_version - 1`` for 1.0.4's proximal convention
-(docs/producers.md, tests/areal/cases_version.py).
+(docs/producers.md, tests/conformance/cases_version.py).
 """
 
 from __future__ import annotations

@@ -166,3 +166,11 @@ def test_disabled_without_path_is_a_no_op():
     assert sink.export(Snapshot((Gauge("a", 1.0),))) is ExportResult.SUCCESS
     assert sink.logdir is None
     sink.shutdown()
+
+
+def test_tags_are_cleaned_as_areals_tensorboard_writer_cleans_them():
+    from exporters.tensorboard.sink import tensorboard_tag
+
+    assert tensorboard_tag("eval-rollout/pass@4") == "eval-rollout/pass_4"
+    assert tensorboard_tag("/ppo_actor/a b:c") == "ppo_actor/a_b_c"
+    assert tensorboard_tag("timeperf/train_step.x-1") == "timeperf/train_step.x-1"

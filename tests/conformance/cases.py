@@ -1,8 +1,8 @@
 """The AReaL conformance cases: one AReaL call sequence, run through AReaL and through rltel.
 
 Each :class:`Case` runs the same call sequence against AReaL's released code (loaded by
-:mod:`tests.areal.loader`) and against rltel, and says whether the results must be equal or
-differ on purpose. ``tests/areal/test_cases.py`` runs every case; ``docs/gen_areal.py``
+:mod:`tests.conformance.loader`) and against rltel, and says whether the results must be equal or
+differ on purpose. ``tests/conformance/test_cases.py`` runs every case; ``docs/gen_areal.py``
 writes the table of docs/areal-migration.md from the same runs, so the documented values
 are the measured ones.
 
@@ -67,7 +67,7 @@ def all_cases() -> list[Case]:
     """Every case of every case module, in table order; names are unique."""
     cases: list[Case] = []
     for name in CASE_MODULES:
-        cases.extend(importlib.import_module(f"tests.areal.{name}").CASES)
+        cases.extend(importlib.import_module(f"tests.conformance.{name}").CASES)
     names = [case.name for case in cases]
     duplicates = {n for n in names if names.count(n) > 1}
     if duplicates:

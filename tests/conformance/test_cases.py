@@ -1,11 +1,11 @@
 """Every AReaL conformance case: equal where rltel is a drop-in, both values asserted where
-it differs on purpose (tests/areal/cases.py)."""
+it differs on purpose (tests/conformance/cases.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.areal.cases import Case, all_cases, close
+from tests.conformance.cases import Case, all_cases, close
 
 CASES = all_cases()
 
@@ -23,8 +23,8 @@ def test_case(case: Case) -> None:
 
 
 def test_every_case_module_has_cases() -> None:
-    from tests.areal import cases
+    from tests.conformance import cases
 
     for name in cases.CASE_MODULES:
-        module = __import__(f"tests.areal.{name}", fromlist=["CASES"])
+        module = __import__(f"tests.conformance.{name}", fromlist=["CASES"])
         assert module.CASES, f"{name} defines no case"

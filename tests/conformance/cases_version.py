@@ -12,9 +12,7 @@ each side's definition, not from either implementation.
 
 from __future__ import annotations
 
-import sys
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,29 +20,8 @@ import torch
 
 from telemetry.metrics.staleness import record_version_stats
 from telemetry.record.areal_tracker import DistributedStatsTracker
-from tests.areal import loader
-from tests.areal.cases import Case
-
-
-def use_installed_areal() -> None:
-    """Point :func:`loader.root` at the installed wheel.
-
-    tests/conftest.py puts tests/ first on ``sys.path``, where ``areal`` resolves to
-    tests/areal, so ``loader.root()`` (``find_spec("areal")``) would read AReaL's files from
-    this folder. Resolve it once with tests/ off the path (``root`` is cached). Remove when
-    the loader finds the wheel from its distribution files.
-    """
-    tests = Path(__file__).resolve().parents[1]
-    saved = sys.path[:]
-    sys.path[:] = [p for p in saved if Path(p or ".").resolve() != tests]
-    try:
-        loader.root.cache_clear()
-        loader.root()
-    finally:
-        sys.path[:] = saved
-
-
-use_installed_areal()
+from tests.conformance import loader
+from tests.conformance.cases import Case
 
 CURRENT = 7
 K = "ppo_actor/update/version_stats/"

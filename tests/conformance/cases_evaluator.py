@@ -25,8 +25,8 @@ from functools import cache
 from typing import Any
 
 from telemetry.model.errors import ConfigError
-from tests.areal.areal_api import evaluator_api
-from tests.areal.cases import Case
+from tests.conformance.areal_api import evaluator_api
+from tests.conformance.cases import Case
 
 EPOCH0 = 1_700_000_000.0
 """The fake clock's start (seconds since 1970; halves and integers are exact datetimes)."""

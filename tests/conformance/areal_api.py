@@ -5,7 +5,7 @@ so they cannot be executed here. AReaL modules that only need a few of their nam
 (``from areal.api import FinetuneSpec``, ``from areal.api.cli_args import EvaluatorConfig``)
 load against stand-ins: ``areal.api`` (a bare package over AReaL's folder),
 ``areal.api.cli_args`` and ``areal.api.io_struct``, holding definitions executed from
-AReaL's files by :func:`tests.areal.loader.definitions`. :func:`api_module` registers them
+AReaL's files by :func:`tests.conformance.loader.definitions`. :func:`api_module` registers them
 and adds the definitions asked for; asking again is a no-op, so each test helper asks for
 what it needs (``api_module(cli_args_names=["StatsLoggerConfig", ...])``).
 """
@@ -20,10 +20,9 @@ import types
 import typing
 from collections.abc import Iterable, Iterator
 from functools import cache
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from tests.areal import loader
+from tests.conformance import loader
 
 __all__ = ["EvaluatorApi", "api_module", "evaluator_api", "kept_logging"]
 
@@ -42,25 +41,6 @@ def _base_names() -> dict[str, Any]:
     }
     names.update({name: getattr(typing, name) for name in ("Any", "Literal", "Optional")})
     return names
-
-
-def _installed_root() -> None:
-    """Make :func:`loader.root` the installed wheel's folder.
-
-    tests/conftest.py puts tests/ first on ``sys.path``, where ``areal`` names tests/areal,
-    so ``find_spec("areal")`` in :func:`loader.root` may find this folder; resolve it again
-    (it is cached) with tests/ off the path.
-    """
-    if (loader.root() / "api" / "io_struct.py").is_file():
-        return
-    tests = Path(__file__).resolve().parents[1]
-    saved = sys.path[:]
-    sys.path[:] = [p for p in saved if Path(p or ".").resolve() != tests]
-    try:
-        loader.root.cache_clear()
-        loader.root()
-    finally:
-        sys.path[:] = saved
 
 
 def _stand_in(name: str) -> types.ModuleType:
@@ -96,7 +76,6 @@ def api_module(
     A definition's base class must be asked for in the same or an earlier call.
     Returns ``areal.api``.
     """
-    _installed_root()
     loader._package("areal.api")
     api = sys.modules["areal.api"]
     _define(_stand_in("areal.api.cli_args"), "api/cli_args.py", cli_args_names)

@@ -30,11 +30,8 @@ import pytest
 import torch
 
 from telemetry.record import export as rltel_export
-from tests.areal import loader
-from tests.areal.cases import close
-from tests.areal.cases_version import use_installed_areal
-
-use_installed_areal()
+from tests.conformance import loader
+from tests.conformance.cases import close
 
 ACTOR = "trainer/ppo/actor.py"
 ACTOR_NAMES = [

@@ -1,5 +1,5 @@
 """StatsLogger cases: AReaL's own StatsLogger (areal/utils/stats_logger.py, run in this
-process by :mod:`tests.areal.areal_logger`) and rltel's, given the same AReaL config objects
+process by :mod:`tests.conformance.areal_logger`) and rltel's, given the same AReaL config objects
 (``BaseExperimentConfig``), AReaL's ``FinetuneSpec`` and the same commits, compared by what
 each wrote: TensorBoard ``(tag, step, value)`` rows read back by TensorBoard's reader, W&B
 offline rows read by W&B's CLI, the progress lines and ``state_dict()``.
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tests.areal import areal_logger as al
-from tests.areal.cases import Case
+from tests.conformance import areal_logger as al
+from tests.conformance.cases import Case
 
 STEP_TAG = "rltel/step"
 W_AND_B_AXIS = "global_step"
@@ -88,6 +88,10 @@ def value_commits() -> list[al.Commit]:
         "big": 1e30,
     }
     return [(0, 0, 0, values)]
+
+
+def tag_commits() -> list[al.Commit]:
+    return [(0, 0, 0, {"eval-rollout/pass@4": 0.5, "a b": 1.0, "x:y": 3.0})]
 
 
 def wandb_commits() -> list[al.Commit]:
@@ -277,6 +281,12 @@ CASES: list[Case] = [
         call="logger.commit(0, 0, 0, {int, np.float32, 0-d tensor, nan, inf, -inf, 1e30})",
         areal=lambda: al.run_areal(value_commits())["tensorboard"],
         rltel=lambda: tensorboard(al.run_rltel(value_commits())),
+    ),
+    Case(
+        name="logger_tensorboard_tags",
+        call="logger.commit(0, 0, 0, {'eval-rollout/pass@4', 'a b', 'x:y'})",
+        areal=lambda: al.run_areal(tag_commits())["tensorboard"],
+        rltel=lambda: tensorboard(al.run_rltel(tag_commits())),
     ),
     Case(
         name="logger_export_changed_before_commit",

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tests.areal import loader
-from tests.areal.cases import Case
+from tests.conformance import loader
+from tests.conformance.cases import Case
 
 Sequence = Callable[[ModuleType], Any]
 

@@ -1,14 +1,14 @@
 """AReaL's own ``StatsLogger`` (``areal/utils/stats_logger.py``) run in the test process,
 and rltel's ``StatsLogger`` run on the same calls, each reporting what it wrote.
 
-AReaL's file is executed unchanged (:func:`tests.areal.loader.module`). What it imports
+AReaL's file is executed unchanged (:func:`tests.conformance.loader.module`). What it imports
 is real except:
 
 - ``areal.api`` / ``areal.api.cli_args``: stand-in modules holding AReaL's own definitions
   (``FinetuneSpec`` from ``api/io_struct.py``; the config dataclasses down to
   ``BaseExperimentConfig`` from ``api/cli_args.py``), registered with
   ``sys.modules.setdefault`` and filled only with the names they lack, so the modules of
-  ``tests/areal/areal_api.py`` are shared, never replaced;
+  ``tests/conformance/areal_api.py`` are shared, never replaced;
 - ``trackio`` (not installed): a module whose calls fail the test, as AReaL calls it only
   when ``stats_logger.trackio.mode`` is not ``disabled``.
 
@@ -35,7 +35,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tests.areal import loader
+from tests.conformance import loader
 
 __all__ = [
     "CONFIG_NAMES",

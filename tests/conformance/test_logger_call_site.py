@@ -10,7 +10,7 @@ the same body as the released 1.0.4 executed here)::
     self.stats_logger.commit(epoch, epoch_step, global_step, stats)
 
 The trainer's method and the ``export_stats`` of each role are AReaL's own, executed from the
-wheel (:func:`tests.areal.areal_logger.method`): single-controller mode merges the train
+wheel (:func:`tests.conformance.areal_logger.method`): single-controller mode merges the train
 workers' export into the controller's (``TrainController``) and averages the rollout
 workers' exports by their ``__count`` (``RolloutController``); SPMD mode exports the one
 process tracker per engine (``FSDPEngine`` / ``RemoteSGLangEngine``). Each commit goes to
@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from tests.areal import areal_logger as al
-from tests.areal.cases import close
+from tests.conformance import areal_logger as al
+from tests.conformance.cases import close
 
 STEPS = 3
 STEP_TAG = "rltel/step"

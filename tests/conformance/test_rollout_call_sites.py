@@ -16,9 +16,9 @@ import pytest
 
 from collector.merge import RolloutMerger
 from telemetry.model.snapshot import Snapshot, Step
-from tests.areal import loader
-from tests.areal.cases import close
-from tests.areal.cases_tracker import areal_module, rltel_module
+from tests.conformance import loader
+from tests.conformance.cases import close
+from tests.conformance.cases_tracker import areal_module, rltel_module
 from tests.distributed import run_ranks
 
 ENGINE = "engine/sglang_remote.py"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from telemetry.evaluator import Evaluator
-from tests.areal.areal_api import evaluator_api
+from tests.conformance.areal_api import evaluator_api
 
 BATCH = 8
 

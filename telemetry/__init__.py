@@ -13,7 +13,7 @@ __all__ = ["ReduceType", "Snapshot", "Stats", "StatsLogger", "stats_tracker"]
 _LAZY = {
     "ReduceType": ("telemetry.record.tracker", "ReduceType"),
     "Snapshot": ("telemetry.model.snapshot", "Snapshot"),
-    "Stats": ("telemetry.model.snapshot", "Stats"),
+    "Stats": ("telemetry.record.stats", "Stats"),
     "StatsLogger": ("telemetry.logger", "StatsLogger"),
     "stats_tracker": ("telemetry.stats_tracker", None),
 }

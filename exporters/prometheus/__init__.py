@@ -12,7 +12,7 @@ from exporters.registry import SinkFactory
 FACTORY = SinkFactory(
     "prometheus",
     enabled=lambda config: config.prometheus.enabled,
-    create=lambda config, context: PrometheusSink(config.prometheus),
+    create=lambda config, context: PrometheusSink(config.prometheus, key="stats_logger.prometheus"),
 )
 
 __all__ = [

@@ -9,6 +9,7 @@ the text format always has them.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import logging
 import threading
@@ -26,6 +27,7 @@ from exporters.fanout import FanOut
 from exporters.prometheus.naming import Kind
 from exporters.prometheus.store import SELF_PREFIX, SeriesStore
 from telemetry.config import PrometheusConfig
+from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -49,10 +51,11 @@ class PrometheusSink(Sink):
         config: host, port (0 picks a free one), per-metric series limit, expiry.
         serve: start the HTTP server; False keeps only :meth:`render` (tests, benchmarks).
         clock: monotonic seconds used for expiry.
+        key: the config section's full key, named in errors (``stats_logger.prometheus``).
 
     Raises:
-        ConfigError: an invalid ``config``.
-        OSError: the address cannot be bound.
+        ConfigError: an invalid ``config``, or its address cannot be bound (the port is in
+            use, the host is not local): the message names ``<key>.port`` / ``<key>.host``.
     """
 
     name = "prometheus"
@@ -63,8 +66,10 @@ class PrometheusSink(Sink):
         *,
         serve: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        key: str = "prometheus",
     ) -> None:
         self.config = config or PrometheusConfig()
+        self._key = key
         self._lock = threading.Lock()
         self._store = SeriesStore(self.config.series_limit, self.config.expire_seconds, clock)
         self._store.reserve(SELF_METRICS)
@@ -159,7 +164,11 @@ class PrometheusSink(Sink):
             self._thread.join(timeout_s)
 
     def _serve(self) -> None:
-        self._server = ThreadingHTTPServer((self.config.host, self.config.port), _handler(self))
+        host, port = self.config.host, self.config.port
+        try:
+            self._server = ThreadingHTTPServer((host, port), _handler(self))
+        except OSError as exc:
+            raise ConfigError(_bind_error(self._key, host, port, exc)) from None
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -180,6 +189,17 @@ FANOUT_METRICS: dict[str, Kind] = {
     "rltel_sink_last_latency_seconds": "gauge",
     "rltel_sink_degraded": "gauge",
 }
+
+
+def _bind_error(key: str, host: str, port: int, exc: OSError) -> str:
+    """One line naming the config key to change when ``host:port`` cannot be bound."""
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{key}.port: {host}:{port} is in use (another process serves it); "
+            "choose another port, or 0 for any free port"
+        )
+    reason = exc.strerror or str(exc)
+    return f"{key}.host/{key}.port: cannot serve Prometheus on {host}:{port}: {reason}"
 
 
 class FanOutCollector:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
+import socket
 import urllib.error
 import urllib.request
 
@@ -19,6 +21,8 @@ from exporters.base import ExportResult, Sink
 from exporters.fanout import FanOut
 from exporters.prometheus import FANOUT_METRICS, FanOutCollector, PrometheusSink
 from telemetry.config import PrometheusConfig
+from telemetry.logger import StatsLogger
+from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
@@ -436,3 +440,27 @@ def test_counter_overflow_over_many_series_matches_the_true_total(make_sink):
         assert regular + overflow == sum(totals.values())
         assert overflow >= previous
         previous = overflow
+
+
+def test_a_busy_port_is_a_config_error_naming_the_key_for_the_sink_and_the_stats_logger():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        expected = re.escape(f"prometheus.port: 127.0.0.1:{port} is in use")
+        with pytest.raises(ConfigError, match=f"^{expected}"):
+            PrometheusSink(PrometheusConfig(port=port))
+        config = {
+            "experiment_name": "exp",
+            "trial_name": "t1",
+            "console": {"enabled": False},
+            "prometheus": {"enabled": True, "port": port},
+        }
+        with pytest.raises(ConfigError, match=f"^stats_logger.{expected}.*0 for any free port"):
+            StatsLogger(config)
+
+
+def test_an_address_that_is_not_local_names_the_host_and_port_keys():
+    config = PrometheusConfig(host="192.0.2.1", port=0)  # TEST-NET-1: never a local address
+    with pytest.raises(ConfigError, match=r"^prometheus\.host/prometheus\.port: .*192\.0\.2\.1"):
+        PrometheusSink(config)

@@ -48,11 +48,13 @@ from collector.admission import (
     RequestLimits,
     request_points,
 )
-from collector.config import CollectorConfig
+from collector.config import ROOT, CollectorConfig
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge
 from collector.selfmetrics import FAMILIES, SelfMetrics
 from collector.sinks import run_sink_factory, shared_sinks
 from exporters.prometheus import PrometheusSink
+from telemetry.cli_args import port_in_use
+from telemetry.model.errors import ConfigError
 from telemetry.otlp.values import LabelLimits
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ logger = logging.getLogger(__name__)
 SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 PUSHBACK_KEY = "grpc-retry-pushback-ms"
 RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+RECEIVER_KEY = f"{ROOT}.receiver"
 
 
 def retry_metadata(delay_s: float) -> tuple[tuple[str, str | bytes], ...]:
@@ -93,7 +96,8 @@ class CollectorServer:
             the pipeline built here.
 
     Raises:
-        OSError: the gRPC address cannot be bound (on :meth:`start`).
+        ConfigError: the Prometheus address (here) or the receiver's (on :meth:`start`)
+            cannot be bound; the message names the key (``collector.receiver.port``, ...).
     """
 
     def __init__(
@@ -106,6 +110,9 @@ class CollectorServer:
     ) -> None:
         self.config = config
         if pipeline is None:
+            endpoint = config.sinks.prometheus
+            if endpoint.enabled:
+                _check_free(f"{ROOT}.sinks.prometheus.port", endpoint.host, endpoint.port)
             shared = shared_sinks(config.sinks)
             prometheus = next((s for s in shared if isinstance(s, PrometheusSink)), None)
             pipeline = Pipeline(
@@ -152,9 +159,14 @@ class CollectorServer:
     def start(self) -> None:
         """Bind and serve; returns at once."""
         receiver, limits = self.config.receiver, self.config.limits
+        address = f"{receiver.host}:{receiver.port}"
+        _check_free(f"{RECEIVER_KEY}.port", receiver.host, receiver.port)
         options = [
             ("grpc.max_receive_message_length", receiver.max_message_bytes),
             ("grpc.max_send_message_length", receiver.max_message_bytes),
+            # gRPC sets SO_REUSEPORT by default: a second collector on the same port would
+            # bind and take half the senders' connections instead of failing.
+            ("grpc.so_reuseport", 0),
         ]
         server = grpc.server(
             futures.ThreadPoolExecutor(receiver.max_workers, thread_name_prefix="rltel-otlp"),
@@ -170,7 +182,6 @@ class CollectorServer:
             (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        address = f"{receiver.host}:{receiver.port}"
         try:
             if receiver.tls.enabled:
                 key = Path(receiver.tls.key_file).read_bytes()
@@ -179,10 +190,13 @@ class CollectorServer:
                 port = server.add_secure_port(address, credentials)
             else:
                 port = server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise OSError(f"cannot bind OTLP receiver to {address}: {exc}") from None
+        except RuntimeError:
+            port = 0
         if not port:
-            raise OSError(f"cannot bind OTLP receiver to {address}")
+            raise ConfigError(
+                f"{RECEIVER_KEY}.host/{RECEIVER_KEY}.port: cannot bind the OTLP receiver to "
+                f"{address} (not a local address, or in use)"
+            )
         server.start()
         self._server, self.port = server, port
         for service in ("", SERVICE):
@@ -303,6 +317,14 @@ class CollectorServer:
         with self._lock:
             self._codes[code] += 1
             self._bytes += size
+
+
+def _check_free(key: str, host: str, port: int) -> None:
+    """Raise a ConfigError naming ``key`` when something listens on ``host:port`` already."""
+    if port_in_use(host, port):
+        raise ConfigError(
+            f"{key}: {host}:{port} is in use; choose another port, or 0 for any free port"
+        )
 
 
 def request_is_heavy(request, limits: RequestLimits) -> bool:

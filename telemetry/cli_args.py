@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import socket
 from collections.abc import Callable
@@ -62,17 +63,22 @@ def tcp_port(text: str) -> int:
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """Whether binding ``host:port`` fails now (as the HTTP server binding it later would).
+    """Whether binding ``host:port`` fails now because something listens there.
 
-    Uses SO_REUSEADDR like Python's HTTP servers, so a port left in TIME_WAIT counts as free.
-    Port 0 (any free port) is never in use.
+    Uses SO_REUSEADDR like Python's HTTP servers and gRPC, so a port left in TIME_WAIT counts
+    as free. Port 0 (any free port) is never in use; a host that does not resolve or is not
+    local is not "in use" (binding it fails with its own error).
     """
     if port == 0:
         return False
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror:
+        return False
+    with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((host, port))
-        except OSError:
-            return True
+            sock.bind(address)
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
     return False

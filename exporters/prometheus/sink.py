@@ -194,10 +194,7 @@ FANOUT_METRICS: dict[str, Kind] = {
 def _bind_error(key: str, host: str, port: int, exc: OSError) -> str:
     """One line naming the config key to change when ``host:port`` cannot be bound."""
     if exc.errno == errno.EADDRINUSE:
-        return (
-            f"{key}.port: {host}:{port} is in use (another process serves it); "
-            "choose another port, or 0 for any free port"
-        )
+        return f"{key}.port: {host}:{port} is in use; choose another port, or 0 for any free port"
     reason = exc.strerror or str(exc)
     return f"{key}.host/{key}.port: cannot serve Prometheus on {host}:{port}: {reason}"
 

@@ -100,15 +100,18 @@ class SwanlabSink(RunSink):
         data = snapshot.flat()
         if not data:
             return
-        infos = self._run.log(data, step=self._steps.step_of(snapshot))
-        repeated = sum(1 for info in (infos or {}).values() if getattr(info, "is_error", False))
+        step = self._steps.step_of(snapshot)
+        infos = self._run.log(data, step=step)
+        repeated = [key for key, info in (infos or {}).items() if getattr(info, "is_error", False)]
         if repeated:
-            self.duplicates += repeated
+            self.duplicates += len(repeated)
             logger.warning(
-                "swanlab: %d values of %s step %s ignored (step already logged)",
-                repeated,
+                "swanlab: %s step %d repeats %s already logged at this step (%s); SwanLab keeps "
+                "the first value of a key per step, so the repeated values are not written",
                 snapshot.stream,
-                None if snapshot.step is None else snapshot.step.global_step,
+                step,
+                f"{len(repeated)} key" + ("s" if len(repeated) > 1 else ""),
+                ", ".join(repeated[:3]) + (", ..." if len(repeated) > 3 else ""),
             )
 
     def _finish(self) -> None:

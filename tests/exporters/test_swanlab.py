@@ -131,6 +131,23 @@ def test_keys_steps_moe_experts_and_streams(tmp_path):
     assert yaml.safe_load(config_text)["experiment_name"]["value"] == "exp"
 
 
+def test_a_repeated_key_at_a_step_keeps_the_first_value_and_says_so(tmp_path, caplog):
+    sink = SwanlabSink(make_config(tmp_path))
+    first = Snapshot((Gauge("train/a", 1.0), Gauge("train/b", 2.0)), step=Step(0, 11, 11))
+    again = Snapshot((Gauge("train/a", 5.0), Gauge("train/c", 3.0)), step=Step(0, 11, 11))
+    for snapshot in (first, again):
+        assert sink.export(snapshot) is ExportResult.SUCCESS
+    sink.shutdown()
+    (record,) = [r for r in caplog.records if r.name == "exporters.swanlab.sink"]
+    assert record.getMessage() == (
+        "swanlab: train step 11 repeats 1 key already logged at this step (train/a); SwanLab "
+        "keeps the first value of a key per step, so the repeated values are not written"
+    )
+    assert sink.duplicates == 1
+    _, series = read_back(sink)
+    assert series == {"train/a": {11: 1.0}, "train/b": {11: 2.0}, "train/c": {11: 3.0}}
+
+
 def test_one_run_per_process_is_enforced(tmp_path):
     first = SwanlabSink(make_config(tmp_path))
     try:

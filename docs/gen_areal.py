@@ -46,11 +46,13 @@ def _code(text: str) -> str:
 def render_table() -> str:
     """The generated part: a summary, the differences, then the equal call sequences."""
     from tests.conformance.cases import all_cases, close
+    from tests.conformance.loader import kept_logging
 
     cases = all_cases()
     differ, equal = [], []
     for case in cases:
-        areal, rltel = case.areal(), case.rltel()
+        with kept_logging():  # AReaL's code reconfigures logging when it asks for a logger
+            areal, rltel = case.areal(), case.rltel()
         if case.why:
             differ.append((case, areal, rltel))
         elif close(areal, rltel, case.rel):

@@ -12,19 +12,17 @@ what it needs (``api_module(cli_args_names=["StatsLoggerConfig", ...])``).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import sys
 import types
 import typing
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from functools import cache
 from typing import Any, NamedTuple
 
 from tests.conformance import loader
 
-__all__ = ["EvaluatorApi", "api_module", "evaluator_api", "kept_logging"]
+__all__ = ["EvaluatorApi", "api_module", "evaluator_api"]
 
 
 def _base_names() -> dict[str, Any]:
@@ -99,24 +97,13 @@ class EvaluatorApi(NamedTuple):
     timeutil: types.ModuleType
 
 
-@contextlib.contextmanager
-def kept_logging() -> Iterator[None]:
-    """Undo what AReaL's ``areal.utils.logging.getLogger`` does to this process's logging
-    tree (it replaces ``logging.Logger.root`` and ``Logger.manager`` on every call)."""
-    root, manager = logging.Logger.root, logging.Logger.manager
-    try:
-        yield
-    finally:
-        logging.Logger.root, logging.Logger.manager = root, manager
-
-
 @cache
 def evaluator_api() -> EvaluatorApi:
     """AReaL's ``areal.utils.evaluator`` loaded against the stand-ins, with its config
     dataclass, ``FinetuneSpec`` and ``areal.utils.timeutil`` (whose ``datetime`` a test may
     replace to drive AReaL's clock)."""
     api = api_module(cli_args_names=["_Timer", "EvaluatorConfig"], io_struct_names=["FinetuneSpec"])
-    with kept_logging():
+    with loader.kept_logging():
         loader.module("areal.infra.platforms")  # logs which platform it found
         timeutil = loader.module("areal.utils.timeutil")
         evaluator = loader.module("areal.utils.evaluator")

@@ -90,16 +90,6 @@ Commit = tuple[int, int, int, Any]
 """``commit(epoch, epoch_step, global_step, data)`` arguments."""
 
 
-@contextlib.contextmanager
-def kept_logging() -> Iterator[None]:
-    """Undo what AReaL's ``getLogger`` does to the process's logging tree."""
-    root, manager = logging.Logger.root, logging.Logger.manager
-    try:
-        yield
-    finally:
-        logging.Logger.root, logging.Logger.manager = root, manager
-
-
 def _module(name: str, folder: str | None = None) -> types.ModuleType:
     """The module ``name`` in ``sys.modules``, created (a package over AReaL's ``folder``)
     only when absent."""
@@ -128,7 +118,7 @@ def _add_definitions(module: types.ModuleType, relative: str, names: Sequence[st
 @cache
 def api() -> types.ModuleType:
     """``areal.api`` holding AReaL's ``FinetuneSpec`` (its ``__init__`` is not run)."""
-    with kept_logging():
+    with loader.kept_logging():
         loader.module("areal.utils.logging")  # registers ``areal`` and ``areal.utils``
     module = _module("areal.api", "api")
     _add_definitions(module, "api/io_struct.py", ["FinetuneSpec"])
@@ -168,7 +158,7 @@ def stats_logger_module() -> types.ModuleType:
     """AReaL's ``areal.utils.stats_logger``, executed from its file."""
     cli_args()
     _trackio()
-    with kept_logging():
+    with loader.kept_logging():
         loader.module("areal.version")
         loader.module("areal.utils.printing")
         return loader.module("areal.utils.stats_logger")
@@ -176,7 +166,7 @@ def stats_logger_module() -> types.ModuleType:
 
 def areal_tracker() -> types.ModuleType:
     """A fresh AReaL ``stats_tracker`` module (empty trackers)."""
-    with kept_logging():
+    with loader.kept_logging():
         return loader.stats_tracker()
 
 

@@ -19,11 +19,13 @@ install command (``make test`` never skips).
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import itertools
+import logging
 import sys
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ AREAL_VERSION = "1.0.4"
 __all__ = [
     "AREAL_VERSION",
     "definitions",
+    "kept_logging",
     "method",
     "module",
     "namespace_with",
@@ -62,6 +65,34 @@ def root() -> Path:
         )
     # the installed files, whatever else on sys.path is named areal
     return Path(distribution.locate_file("areal"))
+
+
+@contextlib.contextmanager
+def kept_logging() -> Iterator[None]:
+    """Put this process's logging back as it was after AReaL's code ran.
+
+    AReaL's ``areal.utils.logging.getLogger`` (called when its modules load) replaces
+    ``logging.Logger.root`` and ``Logger.manager`` and applies a ``dictConfig`` that closes
+    existing handlers, reconfigures the real root and disables existing loggers: later
+    loggers would hang off AReaL's root, where pytest's ``caplog`` never sees them.
+    """
+    root, manager = logging.Logger.root, logging.Logger.manager
+    real_root = logging.getLogger()
+    root_state = (list(real_root.handlers), real_root.level)
+    loggers = {
+        name: (logger.disabled, list(logger.handlers), logger.level, logger.propagate)
+        for name, logger in manager.loggerDict.items()
+        if isinstance(logger, logging.Logger)
+    }
+    try:
+        yield
+    finally:
+        logging.Logger.root, logging.Logger.manager = root, manager
+        real_root.handlers[:], real_root.level = root_state
+        for name, (disabled, handlers, level, propagate) in loggers.items():
+            logger = manager.loggerDict[name]
+            logger.disabled, logger.level, logger.propagate = disabled, level, propagate
+            logger.handlers[:] = handlers
 
 
 def _package(name: str) -> None:
@@ -105,7 +136,8 @@ def module(dotted: str) -> types.ModuleType:
     loaded = importlib.util.module_from_spec(spec)
     sys.modules[dotted] = loaded
     try:
-        spec.loader.exec_module(loaded)
+        with kept_logging():
+            spec.loader.exec_module(loaded)
     except BaseException:
         del sys.modules[dotted]
         raise

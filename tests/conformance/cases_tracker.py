@@ -78,6 +78,8 @@ SCALAR_VALUES: dict[str, Callable[[], Any]] = {
     "tensor_0d_float32": lambda: torch.tensor(1.5),
     "tensor_0d_float64": lambda: torch.tensor(1.5, dtype=torch.float64),
     "tensor_0d_bfloat16": lambda: torch.tensor(1.5, dtype=torch.bfloat16),
+    "tensor_0d_float16": lambda: torch.tensor(1.5, dtype=torch.float16),
+    "tensor_0d_int32": lambda: torch.tensor(6, dtype=torch.int32),
     "tensor_0d_int64": lambda: torch.tensor(6),
     "tensor_0d_bool": lambda: torch.tensor(True),
     "tensor_1x1": lambda: torch.tensor([[2.0]]),
@@ -194,6 +196,12 @@ STRAGGLER_KEYS = {
     f"timeperf/{name}/{suffix}": ("float", "s")
     for name in ("train_step", "generate")
     for suffix in ("rank_min", "rank_max", "slowest_rank")
+}
+INT_STAT_OF_VALUES = {  # VALUES truncated toward zero: 0, -1, 2 on the valid tokens
+    "actor/n_valid_tokens": 3.0,
+    "actor/loss/avg": 1 / 3,
+    "actor/loss/min": -1.0,
+    "actor/loss/max": 2.0,
 }
 STAT_OF_VALUES = {
     "actor/n_valid_tokens": 3.0,
@@ -417,6 +425,14 @@ CASES: list[Case] = [
         )
         for dtype in (torch.float16, torch.bfloat16, torch.float64)
     ],
+    case(
+        "stat_dtype_int64",
+        "stat(loss=x.to(torch.int64))",
+        _stat_dtype(torch.int64),
+        why="AReaL accepts float32 tensors only; rltel records integer tensors as float64",
+        expected=(("raises", {"actor/n_valid_tokens": 3.0}), INT_STAT_OF_VALUES),
+    ),
+    case("stat_dtype_bool", "stat(loss=x.to(torch.bool))", _stat_dtype(torch.bool)),
     case(
         "stat_scalar_reduce_type",
         "stat(..., reduce_type=ReduceType.SCALAR)",

@@ -27,7 +27,7 @@ import numbers
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -49,6 +49,16 @@ _PER_RANK = (PerRank("tokens", 1, present=0), PerRank("seconds", 3, present=0))
 _LAYOUT = StateLayout(StateKind.CUSTOM, (_S, _S, _S, _M, _S, _S, _M, _S), _PER_RANK)
 
 
+class EventTiming(Protocol):
+    """What :meth:`TrainPerf.measure` times batches with: ``torch.cuda`` or a stand-in."""
+
+    def current_stream(self) -> Any:
+        """The stream the batch's work runs on."""
+
+    def Event(self, enable_timing: bool = False) -> Any:
+        """An event with ``record(stream)``, ``synchronize()``, ``elapsed_time(end)`` in ms."""
+
+
 class TrainPerf(RegisteredSource):
     """Accumulates training tokens, time and estimated FLOPs between exports.
 
@@ -63,6 +73,8 @@ class TrainPerf(RegisteredSource):
             ranks in the reduction (right for pure data parallelism; multiply by the
             TP*PP*CP size otherwise).
         device: where batches run; default CUDA when available, else CPU (wall time).
+        events: times the batches with events instead of wall time; default ``torch.cuda``
+            on a CUDA device (tests pass a stand-in whose events report milliseconds).
         register: join ``stats_tracker.export_all`` (undo with :meth:`close`).
 
     Raises:
@@ -78,6 +90,7 @@ class TrainPerf(RegisteredSource):
         peak_flops_per_device: float | None = None,
         num_devices: int | None = None,
         device: torch.device | str | None = None,
+        events: EventTiming | None = None,
         register: bool = True,
     ) -> None:
         if peak_flops_per_device is not None and not peak_flops_per_device > 0:
@@ -97,7 +110,9 @@ class TrainPerf(RegisteredSource):
         self._estimator = flops_estimator
         self._peak = peak_flops_per_device
         self._num_devices = num_devices
-        self._cuda = torch.device(device).type == "cuda"
+        if events is None and torch.device(device).type == "cuda":
+            events = torch.cuda
+        self._timing = events
         self.start_time_unix_nano = time.time_ns()
         # window, resolved on the host
         self._batches = 0
@@ -107,7 +122,7 @@ class TrainPerf(RegisteredSource):
         # window, pending on devices until export
         self._device_tokens: dict[torch.device, torch.Tensor] = {}
         self._device_lengths: list[torch.Tensor] = []
-        self._events: list[tuple[torch.cuda.Stream, Any, Any]] = []
+        self._events: list[tuple[Any, Any, Any]] = []
         # totals of previous windows on this rank
         self._total_tokens = 0
         self._total_flops = 0.0
@@ -133,12 +148,12 @@ class TrainPerf(RegisteredSource):
             MaskTypeError: the mask is not a bool or integer tensor.
         """
         add = self._batch_counter(attention_mask, seq_lens)
-        if self._cuda:
-            stream = torch.cuda.current_stream()
-            start = torch.cuda.Event(enable_timing=True)
+        if self._timing is not None:
+            stream = self._timing.current_stream()
+            start = self._timing.Event(enable_timing=True)
             start.record(stream)
             yield
-            end = torch.cuda.Event(enable_timing=True)
+            end = self._timing.Event(enable_timing=True)
             end.record(stream)
             self._events.append((stream, start, end))
         else:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import math
 import tempfile
+from dataclasses import dataclass
 
 import torch
 
@@ -14,8 +16,9 @@ from telemetry.metrics.moe import MoEBalance
 from telemetry.metrics.staleness import record_version_stats
 from telemetry.metrics.train_infer import record_train_infer
 from telemetry.metrics.train_perf import TrainPerf
-from telemetry.model.snapshot import Point, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Point, Snapshot, Step
 from telemetry.otlp.decode import Decoder
+from telemetry.record.stats import Stats
 from telemetry.record.tracker import DistributedStatsTracker
 from telemetry.stats_tracker import export_sources
 from tests.distributed import free_port
@@ -115,3 +118,111 @@ def transport_points() -> tuple[Point, ...]:
         return tuple(sink.health_points())
     finally:
         sink.shutdown()
+
+
+def flops_estimate(length: int) -> float:
+    """The FLOPs estimator of :class:`TrainingRun`: training FLOPs of one sequence."""
+    return 6e6 * length + 2e3 * length * length
+
+
+PEAK_FLOPS = 1e12
+"""Peak FLOP/s per device of :class:`TrainingRun` (one rank, one device)."""
+
+
+class ManualEvents:
+    """``torch.cuda``'s timing calls on a clock the caller advances, in milliseconds."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+
+    def current_stream(self) -> None:
+        return None
+
+    def Event(self, enable_timing: bool = False) -> _ManualEvent:
+        return _ManualEvent(self)
+
+
+class _ManualEvent:
+    def __init__(self, clock: ManualEvents) -> None:
+        self.clock = clock
+        self.ms = math.nan
+
+    def record(self, stream: None) -> None:
+        self.ms = self.clock.now_ms
+
+    def synchronize(self) -> None:
+        """The manual clock has nothing to wait for."""
+
+    def elapsed_time(self, end: _ManualEvent) -> float:
+        return end.ms - self.ms
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What one training step records: the producers' inputs, as the references read them."""
+
+    trainer_logp: torch.Tensor
+    rollout_logp: torch.Tensor
+    mask: torch.Tensor
+    """Generation, loss and attention mask (bool)."""
+    advantages: torch.Tensor
+    versions: torch.Tensor
+    """Behaviour version of each token (-1: unknown)."""
+    version: int
+    """The current version; the proximal one is ``version - 1``."""
+    batch_ms: tuple[float, ...]
+    """train_batch time of each micro-batch (the rows split evenly)."""
+    routing: dict[int, tuple[list[int], int]]
+    """MoE: layer -> (the expert chosen for each token, number of experts)."""
+    noise_series: int = 0
+    """Series of one high-cardinality gauge (``noise/level`` per ``shard``)."""
+
+
+class TrainingRun:
+    """One run's real producers, kept across steps: counters and histograms keep growing.
+
+    train_perf times the batches with :class:`ManualEvents`, so its seconds are the chosen
+    ``batch_ms``; ``timeperf/train_step`` is measured wall time.
+    """
+
+    def __init__(self) -> None:
+        self.tracker = DistributedStatsTracker()
+        self.clock = ManualEvents()
+        self.perf = TrainPerf(
+            flops_estimate,
+            peak_flops_per_device=PEAK_FLOPS,
+            device="cpu",
+            events=self.clock,
+            register=False,
+        )
+        self.moe = MoEBalance(register=False)
+
+    def step(self, inputs: StepInputs) -> Stats:
+        """Record one step and export it (one reduction, as ``export_all``)."""
+        tracker = self.tracker
+        with tracker.record_timing("train_step"):
+            with tracker.scope("ppo_actor"):
+                record_train_infer(
+                    inputs.trainer_logp, inputs.rollout_logp, inputs.mask, tracker=tracker
+                )
+                record_advantage_fractions(inputs.advantages, inputs.mask, tracker=tracker)
+                with tracker.scope("update"):
+                    record_version_stats(
+                        inputs.versions,
+                        inputs.version,
+                        inputs.mask,
+                        proximal_version=inputs.version - 1,
+                        tracker=tracker,
+                    )
+            parts = torch.tensor_split(inputs.mask, len(inputs.batch_ms))
+            with self.moe.training():
+                for part, ms in zip(parts, inputs.batch_ms):
+                    with self.perf.measure(part):
+                        self.clock.now_ms += ms
+                for layer, (experts, num_experts) in inputs.routing.items():
+                    self.moe.record(layer, torch.tensor(experts), num_experts)
+        noise = tuple(
+            Gauge("noise/level", float(i), attributes=(("shard", i),))
+            for i in range(inputs.noise_series)
+        )
+        return Stats(export_sources([tracker, self.perf, self.moe]).points + noise)

@@ -2,18 +2,21 @@
 
 Both run from the repository's own configs: Prometheus from ``prometheus.yml`` with only
 the scrape targets, the rule file and (when asked) the intervals replaced; Alertmanager from
-``alertmanager.yml`` with only the webhook URLs pointed at a local receiver.
+``alertmanager.yml`` with only the webhook URLs pointed at a local receiver. A
+:class:`FrozenTarget` serves expositions that change only when the test says so.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
@@ -138,3 +141,75 @@ def prometheus(tmp_path: Path, config: dict) -> Iterator[str]:
     ]
     with _process(args, tmp_path / "prometheus.log", "/-/ready", port) as url:
         yield url
+
+
+class FrozenTarget:
+    """A scrape target on a free loopback port serving the last exposition published.
+
+    A live endpoint changes while a step is in flight (the collector counts a request
+    before its sink has the request's series), so a scrape could see half a step. Publishing
+    only settled expositions gives each scrape one whole state; :meth:`wait_scraped`
+    returns once a scrape has read the latest. Answers 503 until the first publish.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._published: tuple[bytes, str, threading.Event] | None = None
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _frozen_handler(self))
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        """``host:port`` to scrape."""
+        return f"127.0.0.1:{self._server.server_address[1]}"
+
+    def publish(self, body: bytes, content_type: str) -> None:
+        """Serve ``body`` from now on, to every scrape until the next publish."""
+        with self._lock:
+            self._published = (body, content_type, threading.Event())
+
+    def latest(self) -> tuple[bytes, str, threading.Event] | None:
+        """The exposition served now and the event set once a scrape has read it."""
+        with self._lock:
+            return self._published
+
+    def wait_scraped(self, timeout_s: float = 10.0) -> None:
+        """Wait until a scrape has read the latest exposition."""
+        published = self.latest()
+        assert published is not None, "nothing published"
+        assert published[2].wait(timeout_s), f"no scrape of the exposition in {timeout_s} s"
+
+    def close(self) -> None:
+        """Stop serving; safe to call twice."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+    def __enter__(self) -> FrozenTarget:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _frozen_handler(target: FrozenTarget) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            published = target.latest()
+            if published is None:
+                self.send_error(503, "nothing published yet")
+                return
+            body, content_type, read = published
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            read.set()
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Scrapes are not logged."""
+
+    return Handler

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -30,6 +31,56 @@ def qwen3_flops(length: int) -> float:
 def mask(*lengths: int, width: int = 12) -> torch.Tensor:
     rows = [[1] * n + [0] * (width - n) for n in lengths]
     return torch.tensor(rows, dtype=torch.int64)
+
+
+class FakeStream:
+    """A stream: the events recorded on it, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[FakeEvent] = []
+
+
+class FakeEvent:
+    """A timing event on a manual clock; its time is readable once its stream synchronised
+    past it, as on a GPU."""
+
+    def __init__(self, timing: FakeEventTiming) -> None:
+        self.timing = timing
+        self.stream: FakeStream | None = None
+        self.ms = math.nan
+        self.done = False
+
+    def record(self, stream: FakeStream) -> None:
+        self.stream, self.ms = stream, self.timing.now_ms
+        stream.events.append(self)
+
+    def synchronize(self) -> None:
+        assert self.stream is not None
+        self.timing.syncs += 1
+        for event in self.stream.events[: self.stream.events.index(self) + 1]:
+            event.done = True
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        """Milliseconds from this event to ``end``, as ``torch.cuda.Event.elapsed_time``."""
+        if not (self.done and end.done):
+            raise RuntimeError("event not completed: synchronize first")
+        return end.ms - self.ms
+
+
+class FakeEventTiming:
+    """``torch.cuda``'s timing calls on the CPU: a stream to choose, a clock in ms."""
+
+    def __init__(self) -> None:
+        self.stream = FakeStream()
+        self.now_ms = 0.0
+        self.syncs = 0
+
+    def current_stream(self) -> FakeStream:
+        return self.stream
+
+    def Event(self, enable_timing: bool = False) -> FakeEvent:
+        assert enable_timing
+        return FakeEvent(self)
 
 
 def local_seconds(perf: TrainPerf) -> tuple[float, float]:
@@ -188,6 +239,32 @@ def test_failed_batch_not_counted_and_bad_inputs():
         TrainPerf(peak_flops_per_device=0, register=False)
     with pytest.raises(ConfigError):
         TrainPerf(num_devices=0, register=False)
+
+
+def test_event_timing_reports_seconds_and_syncs_once_per_stream_at_export():
+    """Events report milliseconds; train_perf exports seconds (the CUDA path, on the CPU)."""
+    timing = FakeEventTiming()
+    perf = TrainPerf(
+        lambda n: 100.0 * n, peak_flops_per_device=10.0, device="cpu", events=timing, register=False
+    )
+    main, side = timing.stream, FakeStream()
+    for stream, ms in ((main, 250.0), (side, 750.0), (main, 1500.0)):
+        timing.stream = stream
+        with perf.measure(mask(4, 6)):
+            timing.now_ms += ms
+    assert timing.syncs == 0  # nothing is read per batch
+    stats = stats_tracker.export_sources([perf])
+    assert timing.syncs == 2  # one per stream, at export
+    assert stats["train_perf/seconds"] == 2.5
+    assert stats["train_perf/total_seconds"] == 2.5
+    assert stats["train_perf/tokens_per_second"] == 30 / 2.5
+    assert stats["train_perf/mfu"] == 3000.0 / (2.5 * 10.0)
+    with perf.measure(seq_lens=[5]):
+        timing.now_ms += 500.0
+    later = stats_tracker.export_sources([perf])
+    assert later["train_perf/seconds"] == 0.5
+    assert later["train_perf/total_seconds"] == 3.0
+    assert later["train_perf/cumulative_tokens_per_second"] == 35 / 3.0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

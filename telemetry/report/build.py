@@ -1,7 +1,9 @@
 """Write a report directory: one PNG and one JSON (the plotted data) per figure, index.html.
 
 ``index.html`` embeds every PNG as a base64 data URI, so the one file works when opened
-from disk or mailed; it also links the PNG and JSON files next to it.
+from disk or mailed; it also links the PNG and JSON files next to it. Panels whose series are
+all zero are not drawn: one line under their figure names them (a figure of only such panels
+is that line alone, without a PNG).
 """
 
 from __future__ import annotations
@@ -14,20 +16,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from telemetry.report.figures import FIGURES
-from telemetry.report.panels import axes_data
+from telemetry.report.figures import FIGURES, FigureSpec
+from telemetry.report.panels import Drawn, axes_data
 from telemetry.report.runs import Filters, ReportInputError, Run
+
+PAGE_WIDTH_PX = 1300  # the page's widest content: figures (at most 1240 px) show at 1:1
 
 
 @dataclass(frozen=True, slots=True)
 class Written:
-    """One figure on disk and the panels in it that had no data."""
+    """One figure on disk (no PNG when all its panels were zero), its panels without data,
+    and its all-zero panels, described."""
 
     name: str
     title: str
-    png: Path
+    png: Path | None
     data: Path
     absent: tuple[str, ...]
+    zero: tuple[str, ...]
 
 
 def build_report(runs: Sequence[Run], out: Path, filters: Filters | None = None) -> Path:
@@ -36,27 +42,56 @@ def build_report(runs: Sequence[Run], out: Path, filters: Filters | None = None)
     Raises:
         ReportInputError: ``out`` cannot be created or written.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
     filters = filters or Filters()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        written = []
-        for spec in FIGURES:
-            figure = spec.draw(runs)
-            FigureCanvasAgg(figure)
-            png, data_path = out / f"{spec.name}.png", out / f"{spec.name}.json"
-            figure.savefig(png)
-            data = {"figure": spec.name, "title": spec.title, **axes_data(figure)}
-            data["runs"] = [run.label for run in runs]
-            data_path.write_text(json.dumps(data, indent=1, allow_nan=False))
-            missing = tuple(a["title"] for a in data["axes"] if a["absent"])
-            written.append(Written(spec.name, spec.title, png, data_path, missing))
+        written = [write_figure(spec, spec.draw(runs), runs, out) for spec in FIGURES]
         index = out / "index.html"
         index.write_text(_html(runs, written, filters), encoding="utf-8")
     except OSError as exc:
         raise ReportInputError(f"cannot write the report to {str(out)!r}: {exc}") from exc
     return index
+
+
+def write_figure(spec: FigureSpec, drawn: Drawn, runs: Sequence[Run], out: Path) -> Written:
+    """Save the PNG (or remove a stale one when nothing was drawn) and the plotted data."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    png, data_path = out / f"{spec.name}.png", out / f"{spec.name}.json"
+    data = {"figure": spec.name, "title": spec.title, "axes": []}
+    if drawn.figure is None:
+        png.unlink(missing_ok=True)
+    else:
+        FigureCanvasAgg(drawn.figure)
+        drawn.figure.savefig(png)
+        data.update(axes_data(drawn.figure))
+    data["zero"] = [{"title": z.title, "series": list(z.series)} for z in drawn.zero]
+    data["runs"] = [run.label for run in runs]
+    data_path.write_text(json.dumps(data, indent=1, allow_nan=False))
+    missing = tuple(a["title"] for a in data["axes"] if a["absent"])
+    zero = tuple(z.describe() for z in drawn.zero)
+    return Written(spec.name, spec.title, png if drawn.figure else None, data_path, missing, zero)
+
+
+def _section(w: Written) -> str:
+    """A figure's section: the embedded PNG, the lines on absent and all-zero panels, links."""
+    esc = html.escape
+    image, files = "", ""
+    if w.png is not None:
+        encoded = base64.b64encode(w.png.read_bytes()).decode("ascii")
+        image = f"<img alt='{esc(w.title)}' src='data:image/png;base64,{encoded}'>"
+        files = f"<a href='{w.png.name}'>{w.png.name}</a> · "
+    absent = f"<p class='absent'>No data for: {esc('; '.join(w.absent))}</p>" if w.absent else ""
+    zero = (
+        f"<p class='zero'>All zero at every step (not drawn): {esc('; '.join(w.zero))}</p>"
+        if w.zero
+        else ""
+    )
+    return (
+        f"<section id='{w.name}'><h2>{esc(w.title)}</h2>{image}{absent}{zero}"
+        f"<p class='files'>{files}<a href='{w.data.name}'>{w.data.name}</a> (plotted data)</p>"
+        "</section>"
+    )
 
 
 def _html(runs: Sequence[Run], written: Sequence[Written], filters: Filters) -> str:
@@ -71,16 +106,7 @@ def _html(runs: Sequence[Run], written: Sequence[Written], filters: Filters) -> 
             f"<td>{steps}</td><td>{len(run.scalars)}</td><td>{len(run.event_files)}</td>"
             f"<td>{esc(experts)}</td></tr>"
         )
-    sections = []
-    for w in written:
-        encoded = base64.b64encode(w.png.read_bytes()).decode("ascii")
-        note = f"<p class='absent'>No data for: {esc('; '.join(w.absent))}</p>" if w.absent else ""
-        sections.append(
-            f"<section id='{w.name}'><h2>{esc(w.title)}</h2>"
-            f"<img alt='{esc(w.title)}' src='data:image/png;base64,{encoded}'>{note}"
-            f"<p class='files'><a href='{w.png.name}'>{w.png.name}</a> · "
-            f"<a href='{w.data.name}'>{w.data.name}</a> (plotted data)</p></section>"
-        )
+    sections = [_section(w) for w in written]
     toc = " · ".join(f"<a href='#{w.name}'>{esc(w.title)}</a>" for w in written)
     filtered = (
         f"<p>Filters: <code>{esc(filters.describe())}</code></p>" if filters.describe() else ""
@@ -89,9 +115,9 @@ def _html(runs: Sequence[Run], written: Sequence[Written], filters: Filters) -> 
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>
-body {{ font-family: sans-serif; margin: 1.5em; max-width: 1300px; }}
+body {{ font-family: sans-serif; margin: 1.5em; max-width: {PAGE_WIDTH_PX}px; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 3px 8px; }}
-img {{ max-width: 100%; border: 1px solid #eee; }} .absent {{ color: #a60; }}
+img {{ max-width: 100%; border: 1px solid #eee; }} .absent, .zero {{ color: #a60; }}
 .files {{ font-size: 0.9em; color: #555; }}
 </style></head><body>
 <h1>{esc(title)}</h1>

@@ -1,7 +1,9 @@
 """The collector's own metrics, served next to the sinks' metrics on ``/metrics``.
 
 A prometheus_client custom collector: families are built fresh on every scrape from the
-server's request counters and :meth:`collector.pipeline.Pipeline.stats`.
+server's request counters, :meth:`collector.pipeline.Pipeline.stats` and, where the
+collector built its runs' sinks, :class:`collector.sinks.RunSinkFactory` (each run's
+directory, each sink that failed to start).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collector.pipeline import PipelineStats
+from collector.sinks import RunSinkFactory
 
 PREFIX = "rltel_collector_"
 
@@ -36,6 +39,8 @@ FAMILIES: dict[str, str] = {
     f"{PREFIX}sink_queue_depth": "gauge",
     f"{PREFIX}sink_latency_seconds": "gauge",
     f"{PREFIX}sink_degraded": "gauge",
+    f"{PREFIX}sink_start_failed": "gauge",
+    f"{PREFIX}run_info": "gauge",
 }
 
 _SINK_COUNTERS = ("exported", "failed", "dropped", "retried", "timed_out")
@@ -48,6 +53,7 @@ class SelfMetrics:
         requests: ``() -> {grpc status code name: Export calls}``.
         request_bytes: ``() -> bytes of Export requests received``.
         pipeline_stats: ``() -> PipelineStats``.
+        run_sinks: the factory of the runs' sinks (None: a pipeline built elsewhere).
     """
 
     def __init__(
@@ -55,10 +61,12 @@ class SelfMetrics:
         requests: Callable[[], Mapping[str, int]],
         request_bytes: Callable[[], int],
         pipeline_stats: Callable[[], PipelineStats],
+        run_sinks: RunSinkFactory | None = None,
     ) -> None:
         self._requests = requests
         self._request_bytes = request_bytes
         self._stats = pipeline_stats
+        self._run_sinks = run_sinks
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
@@ -105,6 +113,8 @@ class SelfMetrics:
         for name, (value, help_text) in gauges.items():
             yield GaugeMetricFamily(PREFIX + name, help_text, value)
         yield from _sink_families(stats)
+        if self._run_sinks is not None:
+            yield from _run_families(self._run_sinks)
 
 
 def _sink_families(stats: PipelineStats) -> Iterator[Metric]:
@@ -131,3 +141,21 @@ def _sink_families(stats: PipelineStats) -> Iterator[Metric]:
         degraded.add_metric([run, sink], float(s.degraded))
     yield from counters.values()
     yield from (depth, latency, degraded)
+
+
+def _run_families(run_sinks: RunSinkFactory) -> Iterator[Metric]:
+    info = GaugeMetricFamily(
+        f"{PREFIX}run_info",
+        "1 per run: its directory on the collector's host",
+        labels=["run", "dir"],
+    )
+    for run, path in sorted(run_sinks.run_dirs().items()):
+        info.add_metric([run, path], 1.0)
+    failed = GaugeMetricFamily(
+        f"{PREFIX}sink_start_failed",
+        "1 per sink that failed to start (the run has the others); error: why",
+        labels=["run", "sink", "error"],
+    )
+    for (run, sink), error in sorted(run_sinks.failures().items()):
+        failed.add_metric([run, sink, error], 1.0)
+    yield from (info, failed)

@@ -51,7 +51,7 @@ from collector.admission import (
 from collector.config import ROOT, CollectorConfig
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge
 from collector.selfmetrics import FAMILIES, SelfMetrics
-from collector.sinks import run_sink_factory, shared_sinks
+from collector.sinks import RunSinkFactory, shared_sinks
 from exporters.prometheus import PrometheusSink
 from telemetry.cli_args import port_in_use
 from telemetry.model.errors import ConfigError
@@ -109,15 +109,17 @@ class CollectorServer:
         label_limits: LabelLimits | None = None,
     ) -> None:
         self.config = config
+        self.run_sinks: RunSinkFactory | None = None
         if pipeline is None:
             endpoint = config.sinks.prometheus
             if endpoint.enabled:
                 _check_free(f"{ROOT}.sinks.prometheus.port", endpoint.host, endpoint.port)
             shared = shared_sinks(config.sinks)
             prometheus = next((s for s in shared if isinstance(s, PrometheusSink)), None)
+            self.run_sinks = RunSinkFactory(config.sinks)
             pipeline = Pipeline(
                 shared,
-                run_sink_factory(config.sinks),
+                self.run_sinks,
                 config.limits,
                 request_limits=request_limits,
                 label_limits=label_limits,
@@ -149,7 +151,9 @@ class CollectorServer:
 
     def self_metrics(self) -> SelfMetrics:
         """A prometheus_client collector of this server's and its pipeline's counters."""
-        return SelfMetrics(self.request_counts, lambda: self._bytes, self.pipeline.stats)
+        return SelfMetrics(
+            self.request_counts, lambda: self._bytes, self.pipeline.stats, self.run_sinks
+        )
 
     def request_counts(self) -> dict[str, int]:
         """Export calls answered so far, by status code name."""

@@ -1,46 +1,130 @@
 """The collector's sinks from its ``sinks`` config: the shared ones every snapshot reaches
-as it arrives, and the step-based ones each run gets."""
+as it arrives, and the step-based ones each run gets.
+
+Every file of a run lies in its run directory ``<fileroot>/<experiment>/<trial>``, as the
+demo's embedded StatsLogger writes it: W&B in ``wandb/``, SwanLab in ``swanlog/``,
+TensorBoard in ``tensorboard/``. A set ``tensorboard.path`` or ``swanlab.logdir`` is a root
+of its own: ``<root>/<experiment>/<trial>`` is a symbolic link to that sink's directory in
+the run directory, so a TensorBoard server watching the root sees every run.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from collector.config import SinksConfig
 from exporters.base import Sink
+from exporters.local_files import link_dir
 from exporters.prometheus import PrometheusSink
+from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, StatsLoggerConfig
 
-__all__ = ["RunSinks", "run_sink_factory", "shared_sinks"]
+__all__ = ["RunSinkFactory", "RunSinks", "run_label", "run_sink_factory", "shared_sinks"]
+
+logger = logging.getLogger(__name__)
 
 RunSinks = Callable[[str, str], Sequence[Sink]]
 """``(experiment, trial) -> step-based sinks`` of a run."""
 
 
-def run_sink_factory(sinks: SinksConfig) -> RunSinks:
+def run_label(experiment: str, trial: str) -> str:
+    """The ``run`` label of a run's sinks in the collector's self-metrics."""
+    return f"{experiment}_{trial}"
+
+
+class RunSinkFactory:
     """``(experiment, trial) -> step-based sinks`` from the collector's ``sinks`` section.
 
-    Local directories get ``<experiment>/<trial>`` appended (TensorBoard ``path``, SwanLab
-    ``logdir``), so runs never share files; W&B files go under ``fileroot`` as in the logger.
+    Each enabled sink is built on its own: one that cannot start (a missing library, an
+    unwritable directory) is logged, left out and kept in :meth:`failures`; the run gets
+    the others.
     """
-    from exporters.registry import BuildContext, build_sinks
 
-    def build(experiment: str, trial: str) -> list[Sink]:
-        config = sinks.logger_config(experiment, trial)
-        tensorboard, swanlab = config.tensorboard, config.swanlab
+    def __init__(self, sinks: SinksConfig) -> None:
+        self.sinks = sinks
+        self._lock = threading.Lock()
+        self._failures: dict[tuple[str, str], str] = {}
+        self._run_dirs: dict[str, str] = {}
+
+    def run_config(self, experiment: str, trial: str) -> StatsLoggerConfig:
+        """The StatsLogger config of one run's step-based sinks (no Prometheus)."""
+        config = self.sinks.logger_config(experiment, trial)
+        tensorboard = config.tensorboard
         if tensorboard.path is not None:
-            path = str(Path(tensorboard.path) / experiment / trial)
+            path = str(config.run_dir / TENSORBOARD_DIR)
             tensorboard = dataclasses.replace(tensorboard, path=path)
-        if swanlab.logdir is not None:
-            logdir = str(Path(swanlab.logdir) / experiment / trial)
-            swanlab = dataclasses.replace(swanlab, logdir=logdir)
-        prometheus = dataclasses.replace(config.prometheus, enabled=False)
-        config = dataclasses.replace(
-            config, tensorboard=tensorboard, swanlab=swanlab, prometheus=prometheus
+        return dataclasses.replace(
+            config,
+            tensorboard=tensorboard,
+            swanlab=dataclasses.replace(config.swanlab, logdir=None),  # <run_dir>/swanlog
+            prometheus=dataclasses.replace(config.prometheus, enabled=False),
         )
-        return build_sinks(config, BuildContext(swanlab_process=True))
 
-    return build
+    def __call__(self, experiment: str, trial: str) -> list[Sink]:
+        from exporters.registry import SINK_MODULES, BuildContext, enabled_sinks
+
+        config = self.run_config(experiment, trial)
+        run = run_label(experiment, trial)
+        factories = [importlib.import_module(module).FACTORY for module in SINK_MODULES]
+        by_name = {factory.name: factory for factory in factories}
+        context = BuildContext(swanlab_process=True)
+        sinks: list[Sink] = []
+        failures: dict[tuple[str, str], str] = {}
+        for name in enabled_sinks(config):
+            try:
+                sinks.append(by_name[name].create(config, context))
+            except Exception as exc:  # a sink that cannot start must not cost the others
+                failures[run, name] = _first_line(exc)
+                logger.error("run %s: sink %s failed to start: %s", run, name, failures[run, name])
+                continue
+            self._link_root(name, config, experiment, trial)
+        with self._lock:
+            self._failures.update(failures)
+            self._run_dirs[run] = str(config.run_dir.resolve())
+        return sinks
+
+    def _link_root(self, name: str, config: StatsLoggerConfig, experiment: str, trial: str) -> None:
+        """``<root>/<experiment>/<trial>`` to the run's directory of sink ``name``."""
+        roots = {
+            "tensorboard": (self.sinks.tensorboard.path, TENSORBOARD_DIR),
+            "swanlab": (self.sinks.swanlab.logdir, SWANLAB_DIR),
+        }
+        root, entry = roots.get(name, (None, ""))
+        if root is None:
+            return
+        link, target = Path(root) / experiment / trial, config.run_dir / entry
+        try:
+            if link_dir(link, target):
+                return
+            why = "something else is there"
+        except OSError as exc:
+            why = str(exc)
+        run = run_label(experiment, trial)
+        logger.warning("run %s: %s does not lead to %s (%s)", run, link, target, why)
+
+    def failures(self) -> dict[tuple[str, str], str]:
+        """``(run, sink) -> error`` of every sink that failed to start."""
+        with self._lock:
+            return dict(self._failures)
+
+    def run_dirs(self) -> dict[str, str]:
+        """``run -> absolute run directory`` of every run opened so far."""
+        with self._lock:
+            return dict(self._run_dirs)
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: message`` of ``exc``, its first line."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def run_sink_factory(sinks: SinksConfig) -> RunSinkFactory:
+    """The :class:`RunSinkFactory` of the collector's ``sinks`` section."""
+    return RunSinkFactory(sinks)
 
 
 def shared_sinks(sinks: SinksConfig) -> list[Sink]:

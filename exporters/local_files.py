@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def writable_dir(path: os.PathLike | str) -> str:
@@ -19,3 +20,31 @@ def writable_dir(path: os.PathLike | str) -> str:
     if not os.access(path, os.W_OK):
         raise PermissionError(f"run directory {path} is not writable")
     return os.path.abspath(path)
+
+
+def link_dir(link: os.PathLike | str, target: os.PathLike | str) -> bool:
+    """Make ``link`` a symbolic link to the directory ``target``; False when it is left alone.
+
+    Nothing to do when ``link`` is ``target`` or holds it; a link to elsewhere is replaced;
+    anything else already at ``link`` is left alone.
+
+    Raises:
+        OSError: the link cannot be made.
+    """
+    link, target = Path(os.path.abspath(link)), Path(os.path.abspath(target))
+    if link == target or link in target.parents:
+        return True
+    if link.is_symlink():
+        if Path(os.readlink(link)) == target:
+            return True
+    elif link.exists():
+        return False
+    link.parent.mkdir(parents=True, exist_ok=True)
+    fresh = link.with_name(f".{link.name}.{os.getpid()}.link")
+    os.symlink(target, fresh, target_is_directory=True)
+    try:
+        os.replace(fresh, link)
+    except OSError:
+        fresh.unlink()
+        raise
+    return True

@@ -26,6 +26,9 @@ from telemetry.model.errors import ConfigError
 __all__ = [
     "AREAL_IGNORED",
     "SCHEMA",
+    "SWANLAB_DIR",
+    "TENSORBOARD_DIR",
+    "WANDB_DIR",
     "ConfigError",
     "ConsoleConfig",
     "OtlpConfig",
@@ -50,6 +53,9 @@ AREAL_IGNORED: dict[str, frozenset[str]] = {
 """AReaL ``stats_logger`` keys rltel does not implement: accepted with one warning."""
 
 OptStr = StrictStr | None
+
+TENSORBOARD_DIR, WANDB_DIR, SWANLAB_DIR = "tensorboard", "wandb", "swanlog"
+"""The file sinks' directories in a run directory (:attr:`StatsLoggerConfig.run_dir`)."""
 
 
 @dataclass(frozen=True, config=SCHEMA)
@@ -174,7 +180,13 @@ class StatsLoggerConfig:
 
     @property
     def run_dir(self) -> Path:
-        """``<fileroot>/<experiment>/<trial>``: where this run's local files live."""
+        """``<fileroot>/<experiment>/<trial>``: where this run's local files live.
+
+        W&B writes ``wandb/`` here, SwanLab ``swanlog/`` (unless ``swanlab.logdir`` is set),
+        the OTLP sink its ``otlp-spool/``; TensorBoard writes to ``tensorboard.path``, which
+        keeps the run in one directory when it is ``<run_dir>/tensorboard`` (the collector
+        always puts it there).
+        """
         return Path(self.fileroot) / self.experiment_name / self.trial_name
 
 

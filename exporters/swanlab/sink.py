@@ -22,7 +22,7 @@ from typing import Any
 from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.steps import StreamSteps
-from telemetry.config import StatsLoggerConfig, public_dict
+from telemetry.config import SWANLAB_DIR, StatsLoggerConfig, public_dict
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class SwanlabSink(RunSink):
             )
         if mode == "cloud":
             _cloud_login(swanlab, section.api_key.get_secret_value() if section.api_key else None)
-        self.logdir = writable_dir(section.logdir or os.path.join(config.run_dir, "swanlog"))
+        self.logdir = writable_dir(section.logdir or os.path.join(config.run_dir, SWANLAB_DIR))
         run_config = dict(experiment) if experiment is not None else public_dict(config)
         if section.config:
             run_config.update(section.config)

@@ -1,4 +1,5 @@
-"""Several runs through one collector: each gets its own TensorBoard and SwanLab run."""
+"""Several runs through one collector: each gets its own TensorBoard and SwanLab run, in its
+run directory; a sink that cannot start costs only itself and shows in the self-metrics."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 from collector.config import from_dict
 from collector.server import CollectorServer
 from telemetry.logger import StatsLogger
+from tests.wandb_log import inspect_wandb
+
+from .conftest import samples, scrape
 
 TRIALS = ("a", "b")
 
@@ -76,8 +80,43 @@ def test_each_run_gets_its_own_step_based_sinks(tmp_path):
         server.stop(60)
     for index, trial in enumerate(TRIALS):
         expected = {step: step + 10.0 * index for step in (1, 2, 3)}
-        path = os.path.join(tb, "exp", trial)
-        assert tensorboard_series(path, "ppo_actor/update/loss") == pytest.approx(expected)
-        name, series = swanlab_series(os.path.join(swan, "exp", trial), "ppo_actor/update/loss")
+        run_dir = tmp_path / "files" / "exp" / trial  # every file of the run is in it
+        for root, entry in ((tb, "tensorboard"), (swan, "swanlog")):
+            link = os.path.join(root, "exp", trial)  # the configured root leads there
+            assert os.path.islink(link) and os.path.samefile(link, run_dir / entry)
+        for path in (run_dir / "tensorboard", os.path.join(tb, "exp", trial)):
+            assert tensorboard_series(str(path), "ppo_actor/update/loss") == pytest.approx(expected)
+        name, series = swanlab_series(str(run_dir / "swanlog"), "ppo_actor/update/loss")
         assert name == f"exp_{trial}"
         assert series == pytest.approx(expected)
+
+
+def test_a_sink_that_cannot_start_is_reported_and_the_others_write(start_collector, tmp_path):
+    files = tmp_path / "files"
+    blocked = files / "exp" / "t1" / "tensorboard"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("a file where the TensorBoard directory goes")
+    sinks = {"fileroot": str(files), "tensorboard": {"path": str(files)}}
+    server = start_collector(sinks={**sinks, "wandb": {"mode": "offline"}})
+    logger = StatsLogger(
+        {
+            "experiment_name": "exp",
+            "trial_name": "t1",
+            "fileroot": str(tmp_path / "client"),
+            "otlp": {"endpoint": server.endpoint},
+        }
+    )
+    for step in (1, 2):
+        logger.commit(0, step, step, {"ppo_actor/update/loss": float(step)})
+    logger.close(timeout_s=30)
+    metrics = scrape(server.metrics_url)
+    (failed,) = samples(metrics, "rltel_collector_sink_start_failed", run="exp_t1")
+    labels = dict(failed)
+    assert labels["sink"] == "tensorboard" and str(blocked) in labels["error"], labels
+    run_dir = str((files / "exp" / "t1").resolve())
+    assert samples(metrics, "rltel_collector_run_info", run="exp_t1", dir=run_dir)
+    server.stop(60)  # W&B's run finished: its file complete
+    (path,) = glob.glob(str(files / "exp" / "t1" / "wandb" / "offline-run-*" / "*.wandb"))
+    rows = [r["history"]["item"] for r in inspect_wandb(path) if r["type"] == "history"]
+    losses = [row["ppo_actor/update/loss"] for row in rows if "ppo_actor/update/loss" in row]
+    assert losses == [1, 2]

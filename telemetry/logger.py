@@ -144,6 +144,13 @@ class StatsLogger:
                 return str(value)
         return str(self.rank)
 
+    @property
+    def prometheus_url(self) -> str | None:
+        """``http://host:port/metrics`` of the in-process Prometheus sink, with the port it
+        bound (``prometheus.port: 0`` picks a free one); None when it does not run here."""
+        sinks = (queued.sink for queued in self.fanout.queued)
+        return next((sink.url for sink in sinks if sink.name == "prometheus"), None)
+
     def commit(
         self,
         epoch: int,

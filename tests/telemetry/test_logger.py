@@ -320,8 +320,9 @@ def test_embedded_prometheus_serves_every_sinks_queue_health(tmp_path):
     logger.commit(0, 0, 1, {"loss": 1.0})
     logger.commit(0, 1, 2, {"loss": 2.0})
     assert logger.fanout.force_flush(10)
-    prometheus = next(q.sink for q in logger.fanout.queued if q.sink.name == "prometheus")
-    body = urllib.request.urlopen(prometheus.url, timeout=5).read().decode()
+    url = logger.prometheus_url  # the port it bound, not the configured 0
+    assert url.startswith("http://127.0.0.1:") and not url.endswith(":0/metrics"), url
+    body = urllib.request.urlopen(url, timeout=5).read().decode()
     exported = {
         s.labels["sink"]: s.value
         for family in text_string_to_metric_families(body)
@@ -330,6 +331,9 @@ def test_embedded_prometheus_serves_every_sinks_queue_health(tmp_path):
     }
     logger.close()
     assert exported == {"prometheus": 2.0}
+    without = StatsLogger(config(tmp_path / "off", console={"enabled": True}))
+    assert without.prometheus_url is None
+    without.close()
 
 
 def test_trainer_exports_carry_the_step_heartbeat(tmp_path):

@@ -1,4 +1,9 @@
-"""The ``rltel`` command: ``rltel demo``, ``rltel collector`` and ``rltel report``."""
+"""The ``rltel`` command: ``rltel demo``, ``rltel collector`` and ``rltel report``.
+
+A missing library never ends a command in a traceback: ``rltel demo`` checks its sinks'
+libraries before it starts a rank, and any command whose import fails prints one line
+naming the extra to install; both exit 2.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import argparse
 import sys
 import warnings
 
-from telemetry.cli_args import OneLineParser
+from telemetry.cli_args import OneLineParser, install_line, missing_libraries, missing_module_line
 
 COMMANDS = {
     "demo": "run a 2-rank RL training job through the whole pipeline",
@@ -14,6 +19,8 @@ COMMANDS = {
     "report": "draw figures and an HTML page from runs' TensorBoard event files",
 }
 PYNVML_DEPRECATION = "The pynvml package is deprecated"
+DEMO_LIBRARIES = ("wandb", "swanlab", "tensorboard")
+"""What the demo's W&B, SwanLab and TensorBoard sinks import (in rank 0 or its collector)."""
 
 
 def hide_pynvml_warning() -> None:
@@ -43,17 +50,41 @@ def main(argv: list[str] | None = None) -> int:
     hide_pynvml_warning()
     argv = sys.argv[1:] if argv is None else argv
     command = _parser().parse_args(argv[:1]).command
-    if command == "demo":
-        from telemetry.demo.cli import main as demo_main
+    try:
+        return _run(command, argv[1:])
+    except ModuleNotFoundError as exc:
+        print(f"rltel {command}: error: {missing_module_line(exc)}", file=sys.stderr)
+        return 2
 
-        return demo_main(argv[1:])
+
+def _run(command: str, argv: list[str]) -> int:
+    if command == "demo":
+        return _demo(argv)
     if command == "report":
         from telemetry.report.cli import main as report_main
 
-        return report_main(argv[1:])
+        return report_main(argv)
     from collector.__main__ import main as collector_main
 
-    return collector_main(argv[1:])
+    return collector_main(argv)
+
+
+def _demo(argv: list[str]) -> int:
+    """``rltel demo``, once its sinks' libraries are known to be there (not needed when it
+    sends to a collector of the user's: that one runs the sinks)."""
+    from telemetry.demo.cli import main as demo_main
+    from telemetry.demo.cli import parser as demo_parser
+
+    if demo_parser().parse_args(argv).otlp_endpoint is None:
+        missing = missing_libraries(DEMO_LIBRARIES)
+        if missing:
+            print(
+                f"rltel demo: error: {install_line(missing)} (the demo writes W&B, SwanLab and "
+                "TensorBoard files; rltel[all] installs every library rltel's commands use)",
+                file=sys.stderr,
+            )
+            return 2
+    return demo_main(argv)
 
 
 if __name__ == "__main__":

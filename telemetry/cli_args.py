@@ -1,15 +1,25 @@
-"""Argument parsing for the ``rltel`` commands: one-line errors, checked value types."""
+"""Argument parsing for the ``rltel`` commands: one-line errors, checked value types, and
+the optional libraries a command needs (named with the extra that installs them)."""
 
 from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
 import math
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NoReturn
 
 MAX_PORT = 65535
+EXTRAS = {
+    "wandb": "wandb",
+    "swanlab": "swanlab",
+    "tensorboard": "tensorboard",
+    "matplotlib": "report",
+    "transformers": "moe",
+}
+"""An optional library -> the ``rltel[...]`` extra that installs it (pyproject.toml)."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -82,3 +92,25 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
+
+
+def missing_libraries(libraries: Iterable[str]) -> list[str]:
+    """Those of ``libraries`` that are not installed (found without importing them)."""
+    return [name for name in libraries if importlib.util.find_spec(name) is None]
+
+
+def install_line(libraries: Iterable[str]) -> str:
+    """``"a, b not installed: pip install rltel[x,y]"`` for missing optional libraries."""
+    names = list(libraries)
+    extras = ",".join(sorted({EXTRAS[name] for name in names}))
+    return f"{', '.join(names)} not installed: pip install rltel[{extras}]"
+
+
+def missing_module_line(exc: ModuleNotFoundError) -> str:
+    """One line for a failed import: the extra to install, or the module to reinstall."""
+    if "pip install" in str(exc):  # the sinks' own messages name their extra
+        return str(exc)
+    top = (exc.name or "").partition(".")[0]
+    if top in EXTRAS:
+        return install_line([top])
+    return f"module {exc.name!r} is missing: reinstall rltel (pip install -e . in the checkout)"

@@ -6,9 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from telemetry.cli_args import OneLineParser
+from telemetry.cli_args import OneLineParser, install_line, missing_libraries
 
 PROG = "rltel report"
+LIBRARIES = ("matplotlib", "tensorboard")
+"""What the report imports: the figures' canvas and the event-file reader (``rltel[report]``)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,12 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--since {args.since} is after --until {args.until}")
     if args.out is None and len(args.runs) > 1:
         parser.error("give --out DIR when reporting several runs")
-    try:
-        from telemetry.report.build import build_report
-        from telemetry.report.runs import Filters, ReportInputError, load_runs
-    except ModuleNotFoundError as exc:
-        print(f"{PROG}: error: needs {exc.name}: pip install rltel[report]", file=sys.stderr)
+    missing = missing_libraries(LIBRARIES)
+    if missing:
+        print(f"{PROG}: error: {install_line(missing)}", file=sys.stderr)
         return 2
+    from telemetry.report.build import build_report
+    from telemetry.report.runs import Filters, ReportInputError, load_runs
+
     out = Path(args.out) if args.out is not None else Path(args.runs[0]) / "report"
     filters = Filters(args.since, args.until, tuple(args.keys))
     try:

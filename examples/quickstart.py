@@ -7,7 +7,7 @@ import torch
 
 from telemetry import StatsLogger, stats_tracker
 
-port = int(sys.argv[1]) if len(sys.argv) > 1 else 9464  # the Prometheus endpoint
+port = int(sys.argv[1]) if len(sys.argv) > 1 else 0  # the Prometheus endpoint; 0: a free port
 serve_seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
 logger = StatsLogger({
     "experiment_name": "quickstart",
@@ -25,6 +25,6 @@ for step in range(20):
     stats_tracker.get("rollout").scalar(reward=step / 20)
     stats = stats_tracker.export_all()  # pass reduce_group=dp_group under torch.distributed
     logger.commit(epoch=0, epoch_step=step, global_step=step, data=stats)
-print(f"serving http://127.0.0.1:{port}/metrics for {serve_seconds:g} s", flush=True)
+print(f"serving {logger.prometheus_url} for {serve_seconds:g} s", flush=True)
 time.sleep(serve_seconds)
 logger.close()

@@ -79,8 +79,11 @@ def parser() -> argparse.ArgumentParser:
         "--prometheus-port",
         type=tcp_port,
         default=DemoOptions.prometheus_port,
-        help=f"port of the Prometheus endpoint on {PROMETHEUS_HOST}, the demo's own or its "
-        "collector's (0: any free port)",
+        action=_Given,
+        help=f"port of the demo's Prometheus endpoint on {PROMETHEUS_HOST} (0: any free port); "
+        "of the collector's when the demo starts one (then, unless given, any free port); of "
+        "a running collector's on its host when the demo sends to one (where the demo reads "
+        "its health at the end)",
     )
     result.add_argument(
         "--serve-seconds",
@@ -93,7 +96,8 @@ def parser() -> argparse.ArgumentParser:
         "--collector",
         action="store_true",
         help="start an `rltel collector` subprocess on free loopback ports and send to it "
-        "over OTLP (ranks and rollout workers); it fans out to the sinks",
+        "over OTLP (ranks and rollout workers); it fans out to the sinks, and the demo exits "
+        "1 when the collector reports a sink that failed to start, is degraded or dropped data",
     )
     where.add_argument(
         "--otlp-endpoint",
@@ -123,14 +127,17 @@ def parse(argv: list[str] | None = None) -> DemoOptions:
     demo_parser = parser()
     args = demo_parser.parse_args(argv)
     otlp = args.collector or args.otlp_endpoint is not None
+    port = args.prometheus_port
+    if args.collector and not getattr(args, "prometheus_port_given", False):
+        port = 0  # the stack's collector, or another demo, may hold the default port
     if getattr(args, "rollout_workers_given", False) and not otlp:
         demo_parser.error(
             "argument --rollout-workers: needs --collector or --otlp-endpoint"
             " (the embedded default has no rollout workers)"
         )
-    if args.otlp_endpoint is None and port_in_use(PROMETHEUS_HOST, args.prometheus_port):
+    if args.otlp_endpoint is None and port_in_use(PROMETHEUS_HOST, port):
         demo_parser.error(
-            f"argument --prometheus-port: port {args.prometheus_port} on {PROMETHEUS_HOST}"
+            f"argument --prometheus-port: port {port} on {PROMETHEUS_HOST}"
             " is in use (choose another, or 0 for any free port)"
         )
     if args.otlp_endpoint is not None:
@@ -144,7 +151,7 @@ def parse(argv: list[str] | None = None) -> DemoOptions:
         ranks=args.ranks,
         steps=args.steps,
         fileroot=args.fileroot,
-        prometheus_port=args.prometheus_port,
+        prometheus_port=port,
         serve_seconds=args.serve_seconds,
         collector=args.collector,
         otlp_endpoint=args.otlp_endpoint,

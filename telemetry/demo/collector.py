@@ -1,10 +1,11 @@
 """``rltel demo --collector``: a real ``rltel collector`` subprocess on free loopback ports.
 
 The demo writes a collector config to a temporary file (receiver on any free port,
-Prometheus on the demo's ``--prometheus-port``, W&B and SwanLab offline and TensorBoard
-under the demo's fileroot), starts ``rltel collector --config`` and reads the endpoints it
-announces. :meth:`DemoCollector.stop` drains it with SIGTERM and waits for its exit status.
-The collector's output goes to ``<run dir>/collector.log``.
+Prometheus on the demo's ``--prometheus-port``, by default any free port too, W&B and SwanLab
+offline and TensorBoard under the demo's fileroot, in the run layout the embedded demo
+writes), starts ``rltel collector --config`` and reads the endpoints it announces.
+:meth:`DemoCollector.stop` drains it with SIGTERM and waits for its exit status. The
+collector's output goes to ``<run dir>/collector.log``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def collector_config(options: DemoOptions) -> dict:
                 "fileroot": options.fileroot,
                 "wandb": {"mode": "offline", "project": EXPERIMENT},
                 "swanlab": {"mode": "offline", "project": EXPERIMENT},
-                # the collector appends <experiment>/<trial>: the events land in the run dir
+                # on, rooted at the fileroot: <fileroot>/<experiment>/<trial>/tensorboard
                 "tensorboard": {"path": options.fileroot},
                 "prometheus": {
                     "enabled": True,
@@ -48,6 +49,12 @@ def collector_config(options: DemoOptions) -> dict:
             },
         }
     }
+
+
+def metrics_url_of(endpoint: str, port: int) -> str:
+    """``http://HOST:port/metrics`` on the host of the OTLP ``endpoint`` (``HOST:PORT``)."""
+    host = endpoint.rpartition(":")[0]
+    return f"http://{host}:{port}/metrics"
 
 
 class CollectorFailed(RuntimeError):

@@ -1,4 +1,4 @@
-"""What ``rltel demo`` shows on the terminal: a progress bar per step, then how to look.
+"""What ``rltel demo`` shows on the terminal: a progress bar per step, then its endpoint.
 
 On a terminal a tqdm bar redraws in place (step/total, elapsed, ETA and a few headline
 values); when standard output is not a TTY (tests, CI, a log file) one short line per step
@@ -13,7 +13,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -101,33 +100,6 @@ class StepProgress:
             self.bar = None
 
 
-def print_hints(
-    run_dir: Path | None,
-    prometheus_url: str | None,
-    tensorboard_dir: Path | None = None,
-    note: str = "",
-    stream: TextIO | None = None,
-) -> None:
-    """How to look at the run: report, TensorBoard, W&B LEET, Prometheus.
-
-    ``run_dir`` None: the files are the external collector's (``note`` says where).
-    """
-    out = stream or sys.stdout
-    lines = ["", "How to look at this run:"]
-    if run_dir is None:
-        run_dir = Path("FILEROOT") / "rltel-demo" / "trial0"
-        lines.append(f"  ({note})")
-    lines += [
-        f"  rltel report {run_dir}",
-        f"  tensorboard --logdir {tensorboard_dir or run_dir}",
-        f"  wandb leet {run_dir / 'wandb'}",
-    ]
-    if prometheus_url:
-        lines.append(f"  Prometheus: {prometheus_url}")
-    out.write("\n".join(lines) + "\n")
-    out.flush()
-
-
 def scraped(url: str) -> list[str]:
     """The headline series of one scrape of ``url``."""
     body = urllib.request.urlopen(url, timeout=10).read().decode()
@@ -148,10 +120,3 @@ def show_endpoint(url: str, serve_seconds: float) -> None:
         print(f"serving {url} for {serve_seconds:.0f} s (Ctrl-C stops)", flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             time.sleep(serve_seconds)
-
-
-def list_files(run_dir: Path) -> None:
-    """Print what the run left in its directory."""
-    print(f"\nrun files under {run_dir}:")
-    for path in sorted(run_dir.iterdir()):
-        print(f"  {path}")

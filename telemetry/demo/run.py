@@ -35,6 +35,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from telemetry.config import TENSORBOARD_DIR
+from telemetry.demo.files import RunFiles
+from telemetry.demo.health import CollectorHealth, HealthUnavailable, settled_health
+from telemetry.demo.hints import collector_hints, local_hints, print_hints
 from telemetry.demo.model import (
     DEMO_PEAK_FLOPS_PER_CORE,
     EXPERTS,
@@ -50,7 +54,7 @@ from telemetry.demo.model import (
     token_logp,
 )
 from telemetry.demo.options import PROMETHEUS_HOST, DemoOptions
-from telemetry.demo.progress import StepProgress, list_files, print_hints, show_endpoint
+from telemetry.demo.progress import StepProgress, show_endpoint
 from telemetry.demo.rollout import (
     RolloutLink,
     load_rollouts,
@@ -61,6 +65,7 @@ from telemetry.demo.rollout import (
 __all__ = ["DEMO_PEAK_FLOPS_PER_CORE", "DemoOptions", "run_demo", "train_rank"]
 
 EXPERIMENT, TRIAL = "rltel-demo", "trial0"
+RUN = f"{EXPERIMENT}_{TRIAL}"  # the collector's run label
 STOP_TIMEOUT_S = 10.0
 UP_NOTE = "(up while the demo runs; --serve-seconds keeps it up)"
 
@@ -114,8 +119,9 @@ def _train(
     balance = MoEBalance()
     for layer_id, layer in enumerate(model.layers):
         hook_router(layer.router, balance, layer_id, num_experts=EXPERTS)
-    logger = progress = None
+    logger = progress = files = None
     if rank == 0:
+        files = RunFiles(Path(options.fileroot) / EXPERIMENT / TRIAL)
         logger = StatsLogger(_logger_config(options, endpoint), sinks=_extra_sinks(options))
         progress = StepProgress(options.steps, enabled=not options.verbose)
     behavior, behavior_version, exported = copy.deepcopy(model), 0, 0
@@ -192,7 +198,7 @@ def _train(
     if logger is not None:
         progress.close()
         if endpoint is None:
-            _finish_embedded(logger, options)
+            _finish_embedded(logger, options, files)
         else:
             logger.close(30.0)  # the OTLP sink's queue drains; the main process reports
 
@@ -201,11 +207,12 @@ def _logger_config(options: DemoOptions, endpoint: str | None) -> dict:
     base = {"experiment_name": EXPERIMENT, "trial_name": TRIAL, "fileroot": options.fileroot}
     if endpoint is not None:  # no in-process sinks: the collector fans out
         return {**base, "otlp": {"endpoint": endpoint}, "console": {"enabled": False}}
+    run_dir = Path(options.fileroot) / EXPERIMENT / TRIAL
     return {
         **base,
         "wandb": {"mode": "offline", "project": EXPERIMENT},
         "swanlab": {"mode": "offline", "project": EXPERIMENT},
-        "tensorboard": {"path": str(Path(options.fileroot) / EXPERIMENT / TRIAL / "tb")},
+        "tensorboard": {"path": str(run_dir / TENSORBOARD_DIR)},  # the collector's layout
         "prometheus": {"enabled": True, "host": PROMETHEUS_HOST, "port": options.prometheus_port},
         "console": {"enabled": options.verbose},
     }
@@ -220,15 +227,21 @@ def _extra_sinks(options: DemoOptions) -> list | None:
     return [ConsoleSink()]
 
 
-def _finish_embedded(logger, options: DemoOptions) -> None:
+def _finish_embedded(logger, options: DemoOptions, files: RunFiles) -> None:
     """Rank 0, embedded: scrape its own endpoint, close the sinks, list files, hints."""
     logger.fanout.force_flush(30.0)
     url = next(q.sink.url for q in logger.fanout.queued if q.sink.name == "prometheus")
     show_endpoint(url, options.serve_seconds)
     logger.close()
-    run_dir = logger.config.run_dir
-    list_files(run_dir)
-    print_hints(run_dir, f"{url} {UP_NOTE}", run_dir / "tb")
+    files.show()
+    print_hints(local_hints(files, f"{url} {UP_NOTE}"))
+
+
+def _problems(problems: list[str], url: str) -> None:
+    """The collector's problems on stderr, after everything else."""
+    lines = [f"rltel demo: the collector reported problems ({url}):"]
+    lines += [f"  {problem}" for problem in problems]
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _free_port() -> int:
@@ -287,11 +300,15 @@ def _spawn_ranks(nprocs: int, args: tuple) -> None:
 
 
 def _run_otlp(options: DemoOptions, port: int, scratch: Path) -> int:
-    from telemetry.demo.collector import DemoCollector
+    """Over OTLP: start the collector (``--collector``) and the workers, train, then read
+    the collector's health, stop everything, list the files and hints; the exit status."""
+    from telemetry.demo.collector import DemoCollector, metrics_url_of
     from telemetry.demo.rollout import start_workers, stop_workers
 
     run_dir = Path(options.fileroot) / EXPERIMENT / TRIAL
+    files = RunFiles(run_dir)
     collector, link, workers, trained = None, None, [], False
+    health: CollectorHealth | str = "the ranks did not finish"
     status = 0
     try:
         if options.collector:
@@ -299,23 +316,27 @@ def _run_otlp(options: DemoOptions, port: int, scratch: Path) -> int:
             collector = DemoCollector(
                 options, scratch / "collector.yaml", run_dir / "collector.log"
             )
-            endpoint = collector.endpoint
+            endpoint, metrics_url = collector.endpoint, collector.metrics_url
             print(
                 f"collector: pid {collector.proc.pid}, otlp {endpoint}, "
-                f"metrics {collector.metrics_url}, log {collector.log_path}",
+                f"metrics {metrics_url}, log {collector.log_path}",
                 flush=True,
             )
         else:
             endpoint = options.otlp_endpoint
+            metrics_url = metrics_url_of(endpoint, options.prometheus_port)
         if options.rollout_workers:
             link, workers = start_workers(options, endpoint, scratch)
         _spawn_ranks(options.ranks, (options.ranks, options, port, endpoint, link))
         trained = True
     finally:
         codes = stop_workers(link, workers) if link is not None else []
+        alive = collector is None or collector.proc.poll() is None
+        if trained and alive:
+            health = _health(metrics_url)
         if collector is not None:
-            if trained and collector.proc.poll() is None:
-                show_endpoint(collector.metrics_url, options.serve_seconds)
+            if trained and alive:
+                show_endpoint(metrics_url, options.serve_seconds)
             code = collector.stop()
             print(f"collector: drained and exited with status {code}", flush=True)
             status = int(code != 0)
@@ -323,8 +344,25 @@ def _run_otlp(options: DemoOptions, port: int, scratch: Path) -> int:
         print(f"rollout workers: exit statuses {codes}", flush=True)
         status = status or int(any(code != 0 for code in codes))
     if collector is not None:
-        list_files(run_dir)
-        print_hints(run_dir, f"{collector.metrics_url} {UP_NOTE}")
+        files.show()
+        print_hints(local_hints(files, f"{metrics_url} {UP_NOTE}"))
     else:
-        print_hints(None, None, note=f"FILEROOT: sinks.fileroot of the collector at {endpoint}")
+        print_hints(collector_hints(health, endpoint, RUN))
+    if isinstance(health, CollectorHealth):
+        problems = health.problems(RUN, whole_collector=collector is not None)
+    elif collector is not None and trained and alive:  # the demo's own collector must answer
+        problems = [f"its health could not be read: {health}"]
+    else:
+        problems = []
+    if problems:
+        _problems(problems, metrics_url)
+        status = status or 1
     return status
+
+
+def _health(url: str) -> CollectorHealth | str:
+    """The collector's health once its queues are empty, or why it cannot be read."""
+    try:
+        return settled_health(url)
+    except HealthUnavailable as exc:
+        return str(exc)

@@ -46,8 +46,29 @@ def assert_families(events, steps: list[int]) -> None:
     assert not any(tag.endswith("__count") for tag in tags)
 
 
+def leave_earlier_run(run_dir: Path) -> list[Path]:
+    """Files an earlier run left in ``run_dir`` (an old layout's and this one's)."""
+    left = [
+        run_dir / "tb" / "events.out.tfevents.1.earlier",
+        run_dir / "swanlog" / "run-earlier" / "backup.swanlab",
+        run_dir / "tensorboard" / "events.out.tfevents.2.earlier",
+    ]
+    for path in left:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    return left
+
+
+def listed_files(out: str, run_dir: Path) -> list[str]:
+    """The paths under "run files this run wrote" in the demo's output."""
+    after = out.split(f"run files this run wrote under {run_dir}:\n", 1)[1]
+    return [line.split()[0] for line in after.split("\n\n", 1)[0].splitlines()]
+
+
 @pytest.mark.timeout(300)
 def test_demo_runs_two_ranks_and_writes_every_sink(tmp_path: Path, capfd):
+    run_dir = tmp_path / "rltel-demo" / "trial0"
+    earlier = leave_earlier_run(run_dir)
     assert run_demo(DemoOptions(ranks=2, steps=4, fileroot=str(tmp_path), prometheus_port=0)) == 0
     out = capfd.readouterr().out
     assert "moe_balance_max_over_ideal_ratio{" in out  # scraped from the live endpoint
@@ -58,11 +79,15 @@ def test_demo_runs_two_ranks_and_writes_every_sink(tmp_path: Path, capfd):
     assert all("eta" in line and "reward" in line and "moe max/ideal" in line for line in steps)
     assert "── step" not in out
 
-    run_dir = tmp_path / "rltel-demo" / "trial0"
-    for hint in (f"rltel report {run_dir}", f"tensorboard --logdir {run_dir / 'tb'}"):
+    for hint in (f"rltel report {run_dir}", f"tensorboard --logdir {run_dir / 'tensorboard'}"):
         assert hint in out
     assert f"wandb leet {run_dir / 'wandb'}" in out
-    events = read_tensorboard(run_dir / "tb")
+    listed = listed_files(out, run_dir)  # only this run's: the earlier files are not
+    assert not {str(path) for path in earlier} & set(listed), listed
+    assert not any(name.startswith(str(run_dir / "tb")) for name in listed), listed
+    assert f"{run_dir / 'wandb'}/" in listed and f"{run_dir / 'swanlog'}/run-" in " ".join(listed)
+    (written,) = [name for name in listed if name.startswith(str(run_dir / "tensorboard"))]
+    events = read_tensorboard(Path(written))
     assert_families(events, [0, 1, 2, 3])
     # MFU from the demo's stated per-core peak: FLOP/s over (2 ranks x 1 core x peak)
     for rate, mfu in zip(

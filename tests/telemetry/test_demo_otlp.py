@@ -7,6 +7,7 @@ the merged rollout reward is checked against what each worker process wrote it s
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -18,16 +19,25 @@ from pathlib import Path
 import pytest
 import yaml
 
+from collector.config import from_dict
+from collector.server import CollectorServer
+from telemetry.demo.cli import parse
+from telemetry.demo.health import HealthUnavailable, settled_health
+from telemetry.demo.hints import collector_hints, print_hints
+from telemetry.logger import StatsLogger
+from telemetry.report.runs import load_run
+from tests.distributed import free_port
 from tests.telemetry.test_demo import assert_families, read_tensorboard
 
 RLTEL = Path(sys.executable).with_name("rltel")
 STEPS = 4
 RUN = ("rltel-demo", "trial0")
+DEMO_RUN = "rltel-demo_trial0"  # the collector's run label
 
 
-def rltel(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def rltel(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``rltel *args`` in its own session; a hang kills the whole group and fails."""
-    env = {**os.environ, "WANDB_SILENT": "true"}
+    env = {**os.environ, "WANDB_SILENT": "true", **(env or {})}
     with subprocess.Popen(
         [str(RLTEL), *args],
         stdout=subprocess.PIPE,
@@ -91,10 +101,25 @@ def assert_gone(pid: int) -> None:
         os.kill(pid, 0)
 
 
+def test_collector_mode_picks_a_free_prometheus_port_unless_given():
+    assert parse(["--collector"]).prometheus_port == 0  # the stack's collector may hold 9464
+    port = free_port()
+    assert parse(["--collector", "--prometheus-port", str(port)]).prometheus_port == port
+
+
+def assert_reported(run_dir: Path) -> None:
+    """`rltel report RUN_DIR` finds the run's TensorBoard files and its W&B MoE tables."""
+    run = load_run(run_dir)
+    assert all(path.parent == run_dir / "tensorboard" for path in run.event_files)
+    assert "rollout/reward" in run.scalars
+    assert run.expert_source == "W&B tables moe_balance/expert_loads"
+    assert sorted(run.experts) == list(range(STEPS))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_demo_with_collector_merges_rollout_workers_and_drains(tmp_path: Path):
-    args = ["--steps", str(STEPS), "--prometheus-port", "0", "--fileroot", str(tmp_path)]
+    args = ["--steps", str(STEPS), "--fileroot", str(tmp_path)]  # any free Prometheus port
     result = rltel("demo", "--collector", *args)
     report = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert result.returncode == 0, report
@@ -104,6 +129,8 @@ def test_demo_with_collector_merges_rollout_workers_and_drains(tmp_path: Path):
     assert "rollout workers: exit statuses [0, 0]" in out, report
     pid = int(out.split("collector: pid ", 1)[1].split(",", 1)[0])
     assert_gone(pid)
+    metrics = out.split("metrics ", 1)[1].split(",", 1)[0]
+    assert metrics.startswith("http://127.0.0.1:") and ":9464/" not in metrics, metrics
     assert "rollout_reward{" in out  # each worker's series, scraped from the collector
     assert [x.split()[1] for x in out.splitlines() if x.startswith("step ")] == [
         f"{s}/{STEPS}" for s in range(1, STEPS + 1)
@@ -111,18 +138,52 @@ def test_demo_with_collector_merges_rollout_workers_and_drains(tmp_path: Path):
     run_dir = tmp_path.joinpath(*RUN)
     assert f"rltel report {run_dir}" in out and f"wandb leet {run_dir / 'wandb'}" in out
 
-    events = read_tensorboard(run_dir)  # the collector's TensorBoard sink
+    assert "collector reported problems" not in result.stderr, report
+
+    events = read_tensorboard(run_dir / "tensorboard")  # the embedded demo's layout
     assert_families(events, list(range(STEPS)))
     assert "timeperf/generate" in events.Tags()["scalars"]  # the workers' own timing
     assert_count_weighted(run_dir, events, workers=2)
     assert_wandb_complete(run_dir)
     assert list((run_dir / "swanlog").iterdir())
+    assert_reported(run_dir)
     log = (run_dir / "collector.log").read_text()
     assert "rltel collector: stopped" in log
 
 
-def start_collector(tmp_path: Path) -> tuple[subprocess.Popen, str]:
-    """A real `rltel collector` the test owns, on free ports; (process, OTLP endpoint)."""
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_sink_the_collector_cannot_start_is_printed_and_fails_the_demo(tmp_path: Path):
+    shadow = tmp_path / "shadow" / "swanlab"  # swanlab not installed, as the collector sees it
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'swanlab'\", name='swanlab')\n"
+    )
+    run_dir = tmp_path.joinpath("runs", *RUN)
+    earlier = run_dir / "swanlog" / "run-earlier" / "backup.swanlab"  # an earlier run's
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"")
+    args = ["--steps", "2", "--rollout-workers", "1", "--fileroot", str(tmp_path / "runs")]
+    result = rltel("demo", "--collector", *args, env={"PYTHONPATH": str(shadow.parent)})
+    report = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 1, report
+    assert "Traceback" not in result.stderr, report
+    problems = result.stderr.split("rltel demo: the collector reported problems (", 1)[1]
+    (line,) = problems.splitlines()[1:]
+    assert line.startswith("  sink swanlab of run rltel-demo_trial0 failed to start: "), line
+    assert "pip install rltel[swanlab]" in line, line
+    out = result.stdout
+    listed = out.split(f"run files this run wrote under {run_dir}:\n", 1)[1].split("\n\n")[0]
+    assert "swanlog" not in listed and "tensorboard" in listed and "wandb" in listed, report
+    assert f"rltel report {run_dir}" in out, report  # the other sinks wrote the run
+    events = read_tensorboard(run_dir / "tensorboard")
+    assert [e.step for e in events.Scalars("rollout/reward")] == [0, 1]
+    assert_wandb_complete(run_dir)
+
+
+def start_collector(tmp_path: Path) -> tuple[subprocess.Popen, str, str]:
+    """A real `rltel collector` the test owns, on free ports; (process, OTLP endpoint,
+    metrics URL)."""
     config = {
         "receiver": {"port": 0},
         "sinks": {
@@ -141,7 +202,8 @@ def start_collector(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     )
     for line in proc.stdout:
         if line.startswith("rltel collector: otlp="):
-            return proc, line.split()[2].split("=", 1)[1]
+            fields = dict(field.split("=", 1) for field in line.split()[2:])
+            return proc, fields["otlp"], fields["metrics"]
     proc.kill()
     raise AssertionError(f"collector did not start (exit {proc.wait()})")
 
@@ -149,11 +211,12 @@ def start_collector(tmp_path: Path) -> tuple[subprocess.Popen, str]:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_demo_sends_to_a_running_collector(tmp_path: Path):
-    collector, endpoint = start_collector(tmp_path)
+    collector, endpoint, metrics = start_collector(tmp_path)
     try:
         fileroot = tmp_path / "demo"
         args = ["--steps", str(STEPS), "--rollout-workers", "1", "--fileroot", str(fileroot)]
-        result = rltel("demo", "--otlp-endpoint", endpoint, *args)
+        port = metrics.rsplit(":", 1)[1].split("/", 1)[0]  # where the demo reads its health
+        result = rltel("demo", "--otlp-endpoint", endpoint, "--prometheus-port", port, *args)
     finally:
         collector.send_signal(signal.SIGTERM)
         code = collector.wait(120)
@@ -164,10 +227,49 @@ def test_demo_sends_to_a_running_collector(tmp_path: Path):
     assert "collector: pid" not in result.stdout  # none started
     assert "rollout workers: exit statuses [0]" in result.stdout, report
     local = fileroot.joinpath(*RUN)
-    assert not {"tb", "wandb", "swanlog"} & {p.name for p in local.iterdir()}  # no local sinks
-    events = read_tensorboard(tmp_path.joinpath("collector-tb", *RUN))
+    assert not {"tb", "tensorboard", "wandb", "swanlog"} & {p.name for p in local.iterdir()}
+    run_dir = tmp_path.joinpath("collector", *RUN).resolve()  # the collector's run directory
+    assert f"rltel report {run_dir}\n" in result.stdout, report
+    assert f"tensorboard --logdir {run_dir / 'tensorboard'}\n" in result.stdout, report
+    assert "wandb leet" not in result.stdout, report  # the collector runs no W&B sink
+    assert os.path.samefile(tmp_path.joinpath("collector-tb", *RUN), run_dir / "tensorboard")
+    events = read_tensorboard(run_dir / "tensorboard")
     assert_families(events, list(range(STEPS)))
     assert_count_weighted(local, events, workers=1)
+
+
+def test_hints_name_only_what_a_running_collector_wrote(tmp_path: Path):
+    """No TensorBoard sink there: no report; its health unreadable: no command at all."""
+    sinks = {"fileroot": str(tmp_path / "files"), "prometheus": {"port": 0}}  # no file sink
+    server = CollectorServer(from_dict({"receiver": {"port": 0}, "sinks": sinks}))
+    server.start()
+    try:
+        logger = StatsLogger(
+            {
+                "experiment_name": RUN[0],
+                "trial_name": RUN[1],
+                "fileroot": str(tmp_path / "client"),
+                "otlp": {"endpoint": server.endpoint},
+            }
+        )
+        logger.commit(0, 0, 0, {"ppo_actor/update/loss": 1.0})
+        logger.close(timeout_s=30)
+        health = settled_health(server.metrics_url)
+    finally:
+        server.stop(30)
+    assert health.run_dirs == {DEMO_RUN: str(tmp_path.joinpath("files", *RUN).resolve())}
+    assert health.problems(DEMO_RUN, whole_collector=True) == []
+    shown = io.StringIO()
+    print_hints(collector_hints(health, server.endpoint, DEMO_RUN), shown)
+    text = shown.getvalue()
+    assert "  rltel report " not in text and "tensorboard --logdir" not in text, text
+    assert "no TensorBoard files were written" in text, text
+    nobody = f"http://127.0.0.1:{free_port()}/metrics"
+    with pytest.raises(HealthUnavailable, match="did not answer"):
+        settled_health(nobody)
+    shown = io.StringIO()
+    print_hints(collector_hints("it did not answer", server.endpoint, DEMO_RUN), shown)
+    assert "  rltel report " not in shown.getvalue() and "--prometheus-port" in shown.getvalue()
 
 
 BAD_ENDPOINTS = {
@@ -198,8 +300,6 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) ->
 
 
 def test_unreachable_endpoint_conflicts_and_embedded_workers_are_one_line_exit_2(tmp_path):
-    from tests.distributed import free_port
-
     fileroot = str(tmp_path / "runs")
     nobody = f"127.0.0.1:{free_port()}"
     result = rltel("demo", "--otlp-endpoint", nobody, "--fileroot", fileroot)

@@ -1,7 +1,9 @@
 """A run's recorded series, read from its TensorBoard event files with TensorBoard's reader.
 
-A run directory is ``FILEROOT/EXPERIMENT/TRIAL``; its event files
-(``events.out.tfevents.*``) may sit anywhere below it (the StatsLogger writes ``tb/``).
+A run directory is ``FILEROOT/EXPERIMENT/TRIAL``, laid out as the demo and the collector
+write it (``tensorboard/``, ``wandb/``, ``swanlog/``); its event files
+(``events.out.tfevents.*``) may sit anywhere below it. An experiment directory (trials
+below it, none of its own) is refused with a line naming its trials.
 Scalars come from ``EventAccumulator`` (all of them: no reservoir sampling). The
 per-expert MoE loads are not in TensorBoard (the seed keeps it to per-layer summaries),
 so they come from TensorBoard tags ``moe_balance/layer_<i>/expert_<e>/load_percent``
@@ -20,6 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, WANDB_DIR
+
+RUN_ENTRIES = (TENSORBOARD_DIR, WANDB_DIR, SWANLAB_DIR)
+SHOWN_TRIALS = 5
 EVENT_GLOB = "events.out.tfevents.*"
 EXPERT_TAG = re.compile(r"^moe_balance/layer_(\d+)/expert_(\d+)/load_percent$")
 WANDB_TABLE = re.compile(r"expert_loads_(\d+)_[0-9a-f]+\.table\.json$")
@@ -97,6 +103,7 @@ def load_run(path: str | Path, filters: Filters | None = None, exclude: Path | N
         raise ReportInputError(f"{str(root)!r} does not exist")
     if not root.is_dir():
         raise ReportInputError(f"{str(root)!r} is not a directory (give FILEROOT/EXPERIMENT/TRIAL)")
+    _refuse_experiment(root)
     skip = exclude.resolve() if exclude is not None else None
     files = sorted(
         f
@@ -126,6 +133,25 @@ def load_run(path: str | Path, filters: Filters | None = None, exclude: Path | N
         where = f" within {filters.describe()}" if filters.describe() else ""
         raise ReportInputError(f"{str(root)!r} has no scalar data in its TensorBoard events{where}")
     return Run(root, _label(root), scalars, tuple(files), experts, source)
+
+
+def _is_run_dir(path: Path) -> bool:
+    """A run directory holds a sink's folder (``tensorboard/``, ``wandb/``, ``swanlog/``)."""
+    return any((path / entry).is_dir() for entry in RUN_ENTRIES)
+
+
+def _refuse_experiment(root: Path) -> None:
+    """Raise when ``root`` is not a run directory but holds run directories (its trials)."""
+    if _is_run_dir(root):
+        return
+    trials = sorted(child.name for child in root.iterdir() if child.is_dir() and _is_run_dir(child))
+    if not trials:
+        return
+    shown = ", ".join(trials[:SHOWN_TRIALS]) + (", ..." if len(trials) > SHOWN_TRIALS else "")
+    raise ReportInputError(
+        f"{str(root)!r} is an experiment directory (trials: {shown}): give a trial, e.g. "
+        f"rltel report {root / trials[0]}, or several trials with --out DIR"
+    )
 
 
 def _read(ea, file: Path):

@@ -53,7 +53,7 @@ def report(demo_run: Path) -> Path:
 
 
 def tb(run: Path) -> ea.EventAccumulator:
-    acc = ea.EventAccumulator(str(run / "tb"), size_guidance={ea.SCALARS: 0})
+    acc = ea.EventAccumulator(str(run / "tensorboard"), size_guidance={ea.SCALARS: 0})
     acc.Reload()
     return acc
 
@@ -260,6 +260,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys, demo_run: Path
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the output directory should go")
     assert "cannot write the report" in error_of(capsys, str(demo_run), "--out", str(blocked))
+
+
+def test_an_experiment_directory_is_one_line_naming_its_trials(tmp_path: Path, capsys, demo_run):
+    experiment = tmp_path / "exp"
+    for trial in ("trial0", "trial1"):
+        shutil.copytree(demo_run, experiment / trial, ignore=shutil.ignore_patterns("report"))
+    line = error_of(capsys, str(experiment))
+    assert "is an experiment directory (trials: trial0, trial1)" in line, line
+    assert f"rltel report {experiment / 'trial0'}" in line and "--out DIR" in line, line
+    assert not (experiment / "report").exists()
 
 
 def test_entry_point_exit_code_on_bad_input(tmp_path: Path):

@@ -23,10 +23,10 @@ def writable_dir(path: os.PathLike | str) -> str:
 
 
 def link_dir(link: os.PathLike | str, target: os.PathLike | str) -> bool:
-    """Make ``link`` a symbolic link to the directory ``target``; False when it is left alone.
+    """Make ``link`` a relative symbolic link to the directory ``target`` (it stays right when
+    a volume holding both is mounted elsewhere); False when something else is there.
 
-    Nothing to do when ``link`` is ``target`` or holds it; a link to elsewhere is replaced;
-    anything else already at ``link`` is left alone.
+    Nothing to do when ``link`` is ``target`` or holds it; a link to elsewhere is replaced.
 
     Raises:
         OSError: the link cannot be made.
@@ -35,13 +35,13 @@ def link_dir(link: os.PathLike | str, target: os.PathLike | str) -> bool:
     if link == target or link in target.parents:
         return True
     if link.is_symlink():
-        if Path(os.readlink(link)) == target:
+        if link.resolve() == target.resolve():
             return True
     elif link.exists():
         return False
     link.parent.mkdir(parents=True, exist_ok=True)
     fresh = link.with_name(f".{link.name}.{os.getpid()}.link")
-    os.symlink(target, fresh, target_is_directory=True)
+    os.symlink(os.path.relpath(target, link.parent), fresh, target_is_directory=True)
     try:
         os.replace(fresh, link)
     except OSError:

@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 
 from collector.config import from_dict
 from collector.server import CollectorServer
+from collector.sinks import RunSinkFactory
 from telemetry.logger import StatsLogger
 from tests.wandb_log import inspect_wandb
 
@@ -84,6 +85,7 @@ def test_each_run_gets_its_own_step_based_sinks(tmp_path):
         for root, entry in ((tb, "tensorboard"), (swan, "swanlog")):
             link = os.path.join(root, "exp", trial)  # the configured root leads there
             assert os.path.islink(link) and os.path.samefile(link, run_dir / entry)
+            assert not os.path.isabs(os.readlink(link))  # right wherever the tree is mounted
         for path in (run_dir / "tensorboard", os.path.join(tb, "exp", trial)):
             assert tensorboard_series(str(path), "ppo_actor/update/loss") == pytest.approx(expected)
         name, series = swanlab_series(str(run_dir / "swanlog"), "ppo_actor/update/loss")
@@ -120,3 +122,24 @@ def test_a_sink_that_cannot_start_is_reported_and_the_others_write(start_collect
     rows = [r["history"]["item"] for r in inspect_wandb(path) if r["type"] == "history"]
     losses = [row["ppo_actor/update/loss"] for row in rows if "ppo_actor/update/loss" in row]
     assert losses == [1, 2]
+
+
+def test_root_links_replace_a_stale_link_and_keep_a_real_directory(tmp_path, caplog):
+    files, root = tmp_path / "files", tmp_path / "tb"
+    stale = root / "exp" / "t1"
+    stale.parent.mkdir(parents=True)
+    os.symlink(tmp_path / "elsewhere", stale)  # an earlier run's, to a directory now gone
+    kept = root / "exp" / "t2" / "events.out.tfevents.1.earlier"  # an older collector's files
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"")
+    sinks = from_dict({"sinks": {"fileroot": str(files), "tensorboard": {"path": str(root)}}})
+    factory = RunSinkFactory(sinks.sinks)
+    for trial in ("t1", "t2"):
+        for sink in factory("exp", trial):
+            sink.shutdown()
+    assert os.path.samefile(stale, files / "exp" / "t1" / "tensorboard")
+    assert kept.exists() and not os.path.islink(kept.parent)
+    assert list((files / "exp" / "t2" / "tensorboard").glob("events.out.tfevents.*"))
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert f"{kept.parent} does not lead to {files / 'exp' / 't2' / 'tensorboard'}" in warning
+    assert factory.failures() == {}

@@ -337,11 +337,14 @@ def _help(point) -> str:
 
 
 def _instance(attrs: dict) -> str:
+    """``service.instance.id``, else ``<host>:<role><worker id>`` for a rollout or eval worker
+    (``vm:rollout0``, ``vm:eval0``) and ``<host>:rank<rank>`` for a trainer rank (``vm:rank0``):
+    workers of two roles with the same id stay two instances."""
     if "service.instance.id" in attrs:
         return str(attrs["service.instance.id"])
     host = str(attrs.get("host.name", "unknown"))
     if names.WORKER_ID in attrs:
-        return f"{host}:{attrs['rltel.worker_id']}"
+        return f"{host}:{attrs.get(names.ROLE, 'worker')}{attrs[names.WORKER_ID]}"
     if names.RANK in attrs:
-        return f"{host}:rank{attrs['rltel.rank']}"
+        return f"{host}:rank{attrs[names.RANK]}"
     return host

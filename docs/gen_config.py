@@ -114,7 +114,8 @@ FIELD_DOCS: dict[str, str] = {
     "EvaluatorConfig.freq_epochs": "evaluate every N epochs",
     "EvaluatorConfig.freq_steps": "evaluate every N steps",
     "EvaluatorConfig.freq_secs": "evaluate every N seconds",
-    "EvaluatorConfig.eval_before_train": "`before_train()` runs an evaluation",
+    "EvaluatorConfig.eval_before_train": "evaluate at the first `evaluate()` (as AReaL), or "
+    "before step 0 with `before_train()`",
     # CollectorConfig
     "CollectorConfig.receiver": "the OTLP/gRPC endpoint",
     "CollectorConfig.auth": "bearer-token check",
@@ -144,7 +145,8 @@ FIELD_DOCS: dict[str, str] = {
     "SinksConfig.fileroot": "as `stats_logger.fileroot`",
     "SinksConfig.wandb": "as `stats_logger.wandb`",
     "SinksConfig.swanlab": "as `stats_logger.swanlab`",
-    "SinksConfig.tensorboard": "as `stats_logger.tensorboard`",
+    "SinksConfig.tensorboard": "as `stats_logger.tensorboard`; set, each run writes to its run "
+    "directory's `tensorboard/` ([Run files](architecture.md#run-files))",
     "SinksConfig.prometheus": "as `stats_logger.prometheus`, on by default",
     "SinksConfig.console": "as `stats_logger.console`, off by default",
     "SinksConfig.remote_write": "Prometheus remote write of the collector's series",

@@ -135,7 +135,7 @@ def shared_sinks(sinks: SinksConfig) -> list[Sink]:
     """
     shared: list[Sink] = []
     if sinks.prometheus.enabled:
-        shared.append(PrometheusSink(sinks.prometheus))
+        shared.append(PrometheusSink(sinks.prometheus, key="collector.sinks.prometheus"))
     if sinks.remote_write.enabled:
         from exporters.remote_write import RemoteWriteSink
 

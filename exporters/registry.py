@@ -11,6 +11,7 @@ ones are built here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -87,9 +88,21 @@ def enabled_sinks(config: StatsLoggerConfig) -> list[str]:
 def build_sinks(config: StatsLoggerConfig, context: BuildContext | None = None) -> list[Sink]:
     """Construct every sink that ``config`` enables.
 
+    When one cannot be built, those built before it are shut down before the error is
+    raised.
+
     Raises:
         ModuleNotFoundError: an enabled sink's library is not installed (the message names
             the ``pip install rltel[...]`` extra).
     """
     context = context or BuildContext()
-    return [factory.create(config, context) for factory in _enabled(config)]
+    built: list[Sink] = []
+    try:
+        for factory in _enabled(config):
+            built.append(factory.create(config, context))
+    except BaseException:
+        for sink in built:  # a sink that started (a bound Prometheus port) does not outlive
+            with contextlib.suppress(Exception):
+                sink.shutdown(timeout_s=1.0)
+        raise
+    return built

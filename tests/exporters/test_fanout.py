@@ -335,3 +335,26 @@ def test_shutdown_ends_a_hung_call_and_spills_it_first_within_its_deadline():
     assert time.monotonic() - start < 0.6
     assert [s.step.global_step for s in sink.overflow.entries] == [0, 1, 2]
     assert sink.shut_down and queued.stats().dropped == 0
+
+
+def test_a_sink_that_cannot_be_built_shuts_down_those_built_before_it(tmp_path):
+    import socket
+
+    from tests.distributed import free_port
+
+    port = free_port()
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    config = load_config(
+        {
+            "fileroot": str(tmp_path),
+            "console": {"enabled": False},
+            "prometheus": {"enabled": True, "port": port},
+            "tensorboard": {"path": str(not_a_dir / "tb")},
+        }
+    )
+    assert enabled_sinks(config) == ["prometheus", "tensorboard"]
+    with pytest.raises(Exception, match="tb"):
+        build_sinks(config)
+    with socket.socket() as probe:  # the Prometheus sink built first released its port
+        probe.bind(("127.0.0.1", port))

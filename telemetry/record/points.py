@@ -8,6 +8,7 @@ import numpy as np
 
 from telemetry.model.snapshot import Gauge, Histogram, Point
 from telemetry.record.layout import StateKind, StateLayout
+from telemetry.record.stats import key_unit
 
 __all__ = ["point_for"]
 
@@ -29,8 +30,7 @@ def point_for(
     total, count, low, negated_high = (float(v) for v in values[:4])
     n = int(count)
     if layout.kind is StateKind.SCALAR:
-        unit = "s" if "/timeperf/" in f"/{key}" else ""
-        return Gauge(key, total / count, n, unit=unit) if n > 0 else None
+        return Gauge(key, total / count, n, unit=key_unit(key)) if n > 0 else None
     buckets = tuple(int(c) for c in values[4:])
     if buckets and len(bounds) + 1 != len(buckets):  # bounds set on other ranks only
         if key not in _warned_bounds:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, flatten
 
-__all__ = ["Stats", "points_from_flat"]
+__all__ = ["Stats", "key_unit", "points_from_flat"]
 
 
 class Stats(dict):
@@ -40,16 +40,19 @@ class Stats(dict):
 
 
 def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge]:
-    """Gauges for AReaL's plain dict: ``k__count`` entries become the count of ``k``.
-
-    ``timeperf/...`` keys (``record_timing``) are in seconds, as the tracker exports them.
-    """
+    """Gauges for AReaL's plain dict: ``k__count`` entries become the count of ``k``, and
+    each gauge has its key's unit (:func:`key_unit`), as the tracker exports it."""
     for key, value in data.items():
         if key.endswith(COUNT_SUFFIX):
             continue
         count = data.get(key + COUNT_SUFFIX)
-        unit = "s" if "/timeperf/" in f"/{key}" else ""
-        yield Gauge(key, _as_float(key, value), None if count is None else int(count), unit)
+        n = None if count is None else int(count)
+        yield Gauge(key, _as_float(key, value), n, key_unit(key))
+
+
+def key_unit(key: str) -> str:
+    """A recorded key's unit: seconds under a ``timeperf`` scope (``record_timing``), else none."""
+    return "s" if "/timeperf/" in f"/{key}" else ""
 
 
 def _as_float(key: str, value: object) -> float:

@@ -56,12 +56,11 @@ from exporters.prometheus import PrometheusSink
 from telemetry.cli_args import port_in_use
 from telemetry.model.errors import ConfigError
 from telemetry.otlp.values import LabelLimits
+from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
 logger = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
-PUSHBACK_KEY = "grpc-retry-pushback-ms"
-RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 RECEIVER_KEY = f"{ROOT}.receiver"
 
 

@@ -14,9 +14,7 @@ from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExp
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
 
 from telemetry.model.errors import ConfigError
-
-PUSHBACK_KEY = "grpc-retry-pushback-ms"
-RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
+from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
 
 class StatusRecorder(grpc.UnaryUnaryClientInterceptor):

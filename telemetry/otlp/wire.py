@@ -3,7 +3,9 @@
 A histogram's description ``rltel.reduce=<type>`` carries its reduce type
 (:class:`~telemetry.model.snapshot.StatReduce`; ``scalar`` marks a scalar stream sent as
 a histogram without buckets); gauges ``train.step``, ``train.epoch`` and
-``train.epoch_step`` carry the snapshot's :class:`~telemetry.model.snapshot.Step`.
+``train.epoch_step`` carry the snapshot's :class:`~telemetry.model.snapshot.Step`. A
+refused request's trailers carry the delay before a retry, in milliseconds
+(``grpc-retry-pushback-ms``) and as ``google.rpc.RetryInfo`` (``google.rpc.retryinfo-bin``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 from telemetry.model.snapshot import StatReduce
 
 __all__ = [
+    "PUSHBACK_KEY",
     "REDUCE_BY_DESCRIPTION",
     "REDUCE_PREFIX",
+    "RETRY_INFO_KEY",
     "STEP_FIELDS",
     "STEP_METRICS",
     "description",
@@ -27,6 +31,8 @@ STEP_FIELDS = {
 }
 """Step gauge -> :class:`~telemetry.model.snapshot.Step` field."""
 STEP_METRICS = tuple(STEP_FIELDS)
+PUSHBACK_KEY = "grpc-retry-pushback-ms"
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 
 _BY_NAME = {r.value: r for r in StatReduce}
 REDUCE_BY_DESCRIPTION = {

@@ -118,7 +118,6 @@ class Pipeline:
     def consume(
         self,
         request,
-        size_bytes: int = 0,
         expired: Callable[[], bool] | None = None,
         hold: Hold | None = None,
     ) -> DecodeResult:
@@ -126,7 +125,6 @@ class Pipeline:
 
         Args:
             request: a parsed ``ExportMetricsServiceRequest``.
-            size_bytes: its wire size (unused; kept for callers of the old signature).
             expired: ``() -> True`` once the sender's deadline has passed; checked before
                 decoding and again before anything is kept.
             hold: the budget held while the request is parsed; the decoded snapshots'
@@ -139,7 +137,6 @@ class Pipeline:
             Overloaded: a healthy sink's queue or the memory budget cannot take it now;
                 nothing was kept (retry later).
         """
-        del size_bytes
         if self._closed:
             raise Closed("the collector is shutting down")
         bounds = self.request_limits

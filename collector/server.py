@@ -270,7 +270,7 @@ class CollectorServer:
                 raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests")
             entered = True
         try:
-            result = self.pipeline.consume(request, len(data), expired, hold)
+            result = self.pipeline.consume(request, expired, hold)
         except Overloaded as exc:
             self._retry_later(context)
             raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from exporters.base import Delivery, ExportResult, Overflow, Sink
 from exporters.otlp.spool import Spool
-from exporters.otlp.transport import OtlpSender, Outcome
+from exporters.otlp.transport import OtlpSender
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Point, Snapshot
 from telemetry.otlp.encode import Batch, count_nonfinite, split
@@ -135,10 +135,10 @@ class OtlpSink(Sink):
             if not first and time.monotonic() - start + self.timeout_s > timeout_s:
                 return ExportResult.FAILURE  # no room for another request: the retry goes on
             first = False
-            outcome = self.sender.send(parts[0])
-            if outcome is Outcome.RETRY:
-                return ExportResult.FAILURE
-            rejected = rejected or outcome is Outcome.PERMANENT
+            result = self.sender.send(parts[0])
+            if result is ExportResult.FAILURE:
+                return result
+            rejected = rejected or result is ExportResult.PERMANENT_FAILURE
             parts.pop(0)
         with self._lock:
             self._pending = None
@@ -269,13 +269,12 @@ class SpoolOverflow(Overflow):
         self.sink.forget(snapshot)
 
     def replay(self, timeout_s: float) -> ExportResult:
-        """Send the oldest spooled request; it leaves the spool unless the answer is RETRY."""
+        """Send the oldest spooled request; it leaves the spool unless the answer is FAILURE."""
         del timeout_s  # one request: the sender's own deadline bounds it
         batch = self.spool.peek()
         if batch is None:
             return ExportResult.SUCCESS
-        outcome = self.sink.sender.send(batch)
-        if outcome is Outcome.RETRY:
-            return ExportResult.FAILURE
-        self.spool.pop()
-        return ExportResult.SUCCESS if outcome is Outcome.OK else ExportResult.PERMANENT_FAILURE
+        result = self.sink.sender.send(batch)
+        if result is not ExportResult.FAILURE:
+            self.spool.pop()
+        return result

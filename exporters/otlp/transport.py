@@ -1,10 +1,11 @@
 """One OTLP request at a time: encode a batch, export it over gRPC, classify the answer.
 
 :class:`OtlpSender` sends with ``OTLPMetricExporter``, whose own retry is disabled: the
-queue in front of the OTLP sink retries (:mod:`exporters.queued`). An answer is OK, RETRY
-(a retryable status, or an authentication failure: the data is kept, in the queue and then
-the spool, until the token is right; one error logged per minute) or PERMANENT (dropped
-and counted). After a RETRY, :attr:`OtlpSender.retry_after_s` holds the delay the server
+queue in front of the OTLP sink retries (:mod:`exporters.queued`). An answer is an
+:class:`~exporters.base.ExportResult`: SUCCESS, FAILURE (a retryable status, or an
+authentication failure: the data is kept, in the queue and then the spool, until the token
+is right; one error logged per minute) or PERMANENT_FAILURE (dropped and counted). After a
+FAILURE, :attr:`OtlpSender.retry_after_s` holds the delay the server
 asked for (gRPC retry pushback, e.g. the collector's RESOURCE_EXHAUSTED), which the queue
 honours. The sender counts what it delivered, what was refused, its retries and its
 latencies.
@@ -15,11 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from enum import Enum
 
 import grpc
 from opentelemetry.sdk.metrics.export import MetricExportResult
 
+from exporters.base import ExportResult
 from exporters.otlp.grpc_exporter import (
     RecordingExporter,
     StatusRecorder,
@@ -29,7 +30,7 @@ from exporters.otlp.grpc_exporter import (
 from telemetry.model.snapshot import Histogram
 from telemetry.otlp.encode import Batch, encode_batch
 
-__all__ = ["AUTH_CODES", "RETRYABLE_CODES", "LatencyWindow", "OtlpSender", "Outcome"]
+__all__ = ["AUTH_CODES", "RETRYABLE_CODES", "LatencyWindow", "OtlpSender"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +50,6 @@ AUTH_LOG_INTERVAL_S = 60.0
 THREAD_PREFIX = "rltel-sink-otlp"
 """The OTLP sink's queue threads: the exporter's own per-attempt log is silenced there."""
 silence_exporter_log_on(THREAD_PREFIX)
-
-
-class Outcome(Enum):
-    """How one request went."""
-
-    OK = "ok"
-    RETRY = "retry"  # keep the data: a later attempt may succeed
-    PERMANENT = "permanent"  # dropped and counted in points_failed
 
 
 class LatencyWindow:
@@ -115,7 +108,7 @@ class OtlpSender:
         )
         self._latency = LatencyWindow()  # latencies since the last take_latency()
         self.last_latency_s: float | None = None
-        self.retry_after_s: float | None = None  # the server's pushback after a RETRY
+        self.retry_after_s: float | None = None  # the server's pushback after a FAILURE
         self._failing = False
         self._auth_logged_at: float | None = None
         self._closed = False
@@ -132,11 +125,11 @@ class OtlpSender:
         return window
 
     def close(self) -> None:
-        """Close the channel; a request in flight is cancelled (it answers RETRY)."""
+        """Close the channel; a request in flight is cancelled (it answers FAILURE)."""
         self._closed = True
         self._exporter.shutdown()
 
-    def send(self, batch: Batch) -> Outcome:
+    def send(self, batch: Batch) -> ExportResult:
         """Encode and send ``batch``; never raises."""
         start = time.monotonic()
         self._recorder.code = self._recorder.retry_after_s = None
@@ -146,7 +139,7 @@ class OtlpSender:
         except Exception as exc:  # encoding or exporter bug: retrying cannot help
             logger.warning("otlp: dropping %d points: %s", batch.num_points, exc)
             self._bump("points_failed", batch.num_points)
-            return Outcome.PERMANENT
+            return ExportResult.PERMANENT_FAILURE
         if result is MetricExportResult.SUCCESS:
             latency = time.monotonic() - start
             with self._lock:
@@ -158,7 +151,7 @@ class OtlpSender:
                 logger.warning("otlp: collector reachable again, delivering backlog")
             self._failing = False
             self._auth_logged_at = None
-            return Outcome.OK
+            return ExportResult.SUCCESS
         code = self._recorder.code
         if self._closed or code in AUTH_CODES or code in RETRYABLE_CODES:
             self.retry_after_s = self._recorder.retry_after_s
@@ -168,10 +161,10 @@ class OtlpSender:
             elif not self._failing and not self._closed:
                 logger.warning("otlp: export failed (%s); retrying, then spooling", code)
             self._failing = True
-            return Outcome.RETRY
+            return ExportResult.FAILURE
         logger.warning("otlp: export rejected (%s); dropping %d points", code, batch.num_points)
         self._bump("points_failed", batch.num_points)
-        return Outcome.PERMANENT
+        return ExportResult.PERMANENT_FAILURE
 
     def _log_auth(self, code: grpc.StatusCode) -> None:
         now = time.monotonic()

@@ -1,16 +1,18 @@
 """One remote-write HTTP request: snappy-compressed protobuf POSTed with the spec's headers.
 
-Outcomes: 2xx delivered; 429, 5xx and connection errors or timeouts retryable; any other
-status permanent (the receiver refused this data and will refuse it again).
+Answers (:class:`~exporters.base.ExportResult`): 2xx SUCCESS; 429, 5xx and connection
+errors or timeouts FAILURE (retryable); any other status PERMANENT_FAILURE (the receiver
+refused this data and will refuse it again).
 """
 
 from __future__ import annotations
 
 import urllib.error
 import urllib.request
-from enum import Enum
 
 import cramjam
+
+from exporters.base import ExportResult
 
 HEADERS = {
     "Content-Encoding": "snappy",
@@ -18,14 +20,6 @@ HEADERS = {
     "X-Prometheus-Remote-Write-Version": "0.1.0",
     "User-Agent": "rltel-collector",
 }
-
-
-class Outcome(Enum):
-    """How one POST ended."""
-
-    DELIVERED = "delivered"
-    RETRY = "retry"
-    PERMANENT = "permanent"
 
 
 def compress(payload: bytes) -> bytes:
@@ -38,16 +32,17 @@ def decompress(body: bytes) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(body))
 
 
-def post(url: str, payload: bytes, timeout_s: float) -> tuple[Outcome, str]:
-    """POST one serialized WriteRequest; ``(outcome, detail for the log)``, never raises."""
+def post(url: str, payload: bytes, timeout_s: float) -> tuple[ExportResult, str]:
+    """POST one serialized WriteRequest; ``(result, detail for the log)``, never raises."""
     request = urllib.request.Request(url, data=compress(payload), headers=HEADERS, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             response.read()
-            return Outcome.DELIVERED, str(response.status)
+            return ExportResult.SUCCESS, str(response.status)
     except urllib.error.HTTPError as exc:
         body = exc.read(512).decode("utf-8", "replace").strip()
         retry = exc.code == 429 or exc.code >= 500
-        return (Outcome.RETRY if retry else Outcome.PERMANENT), f"HTTP {exc.code}: {body}"
+        result = ExportResult.FAILURE if retry else ExportResult.PERMANENT_FAILURE
+        return result, f"HTTP {exc.code}: {body}"
     except OSError as exc:  # URLError, connection refused or reset, timeouts
-        return Outcome.RETRY, f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+        return ExportResult.FAILURE, f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"

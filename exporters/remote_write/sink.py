@@ -194,7 +194,7 @@ class RemoteWriteSink(Sink):
             outcome, detail = client.post(
                 self.config.url, payload, min(self.config.timeout_s, remaining)
             )
-            if outcome is client.Outcome.RETRY:
+            if outcome is ExportResult.FAILURE:
                 if not self._down:
                     logger.warning("remote_write sink: %s; retrying", detail)
                 self._down = True
@@ -210,12 +210,12 @@ class RemoteWriteSink(Sink):
                 sent = {id(write) for write in batch}
                 while self._backlog and id(self._backlog[0]) in sent:
                     self._pending -= self._backlog.popleft().samples
-                if outcome is client.Outcome.DELIVERED:
+                if outcome is ExportResult.SUCCESS:
                     self.sent_samples += samples
                     self.sent_requests += 1
                 else:
                     self.rejected_samples += samples
-            if outcome is client.Outcome.PERMANENT:
+            if outcome is ExportResult.PERMANENT_FAILURE:
                 logger.warning("remote_write sink: %d samples refused: %s", samples, detail)
                 result = ExportResult.PERMANENT_FAILURE
 

@@ -54,6 +54,7 @@ __all__ = [
     "set_bucket_bounds",
     "stat",
     "stat_compact",
+    "straggler_view",
     "track_ranks",
     "unregister_source",
 ]
@@ -142,3 +143,4 @@ record_timing = DEFAULT_TRACKER.record_timing
 set_bucket_bounds = DEFAULT_TRACKER.set_bucket_bounds
 track_ranks = rank_spread.track_ranks
 rank_series = rank_spread.rank_series
+straggler_view = rank_spread.straggler_view

@@ -107,7 +107,10 @@ def export_sources(
     for group, states in _reductions(merged, key_groups, reduce_group, key_sync_group):
         try:
             done, spread = reduce_with_spread(
-                states, group, lambda tagged: rank_spread.tracked(tagged.partition("|")[2])
+                states,
+                group,
+                lambda tagged: rank_spread.tracked(tagged.partition("|")[2]),
+                series=lambda tagged: rank_spread.series(tagged.partition("|")[2]),
             )
         except KeyMismatchError as exc:  # name user keys, not internal source tags
             raise KeyMismatchError(_TAG.sub("'", str(exc))) from None

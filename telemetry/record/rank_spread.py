@@ -1,51 +1,62 @@
-"""The straggler view: which keys get a per-rank spread, and the points that carry it.
+"""The straggler view: which keys get it, its settings, and the points that carry it.
 
 For a tracked key the DP reduction also compares each rank's own value (a timing's
-mean, a count, ``train_perf``'s tokens and seconds; see ``StateLayout.per_rank``) and
-exports ``<key>/rank_min``, ``<key>/rank_max`` and ``<key>/slowest_rank`` (the rank
-holding the max), from the payload it gathers anyway: no extra collective, and three
-series per key whatever the number of ranks. Tracked by default: every
-``timeperf/<name>`` timing and ``train_perf`` (``train_perf/tokens/...``,
-``train_perf/seconds/...``); :func:`track_ranks` adds patterns.
+mean, a count, ``train_perf``'s tokens and seconds; see ``StateLayout.per_rank``) without
+gathering the values (:mod:`telemetry.record.stragglers`), and exports:
+
+* ``<key>/rank_min``, ``<key>/rank_max``, ``<key>/slowest_rank`` (the lowest rank holding
+  the max);
+* where the reduction spans more than one rank, the k slowest ranks (k = ``top_k``,
+  default 8): ``<key>/top_k/rank`` and ``<key>/top_k/value`` gauges with attribute
+  ``place`` (1 = slowest; flat keys ``<key>/top_k/place_<i>/rank``), and the chronic
+  stragglers: the k ranks most often in the top k over the last ``history`` exports
+  (default 50) that had the key, ``<key>/chronic/rank`` and ``<key>/chronic/top_k_exports``
+  (how many of them) by ``place``, and ``<key>/chronic/exports`` (how many exports the
+  counts span). A rank always slow has a count near the span; a one-off has 1.
+
+That is ``3 + 4k + 1`` series per quantity whatever the number of ranks (ranks are group
+ranks of the reduction). Tracked by default: every ``timeperf/<name>`` timing and
+``train_perf`` (``train_perf/tokens/...``, ``train_perf/seconds/...``); :func:`track_ranks`
+adds patterns, :func:`straggler_view` changes k, the history and the slot count.
 
 Where a dashboard needs every rank, :func:`rank_series` names keys that also get one
-``<key>/rank_<r>/per_rank`` gauge per rank (attribute ``rank``), for jobs of at most
-``MAX_RANK_SERIES`` ranks (a larger job gets the three aggregate series only, and one
-warning): the number of series stays bounded whatever the job size.
+``<key>/per_rank`` gauge per rank (attribute ``rank``): the values are gathered to the
+group's first rank (the committing one) only, which alone exports them, up to
+``max_series`` values per reduction (default 4096; keys past it get none, and one warning).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import logging
 import math
 import threading
 
 from telemetry.model.snapshot import Gauge, Point
-from telemetry.record.reduce import RankSpread
+from telemetry.record import straggler_settings
+from telemetry.record.stragglers import RankSpread
 
 __all__ = [
     "DEFAULT_PATTERNS",
     "RankSpread",
+    "rank_series",
+    "series",
     "spread_points",
+    "straggler_view",
     "track_ranks",
     "tracked",
     "untrack_ranks",
 ]
 
 DEFAULT_PATTERNS = ("timeperf/*", "*/timeperf/*", "train_perf")
-MAX_RANK_SERIES = 256
-_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _patterns: list[str] = list(DEFAULT_PATTERNS)
 _series_patterns: list[str] = []
-_warned: set[str] = set()
 
 
 def track_ranks(*patterns: str) -> None:
-    """Export the per-rank spread of keys matching any of ``patterns`` (fnmatch syntax).
+    """Export the straggler view of keys matching any of ``patterns`` (fnmatch syntax).
 
-    Every rank must track the same patterns (the spread is computed on every rank).
+    Every rank must track the same patterns (the view is computed on every rank).
     """
     with _lock:
         _patterns.extend(p for p in patterns if p not in _patterns)
@@ -58,7 +69,8 @@ def untrack_ranks(*patterns: str) -> None:
 
 
 def rank_series(*patterns: str, enabled: bool = True) -> None:
-    """Also export one gauge per rank for keys matching ``patterns`` (which are tracked).
+    """Also export one gauge per rank for keys matching ``patterns`` (which are tracked),
+    on the group's first rank.
 
     ``enabled=False`` stops it. Every rank must name the same patterns.
     """
@@ -70,18 +82,41 @@ def rank_series(*patterns: str, enabled: bool = True) -> None:
             _series_patterns[:] = [p for p in _series_patterns if p not in patterns]
 
 
-def tracked(key: str) -> bool:
-    """Whether ``key`` gets a per-rank spread."""
+def straggler_view(
+    top_k: int | None = None,
+    history: int | None = None,
+    slots: int | None = None,
+    max_series: int | None = None,
+) -> straggler_settings.Settings:
+    """Change the view's settings (``None`` keeps one); return them.
+
+    ``top_k``: ranks named per quantity (default 8); ``history``: exports the chronic
+    counts span (default 50); ``slots``: the first round's slots (default 64; see
+    :class:`~telemetry.record.straggler_settings.Settings`); ``max_series``: per-rank
+    series values per reduction (default 4096). Every rank must make the same change.
+    """
+    changes = {"top_k": top_k, "history": history, "slots": slots, "max_series": max_series}
+    return straggler_settings.configure(**{k: v for k, v in changes.items() if v is not None})
+
+
+def _matches(key: str, patterns: list[str]) -> bool:
     with _lock:
-        patterns = tuple(_patterns)
+        patterns = list(patterns)
     return any(fnmatch.fnmatchcase(key, p) for p in patterns)
 
 
+def tracked(key: str) -> bool:
+    """Whether ``key`` gets the straggler view."""
+    return _matches(key, _patterns)
+
+
+def series(key: str) -> bool:
+    """Whether ``key`` gets per-rank series (:func:`rank_series`)."""
+    return _matches(key, _series_patterns)
+
+
 def spread_points(key: str, spreads: dict[str, RankSpread]) -> list[Point]:
-    """``rank_min``, ``rank_max`` and ``slowest_rank`` gauges of each quantity of ``key``,
-    and its per-rank gauges where :func:`rank_series` asked for them."""
-    with _lock:
-        series = any(fnmatch.fnmatchcase(key, p) for p in _series_patterns)
+    """The straggler view of each quantity of ``key`` as gauges (module docstring)."""
     points: list[Point] = []
     for suffix, spread in sorted(spreads.items()):
         base = f"{key}/{suffix}" if suffix else key
@@ -91,19 +126,23 @@ def spread_points(key: str, spreads: dict[str, RankSpread]) -> list[Point]:
             Gauge(f"{base}/rank_max", spread.high, unit=unit),
             Gauge(f"{base}/slowest_rank", float(spread.slowest_rank)),
         ]
-        if series and len(spread.values) > MAX_RANK_SERIES:
-            if base not in _warned:
-                _warned.add(base)
-                _log.warning(
-                    "%s: %d ranks, more than MAX_RANK_SERIES=%d: per-rank series left out",
-                    base,
-                    len(spread.values),
-                    MAX_RANK_SERIES,
-                )
-        elif series:
+        for place, (rank, value) in enumerate(spread.top, 1):
+            at = (("place", place),)
             points += [
-                Gauge(f"{base}/per_rank", value, unit=unit, attributes=(("rank", rank),))
-                for rank, value in enumerate(spread.values)
-                if not math.isnan(value)
+                Gauge(f"{base}/top_k/rank", float(rank), attributes=at),
+                Gauge(f"{base}/top_k/value", value, unit=unit, attributes=at),
             ]
+        for place, (rank, count) in enumerate(spread.chronic, 1):
+            at = (("place", place),)
+            points += [
+                Gauge(f"{base}/chronic/rank", float(rank), attributes=at),
+                Gauge(f"{base}/chronic/top_k_exports", float(count), attributes=at),
+            ]
+        if spread.chronic:
+            points.append(Gauge(f"{base}/chronic/exports", float(spread.exports)))
+        points += [
+            Gauge(f"{base}/per_rank", value, unit=unit, attributes=(("rank", rank),))
+            for rank, value in enumerate(spread.values)
+            if not math.isnan(value)  # a rank without a value has no series
+        ]
     return points

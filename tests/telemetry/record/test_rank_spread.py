@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -16,6 +14,7 @@ from telemetry.record.reduce import reduce_with_spread
 from tests.distributed import run_ranks
 
 SLOW_RANK = 2
+SECONDS = {0: 0.01, 1: 0.02, 2: 0.25, 3: 0.03}
 
 
 def _four_ranks(rank: int, world: int) -> dict:
@@ -25,32 +24,37 @@ def _four_ranks(rank: int, world: int) -> dict:
     rank_spread.rank_series("timeperf/train_step")
     tracker = stats_tracker.get("")
     stats_tracker.export_all(reduce_group=dist.group.WORLD)  # start from an empty window
-    delays = {0: 0.01, 1: 0.02, 2: 0.25, 3: 0.03}
-    with tracker.record_timing("train_step"):
-        time.sleep(delays[rank])
+    for share in (0.25, 0.75):  # two timings in the window: the rank's mean is its seconds
+        tracker.scalar(**{"timeperf/train_step": SECONDS[rank] * 2 * share})
     tracker.scalar(loss=float(rank))  # not tracked: no spread
     before = collectives_issued()
     out = stats_tracker.export_all(reduce_group=dist.group.WORLD)
     return {"stats": dict(out), "collectives": collectives_issued() - before}
 
 
-def test_four_gloo_ranks_name_the_slow_rank_with_no_extra_collective():
+def test_four_gloo_ranks_name_the_slow_rank_and_the_first_rank_gets_the_series():
     results = run_ranks(_four_ranks, 4, timeout=120)
-    for result in results:
+    key = "timeperf/train_step"
+    per_rank = {f"{key}/rank_{r}/per_rank": SECONDS[r] for r in range(4)}
+    ranked = sorted(SECONDS, key=lambda r: -SECONDS[r])
+    for rank, result in enumerate(results):
         stats = result["stats"]
-        assert result["collectives"] == 2  # the header and the payload, as without the spread
-        assert stats["timeperf/train_step/slowest_rank"] == SLOW_RANK
-        assert 0.25 <= stats["timeperf/train_step/rank_max"] < 0.6
-        assert 0.01 <= stats["timeperf/train_step/rank_min"] < 0.2
-        assert stats["timeperf/train_step"] == pytest.approx(
-            np.mean([r["stats"]["timeperf/train_step"] for r in results])
-        )
+        # the check, SUM, MIN (the view in them), and the gather of the asked series
+        assert result["collectives"] == 4
+        assert stats[f"{key}/slowest_rank"] == SLOW_RANK
+        assert stats[f"{key}/rank_max"] == SECONDS[SLOW_RANK]
+        assert stats[f"{key}/rank_min"] == SECONDS[0]
+        assert stats[key] == pytest.approx(np.mean(list(SECONDS.values())), rel=1e-12)
+        assert [stats[f"{key}/top_k/place_{i}/rank"] for i in range(1, 5)] == ranked
+        assert [stats[f"{key}/top_k/place_{i}/value"] for i in range(1, 5)] == [
+            SECONDS[r] for r in ranked
+        ]
+        assert stats[f"{key}/chronic/exports"] == 1
         assert not any(k.startswith("loss/") for k in stats)
-        assert stats == results[0]["stats"]  # every rank reports the same
-        per_rank = [stats[f"timeperf/train_step/rank_{r}/per_rank"] for r in range(4)]
-        assert max(per_rank) == per_rank[SLOW_RANK] == stats["timeperf/train_step/rank_max"]
-        assert min(per_rank) == stats["timeperf/train_step/rank_min"]
-        assert np.mean(per_rank) == pytest.approx(stats["timeperf/train_step"])
+        series = {k: v for k, v in stats.items() if "/per_rank" in k}
+        assert series == (per_rank if rank == 0 else {})  # the committing rank only
+        others = {k: v for k, v in results[0]["stats"].items() if "/per_rank" not in k}
+        assert {k: v for k, v in stats.items() if k not in series} == others
 
 
 LAYOUT = StateLayout(
@@ -92,41 +96,39 @@ def test_tracked_patterns_and_points():
     ]
 
 
-def test_per_rank_series_only_where_asked_and_bounded(caplog, monkeypatch):
-    spread = {"": rank_spread.RankSpread(1.0, 3.0, 1, (1.0, 3.0, float("nan")))}
-    assert [p.key for p in rank_spread.spread_points("timeperf/x", spread)] == [
-        "timeperf/x/rank_min",
-        "timeperf/x/rank_max",
-        "timeperf/x/slowest_rank",
+def test_per_rank_series_and_the_top_k_points():
+    spread = rank_spread.RankSpread(
+        1.0,
+        3.0,
+        1,
+        values=(1.0, 3.0, float("nan")),
+        top=((1, 3.0), (0, 1.0)),
+        chronic=((1, 7), (0, 2)),
+        exports=9,
+    )
+    points = rank_spread.spread_points("timeperf/x", {"": spread})
+    assert [(p.key, p.value, p.unit) for p in points[3:]] == [
+        ("timeperf/x/top_k/place_1/rank", 1.0, ""),
+        ("timeperf/x/top_k/place_1/value", 3.0, "s"),
+        ("timeperf/x/top_k/place_2/rank", 0.0, ""),
+        ("timeperf/x/top_k/place_2/value", 1.0, "s"),
+        ("timeperf/x/chronic/place_1/rank", 1.0, ""),
+        ("timeperf/x/chronic/place_1/top_k_exports", 7.0, ""),
+        ("timeperf/x/chronic/place_2/rank", 0.0, ""),
+        ("timeperf/x/chronic/place_2/top_k_exports", 2.0, ""),
+        ("timeperf/x/chronic/exports", 9.0, ""),
+        ("timeperf/x/rank_0/per_rank", 1.0, "s"),  # rank 2 had no value: no series
+        ("timeperf/x/rank_1/per_rank", 3.0, "s"),
     ]
-    rank_spread.rank_series("timeperf/x")
-    try:
-        points = rank_spread.spread_points("timeperf/x", spread)
-        per_rank = [p for p in points if p.metric == "timeperf/x/per_rank"]
-        assert [(p.attributes, p.value) for p in per_rank] == [
-            ((("rank", 0),), 1.0),
-            ((("rank", 1),), 3.0),  # rank 2 had no value: no series
-        ]
-        monkeypatch.setattr(rank_spread, "MAX_RANK_SERIES", 2)
-        big = {"": rank_spread.RankSpread(1.0, 3.0, 1, (1.0, 3.0, 2.0))}
-        points = rank_spread.spread_points("timeperf/x", big)
-        assert len(points) == 3 and "per-rank series left out" in caplog.text
-    finally:
-        rank_spread.rank_series("timeperf/x", enabled=False)
-    assert len(rank_spread.spread_points("timeperf/x", spread)) == 3
+    assert points[3].metric == "timeperf/x/top_k/rank" and points[3].attributes == (("place", 1),)
 
 
-def test_per_rank_series_for_up_to_256_ranks_and_none_beyond(caplog):
-    # The documented bound: jobs of at most 256 ranks get one series per rank.
-    rank_spread.rank_series("timeperf/bound")
+def test_rank_series_patterns_are_tracked_and_can_be_stopped():
+    assert not rank_spread.series("timeperf/x") and not rank_spread.tracked("other/x")
+    rank_spread.rank_series("timeperf/x", "other/x")
     try:
-        for ranks, per_rank_series in ((256, 256), (257, 0)):
-            values = tuple(float(r) for r in range(ranks))
-            spread = {"": rank_spread.RankSpread(0.0, ranks - 1.0, ranks - 1, values)}
-            points = rank_spread.spread_points("timeperf/bound", spread)
-            per_rank = [p for p in points if p.metric == "timeperf/bound/per_rank"]
-            assert len(per_rank) == per_rank_series, ranks
-            assert len(points) == 3 + per_rank_series
-        assert caplog.text.count("per-rank series left out") == 1  # only the 257-rank job
+        assert rank_spread.series("timeperf/x") and rank_spread.tracked("other/x")
     finally:
-        rank_spread.rank_series("timeperf/bound", enabled=False)
+        rank_spread.rank_series("timeperf/x", "other/x", enabled=False)
+        rank_spread.untrack_ranks("other/x")
+    assert not rank_spread.series("timeperf/x") and not rank_spread.tracked("other/x")

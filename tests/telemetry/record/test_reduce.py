@@ -65,7 +65,7 @@ def pooled_reference(world: int, keys_by_rank: dict[int, list[str]]) -> dict[str
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_same_keys_on_every_rank_two_collectives(world):
+def test_same_keys_on_every_rank_three_collectives(world):
     keys_by_rank = {r: ["loss", "entropy"] for r in range(world)}
     results = run_ranks(_record_and_export, world, keys_by_rank)
     expected = pooled_reference(world, keys_by_rank)
@@ -73,7 +73,7 @@ def test_same_keys_on_every_rank_two_collectives(world):
         assert set(out) == set(expected)
         for key, value in expected.items():
             assert out[key] == pytest.approx(value, rel=1e-12), key
-        assert collectives == 2
+        assert collectives == 3  # the agreement check, SUM, MIN
     assert all(out == results[0][0] for out, _ in results)  # bit-identical on every rank
 
 
@@ -87,7 +87,7 @@ def test_different_key_sets_agree_on_the_union(world):
         assert set(out) == set(expected)
         for key, value in expected.items():
             assert out[key] == pytest.approx(value, rel=1e-12), key
-        assert collectives == 4
+        assert collectives == 5  # the check, the layouts (2), SUM, MIN
 
 
 def _mismatch(tracker) -> str | None:

@@ -1,10 +1,11 @@
 """Every path of the DP reduction against a numpy reference over the ranks' own states.
 
-One 2-rank gloo run goes through the agreed-key path (2 collectives), the union path (4:
-keys missing on some ranks filled with the identity, the holder's layout adopted), a
-layout conflict, a window where no rank recorded anything, and the per-rank spread with
-its denominators and presence flags; the single-process tests pin the same arithmetic
-where no collective runs. (One spawn keeps this cheap enough to run per mutant:
+One 2-rank gloo run goes through the agreed-key path (3 collectives: the agreement
+check, SUM, MIN), the union path (5: the layouts exchanged as well; keys missing on some
+ranks filled with the identity, the holder's layout adopted), a layout conflict, a window
+where no rank recorded anything, and the straggler view with its denominators and
+presence flags; the single-process tests pin the same arithmetic where no collective
+runs. (One spawn keeps this cheap enough to run per mutant:
 ``scripts/mutation``.)
 """
 
@@ -72,7 +73,7 @@ def plain(result) -> tuple:
     return (
         {key: (layout.description, values.tolist()) for key, (layout, values) in reduced.items()},
         {
-            key: {q: (s.low, s.high, s.slowest_rank, list(s.values)) for q, s in by.items()}
+            key: {q: (s.low, s.high, s.slowest_rank, list(s.top)) for q, s in by.items()}
             for key, by in spreads.items()
         },
     )
@@ -126,15 +127,12 @@ def reference(table: dict, world: int) -> tuple:
                 if quantity.present is not None and not row[quantity.present] > 0:
                     value = math.nan
                 values.append(value)
-            known = [v for v in values if not math.isnan(v)]
+            known = [(rank, v) for rank, v in enumerate(values) if not math.isnan(v)]
             if known:
-                slowest = values.index(max(known))
-                spreads.setdefault(key, {})[quantity.suffix] = (
-                    min(known),
-                    max(known),
-                    slowest,
-                    values,
-                )
+                top = sorted(known, key=lambda rv: (-rv[1], rv[0])) if world > 1 else []
+                low, high = min(v for _, v in known), max(v for _, v in known)
+                slowest = values.index(high)
+                spreads.setdefault(key, {})[quantity.suffix] = (low, high, slowest, top)
     return reduced, spreads
 
 
@@ -148,9 +146,10 @@ def test_the_reference_itself_on_hand_computed_values():
     reduced, spreads = reference(SAME_KEYS, 3)
     assert reduced["a"][1] == [3.75, -1.0, 9.0]
     assert reduced["b"][1] == [5.0, 3.5, -4.0]
-    assert spreads["s"] == {"": (2.0, 3.0, 1, [2.0, 3.0, math.nan])}
-    assert spreads["r"]["rate"] == (0.5, 1.5, 0, [1.5, math.nan, 0.5])
-    assert spreads["r"]["n"] == (2.0, 3.0, 0, [3.0, math.nan, 2.0])
+    assert spreads["s"] == {"": (2.0, 3.0, 1, [(1, 3.0), (0, 2.0)])}
+    assert spreads["r"]["rate"] == (0.5, 1.5, 0, [(0, 1.5), (2, 0.5)])
+    assert spreads["r"]["n"] == (2.0, 3.0, 0, [(0, 3.0), (2, 2.0)])
+    assert spreads["d"] == {"": (0.0, 6.0, 2, [(2, 6.0), (0, 4.0), (1, 0.0)])}
     assert "t" not in spreads
 
 
@@ -174,7 +173,7 @@ def test_the_spread_of_a_key_after_others_reads_its_own_columns():
     result = reduce_with_spread(states_of(0, table), spread=lambda key: key == "s")
     single = {key: (layout, [rows[0]]) for key, (layout, rows) in table.items()}
     assert same_with_nan(plain(result), reference(single, 1))
-    assert plain(result)[1] == {"s": {"": (2.0, 2.0, 0, [2.0])}}
+    assert plain(result)[1] == {"s": {"": (2.0, 2.0, 0, [])}}  # no top k on one rank
 
 
 def test_a_state_of_more_than_256_elements_is_reduced():
@@ -198,7 +197,7 @@ def test_a_per_rank_quantity_reads_its_own_element_of_a_key_after_others():
         "q": (second, torch.tensor([7.0, 5.0], dtype=torch.float64)),  # columns 3 and 4
     }
     _, spreads = reduce_with_spread(states, spread=lambda key: True)
-    assert plain(({}, spreads))[1] == {"q": {"second": (5.0, 5.0, 0, [5.0])}}
+    assert plain(({}, spreads))[1] == {"q": {"second": (5.0, 5.0, 0, [])}}
 
 
 def test_a_rank_whose_denominator_or_presence_is_not_positive_has_no_value():
@@ -217,10 +216,11 @@ def test_a_single_process_with_nothing_recorded_reduces_to_nothing():
 def test_every_path_on_two_gloo_ranks_against_the_reference():
     results = run_ranks(_every_path, WORLD, timeout=120)
     for result in results:
-        assert same_with_nan(result["same"], (reference(SAME_KEYS, WORLD), 2))
-        assert same_with_nan(result["some"], (reference(SOME_KEYS, WORLD), 4))
+        assert same_with_nan(result["same"], (reference(SAME_KEYS, WORLD), 3))
+        assert same_with_nan(result["some"], (reference(SOME_KEYS, WORLD), 5))
+        # sums only: no MIN all-reduce
         assert same_with_nan(result["disjoint"], (reference(DISJOINT, WORLD), 4))
-        assert result["none"] == (({}, {}), 1)  # the header says nobody has anything
+        assert result["none"] == (({}, {}), 1)  # the check says nobody has anything
         message = result["conflict"]
         assert message is not None and "'x'" in message and "fine" not in message
         assert "'y'" in message and "custom[sum]" in message and "custom[max]" in message

@@ -27,10 +27,8 @@ from telemetry.config import (
     SCHEMA,
     ConsoleConfig,
     PrometheusConfig,
+    SinkSections,
     StatsLoggerConfig,
-    SwanlabConfig,
-    TensorBoardConfig,
-    WandBConfig,
     public_dict,
 )
 from telemetry.config_read import FieldRule, read_section, validate
@@ -194,13 +192,9 @@ class RemoteWriteConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class SinksConfig:
+class SinksConfig(SinkSections):
     """The StatsLogger's sink sections, with the collector's defaults."""
 
-    fileroot: StrictStr = Field(default="runs", min_length=1)
-    wandb: WandBConfig = field(default_factory=WandBConfig)
-    swanlab: SwanlabConfig = field(default_factory=SwanlabConfig)
-    tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     prometheus: CollectorPrometheusConfig = field(default_factory=CollectorPrometheusConfig)
     console: CollectorConsoleConfig = field(default_factory=CollectorConsoleConfig)
     remote_write: RemoteWriteConfig = field(default_factory=RemoteWriteConfig)
@@ -208,14 +202,7 @@ class SinksConfig:
     def logger_config(self, experiment: str, trial: str) -> StatsLoggerConfig:
         """The StatsLogger config of one run: these sinks with its experiment and trial."""
         return StatsLoggerConfig(
-            experiment_name=experiment,
-            trial_name=trial,
-            fileroot=self.fileroot,
-            wandb=self.wandb,
-            swanlab=self.swanlab,
-            tensorboard=self.tensorboard,
-            prometheus=self.prometheus,
-            console=self.console,
+            experiment_name=experiment, trial_name=trial, **self.shared_sections()
         )
 
 

@@ -1,13 +1,13 @@
 """The typed config schema: AReaL's ``stats_logger`` section, each sink's section, ``otlp``.
 
 Every section is a frozen pydantic dataclass with strict types, ranges and cross-field
-rules written here once; the collector reuses the sink sections with its own defaults
-(:mod:`collector.config`). :func:`load_config` accepts every AReaL form (mapping, YAML path,
-``DictConfig``, AReaL dataclass instance, whole experiment config; ``${...}`` resolved by
-OmegaConf) and raises :class:`ConfigError` naming the full key, the value and what was
-expected. AReaL keys rltel does not implement (``trackio``, ...) are dropped with one
-warning. Secrets are ``SecretStr``: hidden in ``repr``; :func:`public_dict` removes them
-(or shows ``<set>``).
+rules written here once; the collector reuses the sink sections (:class:`SinkSections`,
+their one declaration) with its own defaults (:mod:`collector.config`). :func:`load_config`
+accepts every AReaL form (mapping, YAML path, ``DictConfig``, AReaL dataclass instance,
+whole experiment config; ``${...}`` resolved by OmegaConf) and raises :class:`ConfigError`
+naming the full key, the value and what was expected. AReaL keys rltel does not implement
+(``trackio``, ...) are dropped with one warning. Secrets are ``SecretStr``: hidden in
+``repr``; :func:`public_dict` removes them (or shows ``<set>``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ __all__ = [
     "OtlpConfig",
     "OtlpTlsConfig",
     "PrometheusConfig",
+    "SinkSections",
     "StatsLoggerConfig",
     "SwanlabConfig",
     "TensorBoardConfig",
@@ -160,17 +161,31 @@ class OtlpConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class StatsLoggerConfig:
-    """AReaL's ``stats_logger`` section plus rltel's ``prometheus``, ``console``, ``otlp``."""
+class SinkSections:
+    """The sink sections the StatsLogger and the collector share, and the root of run files.
 
-    experiment_name: StrictStr = Field(default="default", min_length=1)
-    trial_name: StrictStr = Field(default="default", min_length=1)
+    :class:`StatsLoggerConfig` adds the run's names and ``otlp``; the collector's ``sinks``
+    section (:class:`collector.config.SinksConfig`) its own defaults and ``remote_write``.
+    """
+
     fileroot: StrictStr = Field(default="runs", min_length=1)
     wandb: WandBConfig = field(default_factory=WandBConfig)
     swanlab: SwanlabConfig = field(default_factory=SwanlabConfig)
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
+
+    def shared_sections(self) -> dict[str, Any]:
+        """The sections of :class:`SinkSections` as this config holds them, by key."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(SinkSections)}
+
+
+@dataclass(frozen=True, config=SCHEMA)
+class StatsLoggerConfig(SinkSections):
+    """AReaL's ``stats_logger`` section plus rltel's ``prometheus``, ``console``, ``otlp``."""
+
+    experiment_name: StrictStr = Field(default="default", min_length=1)
+    trial_name: StrictStr = Field(default="default", min_length=1)
     otlp: OtlpConfig = field(default_factory=OtlpConfig)
 
     def __post_init__(self) -> None:

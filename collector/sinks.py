@@ -11,16 +11,15 @@ the run directory, so a TensorBoard server watching the root sees every run.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from collector.config import SinksConfig
+from collector.config import ROOT, SinksConfig
+from exporters import registry
 from exporters.base import Sink
 from exporters.local_files import link_dir
-from exporters.prometheus import PrometheusSink
 from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, StatsLoggerConfig
 
 __all__ = ["RunSinkFactory", "RunSinks", "run_label", "run_sink_factory", "shared_sinks"]
@@ -29,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 RunSinks = Callable[[str, str], Sequence[Sink]]
 """``(experiment, trial) -> step-based sinks`` of a run."""
+SHARED_CONTEXT = registry.BuildContext(root=f"{ROOT}.sinks")
+RUN_CONTEXT = dataclasses.replace(SHARED_CONTEXT, swanlab_process=True)
+"""Each run's sinks: SwanLab in a process of its own (one SwanLab run per process)."""
 
 
 def run_label(experiment: str, trial: str) -> str:
@@ -51,7 +53,7 @@ class RunSinkFactory:
         self._run_dirs: dict[str, str] = {}
 
     def run_config(self, experiment: str, trial: str) -> StatsLoggerConfig:
-        """The StatsLogger config of one run's step-based sinks (no Prometheus)."""
+        """The StatsLogger config of one run's step-based sinks, files in its run directory."""
         config = self.sinks.logger_config(experiment, trial)
         tensorboard = config.tensorboard
         if tensorboard.path is not None:
@@ -61,27 +63,21 @@ class RunSinkFactory:
             config,
             tensorboard=tensorboard,
             swanlab=dataclasses.replace(config.swanlab, logdir=None),  # <run_dir>/swanlog
-            prometheus=dataclasses.replace(config.prometheus, enabled=False),
         )
 
     def __call__(self, experiment: str, trial: str) -> list[Sink]:
-        from exporters.registry import SINK_MODULES, BuildContext, enabled_sinks
-
         config = self.run_config(experiment, trial)
         run = run_label(experiment, trial)
-        factories = [importlib.import_module(module).FACTORY for module in SINK_MODULES]
-        by_name = {factory.name: factory for factory in factories}
-        context = BuildContext(swanlab_process=True)
         sinks: list[Sink] = []
         failures: dict[tuple[str, str], str] = {}
-        for name in enabled_sinks(config):
+        for factory in registry.enabled(config, shared=False):
             try:
-                sinks.append(by_name[name].create(config, context))
+                sinks.append(factory.create(config, RUN_CONTEXT))
             except Exception as exc:  # a sink that cannot start must not cost the others
-                failures[run, name] = _first_line(exc)
-                logger.error("run %s: sink %s failed to start: %s", run, name, failures[run, name])
+                failures[run, factory.name] = error = _first_line(exc)
+                logger.error("run %s: sink %s failed to start: %s", run, factory.name, error)
                 continue
-            self._link_root(name, config, experiment, trial)
+            self._link_root(factory.name, config, experiment, trial)
         with self._lock:
             self._failures.update(failures)
             self._run_dirs[run] = str(config.run_dir.resolve())
@@ -128,16 +124,9 @@ def run_sink_factory(sinks: SinksConfig) -> RunSinkFactory:
 
 
 def shared_sinks(sinks: SinksConfig) -> list[Sink]:
-    """The sinks every snapshot reaches as it arrives: Prometheus and remote write, if enabled.
+    """The sinks every snapshot reaches as it arrives (Prometheus, remote write), if enabled.
 
     Raises:
-        OSError: the Prometheus address cannot be bound.
+        ConfigError: the Prometheus address cannot be bound.
     """
-    shared: list[Sink] = []
-    if sinks.prometheus.enabled:
-        shared.append(PrometheusSink(sinks.prometheus, key="collector.sinks.prometheus"))
-    if sinks.remote_write.enabled:
-        from exporters.remote_write import RemoteWriteSink
-
-        shared.append(RemoteWriteSink(sinks.remote_write))
-    return shared
+    return registry.build_sinks(sinks, SHARED_CONTEXT, shared=True)

@@ -1,35 +1,43 @@
-"""The sink registry: every sink declares how its config enables it and how it is built.
+"""The sink registry: each sink package declares its factory once; every sink is built here.
 
-Each sink package exposes a :class:`SinkFactory` as ``FACTORY``; :func:`build_sinks`
-finds them through :data:`SINK_MODULES` (construction order) and builds the enabled ones.
+A sink is a subpackage of ``exporters`` exposing ``FACTORY``, a :class:`SinkFactory` (as the
+OpenTelemetry Collector's ``NewFactory``): its name, which is the key of its config section
+(``stats_logger.<name>``, ``collector.sinks.<name>``: declared once in the config schema,
+:class:`telemetry.config.SinkSections` for the sinks the StatsLogger and the collector
+share), the key of that section that turns it on, and how to build it. :func:`factories`
+finds every sink package; the StatsLogger, the collector's shared sinks and each run's sinks
+are all built by :func:`build_sinks`. A config builds the sinks whose section it holds and
+turns on: only the StatsLogger's config has ``otlp``, only the collector's ``remote_write``.
+
 A sink's package is imported only to ask it, and its optional library (``wandb``,
 ``swanlab``, ``tensorboard``) only when the sink is built, so a missing library fails only
 for the configuration that enables it. A remote sink (OTLP, with ``otlp.endpoint`` set)
-sends to the collector, which runs the other sinks: when one is enabled, only the remote
-ones are built here.
+sends to the collector, which runs the other sinks: when one is on, only the remote ones
+are built.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from exporters.base import Sink
-from telemetry.config import StatsLoggerConfig
 
-__all__ = ["SINK_MODULES", "BuildContext", "SinkFactory", "build_sinks", "enabled_sinks"]
-
-SINK_MODULES = (
-    "exporters.console",
-    "exporters.prometheus",
-    "exporters.wandb",
-    "exporters.swanlab",
-    "exporters.tensorboard",
-    "exporters.otlp",
-)
+__all__ = [
+    "BuildContext",
+    "SinkFactory",
+    "build_sinks",
+    "enabled",
+    "enabled_sinks",
+    "factories",
+    "switch_keys",
+]
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,8 @@ class BuildContext:
     """What the process that builds the sinks adds to their config.
 
     Attributes:
+        root: the key of the config section that holds the sinks' sections, named in errors
+            (``stats_logger``; ``collector.sinks`` in the collector).
         run_name_suffix: the W&B run id suffix (``<experiment>_<trial>_<suffix>``) that
             replaces ``wandb.id_suffix`` (a rollout or eval stream's own run); None keeps it.
         swanlab_process: run SwanLab in a child process of its own (a process that serves
@@ -51,6 +61,7 @@ class BuildContext:
             spool timing).
     """
 
+    root: str = "stats_logger"
     run_name_suffix: str | None = None
     swanlab_process: bool = False
     experiment: Mapping[str, Any] | None = None
@@ -62,31 +73,76 @@ class BuildContext:
 
 @dataclass(frozen=True)
 class SinkFactory:
-    """A sink's entry in the registry: its name, when the config enables it, how to build it.
+    """A sink's entry in the registry.
 
-    ``remote``: the sink sends to the collector, which runs the others.
+    Attributes:
+        name: the sink's name, and the key of its config section.
+        switch: the key of that section that turns the sink on (named in warnings).
+        enabled: whether a section (the sink's own) turns the sink on.
+        create: the sink, from the config that holds its section and the build context.
+        remote: the sink sends to the collector, which runs the others.
+        shared: in the collector, one sink serves every run (else each run gets its own).
     """
 
     name: str
-    enabled: Callable[[StatsLoggerConfig], bool]
-    create: Callable[[StatsLoggerConfig, BuildContext], Sink]
+    switch: str
+    enabled: Callable[[Any], bool]
+    create: Callable[[Any, BuildContext], Sink]
     remote: bool = False
+    shared: bool = False
 
 
-def _enabled(config: StatsLoggerConfig) -> list[SinkFactory]:
-    found = [importlib.import_module(module).FACTORY for module in SINK_MODULES]
-    found = [factory for factory in found if factory.enabled(config)]
+@functools.cache
+def factories() -> tuple[SinkFactory, ...]:
+    """Every sink package's factory, in name order (the order sinks are built in)."""
+    found = []
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if info.ispkg:
+            factory = getattr(importlib.import_module(f"exporters.{info.name}"), "FACTORY", None)
+            if isinstance(factory, SinkFactory):
+                found.append(factory)
+    return tuple(sorted(found, key=lambda factory: factory.name))
+
+
+def enabled(config: Any, shared: bool | None = None) -> list[SinkFactory]:
+    """The factories of the sinks ``config`` turns on: those whose section it holds and
+    enables; only the remote ones when one of those is on (the collector runs the others).
+
+    Args:
+        config: a config holding sink sections (:class:`~telemetry.config.SinkSections`).
+        shared: only the collector's sinks that serve every run (True) or those each run
+            gets (False); None: every sink.
+    """
+    found = [
+        factory
+        for factory in factories()
+        if (shared is None or factory.shared is shared)
+        and hasattr(config, factory.name)
+        and factory.enabled(getattr(config, factory.name))
+    ]
     return [factory for factory in found if factory.remote] or found
 
 
-def enabled_sinks(config: StatsLoggerConfig) -> list[str]:
+def enabled_sinks(config: Any) -> list[str]:
     """Names of the sinks ``config`` enables, in construction order (only ``otlp`` when
     ``otlp.endpoint`` is set: the collector runs the others)."""
-    return [factory.name for factory in _enabled(config)]
+    return [factory.name for factory in enabled(config)]
 
 
-def build_sinks(config: StatsLoggerConfig, context: BuildContext | None = None) -> list[Sink]:
-    """Construct every sink that ``config`` enables.
+def switch_keys(config: Any, root: str, remote: bool) -> list[str]:
+    """The full keys that turn on the sinks ``config`` has a section for (``remote``: the
+    senders', else the in-process ones'), e.g. ``stats_logger.console.enabled``."""
+    return [
+        f"{root}.{factory.name}.{factory.switch}"
+        for factory in factories()
+        if factory.remote is remote and hasattr(config, factory.name)
+    ]
+
+
+def build_sinks(
+    config: Any, context: BuildContext | None = None, shared: bool | None = None
+) -> list[Sink]:
+    """Construct every sink that ``config`` enables (see :func:`enabled`).
 
     When one cannot be built, those built before it are shut down before the error is
     raised.
@@ -94,11 +150,12 @@ def build_sinks(config: StatsLoggerConfig, context: BuildContext | None = None) 
     Raises:
         ModuleNotFoundError: an enabled sink's library is not installed (the message names
             the ``pip install rltel[...]`` extra).
+        ConfigError: a sink cannot start as configured (a Prometheus port in use).
     """
     context = context or BuildContext()
     built: list[Sink] = []
     try:
-        for factory in _enabled(config):
+        for factory in enabled(config, shared):
             built.append(factory.create(config, context))
     except BaseException:
         for sink in built:  # a sink that started (a bound Prometheus port) does not outlive

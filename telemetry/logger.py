@@ -91,13 +91,7 @@ class StatsLogger:
             return
         _serve_sink_health(self.fanout)
         if not self.fanout.queued:
-            logger.warning(
-                "stats_logger: no sink is enabled and no otlp.endpoint is set, so commit() "
-                "logs nothing; enable one of stats_logger.console.enabled, "
-                "stats_logger.tensorboard.path, stats_logger.wandb.mode, "
-                "stats_logger.swanlab.mode, stats_logger.prometheus.enabled, "
-                "or set stats_logger.otlp.endpoint"
-            )
+            _warn_no_sink(self.config)
         atexit.register(self.close)
         endpoint = self.config.otlp.endpoint
         logger.info(
@@ -283,6 +277,19 @@ def _holds(data: Mapping[str, Any], point: Point) -> bool:
         if not (got == value or (math.isnan(got) and math.isnan(value))):
             return False
     return True
+
+
+def _warn_no_sink(config: StatsLoggerConfig) -> None:
+    """Warn that ``commit`` logs nothing, naming every key that turns a sink on."""
+    from exporters.registry import switch_keys
+
+    local = ", ".join(switch_keys(config, "stats_logger", remote=False))
+    remote = " or ".join(switch_keys(config, "stats_logger", remote=True))
+    logger.warning(
+        "stats_logger: no sink is enabled, so commit() logs nothing; enable one of %s, or set %s",
+        local,
+        remote,
+    )
 
 
 def _serve_sink_health(fanout) -> None:

@@ -52,5 +52,5 @@ def create(config: StatsLoggerConfig, context: BuildContext) -> Sink:
 
 
 FACTORY = SinkFactory(
-    "otlp", enabled=lambda config: bool(config.otlp.endpoint), create=create, remote=True
+    "otlp", "endpoint", enabled=lambda section: bool(section.endpoint), create=create, remote=True
 )

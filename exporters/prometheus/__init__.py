@@ -11,8 +11,12 @@ from exporters.registry import SinkFactory
 
 FACTORY = SinkFactory(
     "prometheus",
-    enabled=lambda config: config.prometheus.enabled,
-    create=lambda config, context: PrometheusSink(config.prometheus, key="stats_logger.prometheus"),
+    "enabled",
+    enabled=lambda section: section.enabled,
+    create=lambda config, context: PrometheusSink(
+        config.prometheus, key=f"{context.root}.prometheus"
+    ),
+    shared=True,
 )
 
 __all__ = [

@@ -1,6 +1,15 @@
 """The Prometheus remote-write sink: the collector's series pushed to a remote-write store."""
 
 from collector.config import RemoteWriteConfig
+from exporters.registry import SinkFactory
 from exporters.remote_write.sink import RemoteWriteSink
 
-__all__ = ["RemoteWriteConfig", "RemoteWriteSink"]
+FACTORY = SinkFactory(
+    "remote_write",
+    "enabled",
+    enabled=lambda section: section.enabled,
+    create=lambda config, context: RemoteWriteSink(config.remote_write),
+    shared=True,
+)
+
+__all__ = ["FACTORY", "RemoteWriteConfig", "RemoteWriteSink"]

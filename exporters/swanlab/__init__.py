@@ -12,7 +12,7 @@ def _create(config: StatsLoggerConfig, context: BuildContext) -> SwanlabSink | S
 
 
 FACTORY = SinkFactory(
-    "swanlab", enabled=lambda config: config.swanlab.mode != "disabled", create=_create
+    "swanlab", "mode", enabled=lambda section: section.mode != "disabled", create=_create
 )
 
 __all__ = ["FACTORY", "SwanlabProcessSink", "SwanlabSink"]

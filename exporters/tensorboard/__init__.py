@@ -5,7 +5,8 @@ from exporters.tensorboard.sink import TensorBoardSink
 
 FACTORY = SinkFactory(
     "tensorboard",
-    enabled=lambda config: config.tensorboard.path is not None,
+    "path",
+    enabled=lambda section: section.path is not None,
     create=lambda config, context: TensorBoardSink(config),
 )
 

@@ -15,7 +15,7 @@ def _create(config: StatsLoggerConfig, context: BuildContext) -> WandbSink:
 
 
 FACTORY = SinkFactory(
-    "wandb", enabled=lambda config: config.wandb.mode != "disabled", create=_create
+    "wandb", "mode", enabled=lambda section: section.mode != "disabled", create=_create
 )
 
 __all__ = ["FACTORY", "TABLE_KEY", "WandbSink", "step_metric"]

@@ -1,96 +1,52 @@
-"""The sink contract, run against every sink (OTLP against a real receiver): export,
-idempotent shutdown, closed -> PERMANENT_FAILURE, failures answered (never raised) and
-counted by the fan-out."""
+"""The sink contract, run against every sink of the registry (built through its factory,
+senders against a real peer): export, idempotent shutdown, closed -> PERMANENT_FAILURE,
+failures answered (never raised) and counted by the fan-out.
+
+Each sink's test module (``tests/exporters/test_<name>.py``, or ``<name>/test_sink.py``)
+defines ``contract_config(tmp_path, stack) -> (config, BuildContext)``: a config that turns
+the sink on, writing under ``tmp_path`` (a peer it sends to started in ``stack``).
+"""
 
 from __future__ import annotations
 
-import io
+import importlib
 import threading
 from contextlib import ExitStack
 
 import pytest
 
+from exporters import registry
 from exporters.base import ExportResult, InMemorySink, RunSink, Sink
 from exporters.fanout import FanOut
-from telemetry.config import (
-    PrometheusConfig,
-    StatsLoggerConfig,
-    SwanlabConfig,
-    TensorBoardConfig,
-    WandBConfig,
-)
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 
 SNAPSHOT = Snapshot((Gauge("loss", 0.5, 2),), Step(0, 0, 3))
 
 
-def _config(tmp_path, **sections) -> StatsLoggerConfig:
-    return StatsLoggerConfig(
-        experiment_name="e", trial_name="t", fileroot=str(tmp_path), **sections
-    )
+def contract_config(name: str):
+    """The ``contract_config`` of sink ``name``'s test module."""
+    for module in (f"tests.exporters.test_{name}", f"tests.exporters.{name}.test_sink"):
+        try:
+            found = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module or module.startswith(f"{exc.name}."):
+                continue
+            raise
+        if hasattr(found, "contract_config"):
+            return found.contract_config
+    pytest.fail(f"sink {name}: tests/exporters/test_{name}.py defines no contract_config")
 
 
-def _otlp(tmp_path, stack: ExitStack) -> Sink:
-    from exporters.otlp.sink import OtlpSink
-    from exporters.otlp.spool import Spool
-    from tests.telemetry.otlp_receiver import Receiver
-
-    receiver = stack.enter_context(Receiver())
-    return OtlpSink(receiver.endpoint, spool=Spool(tmp_path / "spool", 10**6), timeout_s=5.0)
-
-
-def _console(tmp_path) -> Sink:
-    from exporters.console import ConsoleSink
-
-    return ConsoleSink(stream=io.StringIO())
-
-
-def _prometheus(tmp_path) -> Sink:
-    from exporters.prometheus import PrometheusSink
-
-    return PrometheusSink(PrometheusConfig(enabled=True, port=0))
-
-
-def _tensorboard(tmp_path) -> Sink:
-    pytest.importorskip("tensorboard")
-    from exporters.tensorboard import TensorBoardSink
-
-    return TensorBoardSink(_config(tmp_path, tensorboard=TensorBoardConfig(path=str(tmp_path))))
-
-
-def _wandb(tmp_path) -> Sink:
-    pytest.importorskip("wandb")
-    from exporters.wandb import WandbSink
-
-    return WandbSink(_config(tmp_path, wandb=WandBConfig(mode="offline")))
-
-
-def _swanlab(tmp_path) -> Sink:
-    pytest.importorskip("swanlab")
-    from exporters.swanlab import SwanlabProcessSink
-
-    return SwanlabProcessSink(_config(tmp_path, swanlab=SwanlabConfig(mode="offline")))
-
-
-SINKS = {
-    "memory": lambda tmp_path: InMemorySink(),
-    "console": _console,
-    "prometheus": _prometheus,
-    "tensorboard": _tensorboard,
-    "wandb": _wandb,
-    "swanlab": _swanlab,
-}
-NETWORK_SINKS = {"otlp": _otlp}  # these get an ExitStack for the server they send to
-
-
-@pytest.mark.parametrize("kind", [*SINKS, *NETWORK_SINKS])
-def test_every_sink_keeps_the_contract(kind, tmp_path):
+@pytest.mark.parametrize("factory", registry.factories(), ids=lambda factory: factory.name)
+def test_every_sink_keeps_the_contract(factory, tmp_path):
     with ExitStack() as stack:
-        if kind in NETWORK_SINKS:
-            sink = NETWORK_SINKS[kind](tmp_path, stack)
-        else:
-            sink = SINKS[kind](tmp_path)
-        _keeps_the_contract(sink)
+        config, context = contract_config(factory.name)(tmp_path, stack)
+        assert [f.name for f in registry.enabled(config) if f is factory] == [factory.name]
+        _keeps_the_contract(factory.create(config, context))
+
+
+def test_the_in_memory_double_keeps_the_contract():
+    _keeps_the_contract(InMemorySink())
 
 
 def _keeps_the_contract(sink: Sink) -> None:

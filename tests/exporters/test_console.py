@@ -9,10 +9,16 @@ import numpy as np
 
 from exporters.base import ExportResult
 from exporters.console import ConsoleSink, format_table
-from telemetry.config import ConsoleConfig
+from exporters.registry import BuildContext
+from telemetry.config import ConsoleConfig, StatsLoggerConfig
 from telemetry.model.snapshot import Gauge, Histogram, Snapshot, Step
 
 RESOURCE = (("rltel.experiment", "exp"), ("rltel.trial", "t"), ("rltel.role", "trainer"))
+
+
+def contract_config(tmp_path, stack):
+    """The console sink of the sink contract (tests/exporters/test_base.py)."""
+    return StatsLoggerConfig(console=ConsoleConfig(enabled=True)), BuildContext()
 
 
 def snapshot(points) -> Snapshot:

@@ -210,7 +210,7 @@ def test_factory_builds_only_enabled_sinks(tmp_path):
             "console": {"enabled": True},
         }
     )
-    assert enabled_sinks(config) == ["console", "wandb", "swanlab", "tensorboard"]
+    assert enabled_sinks(config) == ["console", "swanlab", "tensorboard", "wandb"]
     light = load_config({"console": {"enabled": True}, "tensorboard": {"path": str(tmp_path)}})
     sinks = build_sinks(light)
     try:

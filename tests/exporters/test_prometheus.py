@@ -20,7 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from exporters.base import ExportResult, Sink
 from exporters.fanout import FanOut
 from exporters.prometheus import FANOUT_METRICS, FanOutCollector, PrometheusSink
-from telemetry.config import PrometheusConfig
+from exporters.registry import BuildContext
+from telemetry.config import PrometheusConfig, StatsLoggerConfig
 from telemetry.logger import StatsLogger
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
@@ -36,6 +37,11 @@ RESOURCE = (
 )
 BASE = {"job": "rltel-trainer", "instance": "node0:rank0", "experiment": "exp", "trial": "t1"}
 BASE["role"] = "trainer"
+
+
+def contract_config(tmp_path, stack):
+    """The Prometheus sink of the sink contract (tests/exporters/test_base.py)."""
+    return StatsLoggerConfig(prometheus=PrometheusConfig(enabled=True, port=0)), BuildContext()
 
 
 class Clock:

@@ -8,8 +8,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from collector.config import RemoteWriteConfig, from_dict
+from collector.config import RemoteWriteConfig, SinksConfig, from_dict
 from exporters.base import ExportResult
+from exporters.registry import BuildContext
 from exporters.remote_write import RemoteWriteSink, client, proto
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot
@@ -54,6 +55,15 @@ class Receiver:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def contract_config(tmp_path, stack):
+    """The remote-write sink of the sink contract (tests/exporters/test_base.py), writing to
+    a receiver that takes everything."""
+    receiver = Receiver([200])
+    stack.callback(receiver.close)
+    section = RemoteWriteConfig(enabled=True, url=receiver.url)
+    return SinksConfig(remote_write=section), BuildContext(root="collector.sinks")
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from swanlab.log.backup.datastore import DataStore
 from swanlab.log.backup.models import ModelsParser
 
 from exporters.base import ExportResult
+from exporters.registry import BuildContext
 from exporters.swanlab import SwanlabProcessSink, SwanlabSink
 from telemetry.config import StatsLoggerConfig, SwanlabConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
@@ -40,6 +41,12 @@ def make_config(tmp_path, mode: str = "offline", **fields) -> StatsLoggerConfig:
         fileroot=str(tmp_path / "root"),
         swanlab=SwanlabConfig(mode=mode, **fields),
     )
+
+
+def contract_config(tmp_path, stack):
+    """The SwanLab sink of the sink contract (tests/exporters/test_base.py), in a process of
+    its own as the collector runs it."""
+    return make_config(tmp_path), BuildContext(swanlab_process=True)
 
 
 def read_back(sink: SwanlabSink) -> tuple[object, dict[str, dict[int, float]]]:

@@ -14,6 +14,7 @@ pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing import event_accumulator as ea
 
 from exporters.base import ExportResult
+from exporters.registry import BuildContext
 from exporters.tensorboard import TensorBoardSink
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
@@ -24,6 +25,12 @@ BOUNDS = (-8.0, -4.0, -2.0, -1.0, -0.5, 0.0)  # logprob-like: every bound negati
 
 def make_sink(path) -> TensorBoardSink:
     return TensorBoardSink(StatsLoggerConfig(tensorboard=TensorBoardConfig(path=str(path))))
+
+
+def contract_config(tmp_path, stack):
+    """The TensorBoard sink of the sink contract (tests/exporters/test_base.py)."""
+    section = TensorBoardConfig(path=str(tmp_path / "tb"))
+    return StatsLoggerConfig(tensorboard=section), BuildContext()
 
 
 def read_back(path) -> ea.EventAccumulator:

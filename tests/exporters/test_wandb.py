@@ -17,6 +17,7 @@ from tests.wandb_log import inspect_wandb
 pytest.importorskip("wandb")
 
 from exporters.base import ExportResult
+from exporters.registry import BuildContext
 from exporters.wandb import TABLE_KEY, WandbSink
 from telemetry.config import StatsLoggerConfig, WandBConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
@@ -32,6 +33,11 @@ def make_config(tmp_path, **wandb_fields) -> StatsLoggerConfig:
         fileroot=str(tmp_path / "root"),
         wandb=WandBConfig(**fields),
     )
+
+
+def contract_config(tmp_path, stack):
+    """The W&B sink of the sink contract (tests/exporters/test_base.py)."""
+    return make_config(tmp_path), BuildContext()
 
 
 def read_records(sink: WandbSink) -> list[dict]:

@@ -251,6 +251,16 @@ def test_killed_process_loses_nothing_that_was_spooled(tmp_path):
     assert values == [float(step) for step in range(21)]
 
 
+def test_a_logger_without_sinks_warns_naming_every_key_that_turns_one_on(tmp_path, caplog):
+    stats = StatsLogger({"fileroot": str(tmp_path), "console": {"enabled": False}})
+    stats.close()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    keys = ("console.enabled", "prometheus.enabled", "swanlab.mode", "tensorboard.path")
+    for key in (*keys, "wandb.mode", "otlp.endpoint"):
+        assert f"stats_logger.{key}" in warning
+    assert warning.endswith("or set stats_logger.otlp.endpoint")
+
+
 def test_secrets_are_never_logged(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     secrets = {"wandb": {"wandb_api_key": "WANDB-SECRET-1"}, "swanlab": {"api_key": "SWAN-2"}}

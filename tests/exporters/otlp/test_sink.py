@@ -14,6 +14,8 @@ from exporters.base import ExportResult, InMemorySink
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool
 from exporters.queued import QueuedSink
+from exporters.registry import BuildContext
+from telemetry.config import OtlpConfig, StatsLoggerConfig
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.distributed import free_port
 
@@ -21,6 +23,16 @@ FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05, "timeou
 USER = 3  # user points per snapshot
 WIRE = USER + HEALTH_POINTS
 STEPS = 60
+
+
+def contract_config(tmp_path, stack):
+    """The OTLP sink of the sink contract (tests/exporters/test_base.py), sending to a real
+    OTLP receiver."""
+    from tests.telemetry.otlp_receiver import Receiver
+
+    receiver = stack.enter_context(Receiver())
+    otlp = OtlpConfig(endpoint=receiver.endpoint, timeout=5.0)
+    return StatsLoggerConfig(fileroot=str(tmp_path), otlp=otlp), BuildContext()
 
 
 def snapshot(step: int) -> Snapshot:

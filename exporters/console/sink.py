@@ -15,12 +15,11 @@ from typing import TextIO
 
 from exporters.base import ExportResult, Sink
 from exporters.moe_tables import flat_without_experts
-from exporters.registry import SinkFactory
 from telemetry.config import ConsoleConfig
 from telemetry.model import names
 from telemetry.model.snapshot import Snapshot
 
-__all__ = ["FACTORY", "ConsoleSink", "format_table"]
+__all__ = ["ConsoleSink", "format_table"]
 
 _GAP = "  │ "
 _MIN_KEY = 12
@@ -108,10 +107,3 @@ def _format_value(value: float) -> str:
     if math.isfinite(value) and value == int(value) and abs(value) < 1e12:
         return str(int(value))
     return f"{value:.4g}"
-
-
-FACTORY = SinkFactory(
-    "console",
-    enabled=lambda config: config.console.enabled,
-    create=lambda config, context: ConsoleSink(config.console),
-)

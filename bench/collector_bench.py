@@ -84,7 +84,7 @@ def throughput(bodies: list[bytes], points: int, all_sinks: bool, wandb: bool) -
     pipeline = Pipeline([prometheus], None, limits)
     start = time.perf_counter()
     for body in bodies:
-        pipeline.consume(ExportMetricsServiceRequest.FromString(body))
+        pipeline.consume(pipeline.decoder.read(ExportMetricsServiceRequest.FromString(body)))
     assert pipeline.force_flush(600)
     rate("parse + decode + Prometheus sink", total, time.perf_counter() - start, base)
     pipeline.shutdown(10)
@@ -102,11 +102,15 @@ def throughput(bodies: list[bytes], points: int, all_sinks: bool, wandb: bool) -
         prometheus = PrometheusSink(PrometheusConfig(enabled=True, series_limit=10**6), serve=False)
         pipeline = Pipeline([prometheus], run_sink_factory(config.sinks), config.limits)
         with contextlib.redirect_stdout(devnull):
-            pipeline.consume(ExportMetricsServiceRequest.FromString(bodies[0]))
+            pipeline.consume(
+                pipeline.decoder.read(ExportMetricsServiceRequest.FromString(bodies[0]))
+            )
             assert pipeline.force_flush(600)  # run sinks built (W&B init) before timing
             start = time.perf_counter()
             for body in bodies[1:]:
-                pipeline.consume(ExportMetricsServiceRequest.FromString(body))
+                pipeline.consume(
+                    pipeline.decoder.read(ExportMetricsServiceRequest.FromString(body))
+                )
             assert pipeline.force_flush(600)
             elapsed = time.perf_counter() - start
             pipeline.shutdown(60)

@@ -21,9 +21,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from collector.admission import request_points
 from collector.server import PUSHBACK_KEY, SERVICE
 from telemetry.model.snapshot import Gauge, Snapshot
+from telemetry.otlp.decode import Decoder
 from telemetry.otlp.encode import encode
 
 METHOD = f"/{SERVICE}/Export"
@@ -59,7 +59,7 @@ class Tagged:
         sent.is_monotonic, sent.aggregation_temporality = True, DELTA
         self._seq = tag
         count = sent.data_points.add(start_time_unix_nano=now - 1, time_unix_nano=now)
-        self.points = request_points(self.request)
+        self.points = Decoder().read(self.request).points
         count.as_double = self.points
         # the step gauges become the decoded snapshot's step, not points
         self.sink_points = self.points - (3 if points >= 1000 else 0)

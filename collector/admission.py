@@ -141,18 +141,6 @@ class HeavyGate:
         self._slots.release()
 
 
-def request_points(request) -> int:
-    """Data points in an ``ExportMetricsServiceRequest``, counted without reading them."""
-    total = 0
-    for resource_metrics in request.resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                kind = metric.WhichOneof("data")
-                if kind is not None:
-                    total += len(getattr(metric, kind).data_points)
-    return total
-
-
 def decoded_bytes(snapshots: Iterable[Snapshot]) -> int:
     """An estimate of the memory the decoded snapshots hold (calibrated with tracemalloc)."""
     total = 0

@@ -24,14 +24,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collector.admission import Hold, MemoryBudget, RequestLimits, decoded_bytes, request_points
+from collector.admission import Hold, MemoryBudget, RequestLimits, decoded_bytes
 from collector.config import LimitsConfig
 from collector.runs import Runs
 from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
 from telemetry.model.snapshot import Snapshot
-from telemetry.otlp.decode import Decoder, DecodeResult
+from telemetry.otlp.decode import Decoder, DecodeResult, Request
 from telemetry.otlp.values import LabelLimits
 
 REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large")
@@ -117,14 +117,15 @@ class Pipeline:
 
     def consume(
         self,
-        request,
+        request: Request,
         expired: Callable[[], bool] | None = None,
         hold: Hold | None = None,
     ) -> DecodeResult:
         """Decode ``request``, admit it, and queue its snapshots for every sink.
 
         Args:
-            request: a parsed ``ExportMetricsServiceRequest``.
+            request: an ``ExportMetricsServiceRequest`` as the decoder read it
+                (:meth:`~telemetry.otlp.decode.Decoder.read`).
             expired: ``() -> True`` once the sender's deadline has passed; checked before
                 decoding and again before anything is kept.
             hold: the budget held while the request is parsed; the decoded snapshots'
@@ -140,7 +141,7 @@ class Pipeline:
         if self._closed:
             raise Closed("the collector is shutting down")
         bounds = self.request_limits
-        points = request_points(request)
+        points = request.points
         if points > bounds.max_points_per_request:
             self.count_refusal("too_large")
             raise TooLarge(

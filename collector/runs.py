@@ -19,8 +19,8 @@ from collector.sinks import RunSinks
 from exporters.charge import Charge
 from exporters.fanout import FanOut, Reservation
 from telemetry.model import names
-from telemetry.model.snapshot import Snapshot
-from telemetry.otlp.values import attributes
+from telemetry.model.snapshot import Attributes, Snapshot
+from telemetry.otlp.decode import Request
 
 logger = logging.getLogger(__name__)
 
@@ -91,31 +91,31 @@ class Runs:
         self._lock = threading.Lock()
         self.refused = 0
 
-    def key(self, snapshot: Snapshot) -> RunKey | None:
-        """The run ``snapshot`` belongs to; None without an experiment or without runs."""
-        experiment = snapshot.resource_value(names.EXPERIMENT)
-        if experiment is None or self._run_sinks is None:
-            return None
-        return str(experiment), str(snapshot.resource_value(names.TRIAL, "default"))
-
-    def open_named(self, request) -> None:
-        """Open the run of every resource of an ``ExportMetricsServiceRequest`` that names one."""
+    def key(self, resource: Attributes) -> RunKey | None:
+        """The run ``resource`` names; None without an experiment or without runs."""
         if self._run_sinks is None:
-            return
-        for resource_metrics in request.resource_metrics:
-            resource = dict(attributes(resource_metrics.resource.attributes))
-            if names.EXPERIMENT in resource:
-                trial = str(resource.get(names.TRIAL, "default"))
-                self.open((str(resource[names.EXPERIMENT]), trial))
+            return None
+        found = dict(reversed(resource))  # a repeated name's first value
+        experiment = found.get(names.EXPERIMENT)
+        if experiment is None:
+            return None
+        return str(experiment), str(found.get(names.TRIAL, "default"))
+
+    def open_named(self, request: Request) -> None:
+        """Open the run of every resource of ``request`` that names one."""
+        for resource in request.resources:
+            key = self.key(resource.attributes)
+            if key is not None:
+                self.open(key)
 
     def get(self, snapshot: Snapshot) -> Run | None:
         """The run of ``snapshot`` if it is open already."""
-        key = self.key(snapshot)
+        key = self.key(snapshot.resource)
         return None if key is None else self._runs.get(key)
 
     def of(self, snapshot: Snapshot) -> Run | None:
         """The run of ``snapshot``, opened if new; None without one or past ``max_runs``."""
-        key = self.key(snapshot)
+        key = self.key(snapshot.resource)
         return None if key is None else self.open(key)
 
     def open(self, key: RunKey) -> Run | None:

@@ -41,13 +41,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import (
-    PARSE_EXPANSION,
-    HeavyGate,
-    Hold,
-    RequestLimits,
-    request_points,
-)
+from collector.admission import PARSE_EXPANSION, HeavyGate, Hold, RequestLimits
 from collector.config import ROOT, CollectorConfig
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge
 from collector.selfmetrics import FAMILIES, SelfMetrics
@@ -258,13 +252,14 @@ class CollectorServer:
         self, data: bytes, context, expired, heavy: bool, hold: Hold
     ) -> ExportMetricsServiceResponse:
         try:
-            request = ExportMetricsServiceRequest.FromString(data)
+            message = ExportMetricsServiceRequest.FromString(data)
         except DecodeError as exc:
             raise _Abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportMetricsServiceRequest: {exc}"
             ) from None
+        request = self.pipeline.decoder.read(message)
         entered = False
-        if not heavy and request_is_heavy(request, self.request_limits):
+        if not heavy and request.points > self.request_limits.heavy_request_points:
             if not self._heavy.try_enter():
                 self._retry_later(context, "heavy")
                 raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests")
@@ -328,8 +323,3 @@ def _check_free(key: str, host: str, port: int) -> None:
         raise ConfigError(
             f"{key}: {host}:{port} is in use; choose another port, or 0 for any free port"
         )
-
-
-def request_is_heavy(request, limits: RequestLimits) -> bool:
-    """More data points than ``heavy_request_points`` (counted without reading them)."""
-    return request_points(request) > limits.heavy_request_points

@@ -6,6 +6,10 @@ One Snapshot per ``ResourceMetrics``; each data point is mapped by its metric ki
 ``rltel.stream`` becomes ``Snapshot.stream``. Points that cannot be mapped (no value, a
 negative monotonic sum, inconsistent buckets, a series past its limit, a name or
 attribute over its limit) are counted as rejected with a reason, never raised.
+
+A request is read once before it is decoded (:meth:`Decoder.read`: each resource's
+attributes, and its number of data points counted without reading them), so that the
+collector can bound it and open its runs first, and the decoder reuses what was read.
 """
 
 from __future__ import annotations
@@ -19,17 +23,61 @@ from dataclasses import dataclass
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
+from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
 
 from telemetry.model import names
-from telemetry.model.snapshot import Point, Snapshot, Step
+from telemetry.model.snapshot import Attributes, Point, Snapshot, Step
 from telemetry.otlp.mapping import DELTA, PointMapper
 from telemetry.otlp.series import SeriesTable
 from telemetry.otlp.values import LabelLimits, OverLimit, Rejected, attributes
 
-__all__ = ["DecodeResult", "Decoder", "Staged"]
+__all__ = ["DecodeResult", "Decoder", "Request", "RequestResource", "Staged"]
 
 NO_RECORDED_VALUE = 1
 MAX_REASONS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RequestResource:
+    """One ``ResourceMetrics`` as read before decoding.
+
+    Attributes:
+        message: the ``ResourceMetrics`` itself.
+        attributes: its resource attributes; ``()`` when they are over a label limit.
+        over_limit: the label limit its attributes are over, if any (its points are rejected).
+    """
+
+    message: ResourceMetrics
+    attributes: Attributes
+    over_limit: OverLimit | None
+
+
+class Request:
+    """An ``ExportMetricsServiceRequest`` read once: its resources and its data points."""
+
+    __slots__ = ("_points", "resources")
+
+    def __init__(self, resources: tuple[RequestResource, ...]) -> None:
+        self.resources = resources
+        self._points: int | None = None
+
+    @property
+    def points(self) -> int:
+        """Its data points, counted on first use without reading them."""
+        if self._points is None:
+            self._points = sum(_data_points(resource.message) for resource in self.resources)
+        return self._points
+
+
+def _data_points(rm: ResourceMetrics) -> int:
+    """The data points of one ``ResourceMetrics``, counted without reading them."""
+    points = 0
+    for scope_metrics in rm.scope_metrics:
+        for metric in scope_metrics.metrics:
+            kind = metric.WhichOneof("data")
+            if kind is not None:
+                points += len(getattr(metric, kind).data_points)
+    return points
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +143,21 @@ class Decoder:
         """Stateful series currently tracked."""
         return len(self._series)
 
-    def decode(self, request: ExportMetricsServiceRequest) -> DecodeResult:
-        """Map every data point of ``request`` and keep its state; never raises for bad data."""
-        with self.stage(request) as staged:
+    def read(self, message: ExportMetricsServiceRequest) -> Request:
+        """``message``'s resources, their attributes checked against the label limits, read
+        once for :meth:`stage`; never raises for bad data."""
+        return Request(tuple(self._read(rm) for rm in message.resource_metrics))
+
+    def decode(self, message: ExportMetricsServiceRequest) -> DecodeResult:
+        """Map every data point of ``message`` and keep its state; never raises for bad data."""
+        with self.stage(self.read(message)) as staged:
             staged.commit()
         return staged.result
 
     @contextlib.contextmanager
-    def stage(self, request: ExportMetricsServiceRequest) -> Iterator[Staged]:
-        """Decode ``request`` under the decoder's lock, held until the block ends.
+    def stage(self, request: Request) -> Iterator[Staged]:
+        """Decode ``request`` (from :meth:`read`) under the decoder's lock, held until the
+        block ends.
 
         The temporality state changes only if ``commit()`` is called inside the block;
         other requests wait meanwhile, so admit (or refuse) quickly.
@@ -115,8 +169,8 @@ class Decoder:
                 snapshots: list[Snapshot] = []
                 counts = [0, 0]
                 reasons: dict[str, None] = {}
-                for resource_metrics in request.resource_metrics:
-                    snapshots.append(self._resource(resource_metrics, counts, reasons))
+                for resource in request.resources:
+                    snapshots.append(self._resource(resource, counts, reasons))
                 result = DecodeResult(
                     tuple(snapshots),
                     counts[0],
@@ -134,19 +188,20 @@ class Decoder:
         if len(reasons) < MAX_REASONS:
             reasons[f"{what}: {exc}"] = None
 
-    def _resource(self, rm, counts: list[int], reasons: dict[str, None]) -> Snapshot:
-        limits = self.label_limits
+    def _read(self, rm: ResourceMetrics) -> RequestResource:
         try:
-            resource = attributes(rm.resource.attributes, limits)
+            return RequestResource(rm, attributes(rm.resource.attributes, self.label_limits), None)
         except OverLimit as exc:
-            n = sum(
-                len(getattr(m, m.WhichOneof("data")).data_points)
-                for sm in rm.scope_metrics
-                for m in sm.metrics
-                if m.WhichOneof("data") is not None
-            )
-            self._over_limit(exc, n, counts, reasons, "resource")
+            return RequestResource(rm, (), exc)
+
+    def _resource(
+        self, read: RequestResource, counts: list[int], reasons: dict[str, None]
+    ) -> Snapshot:
+        if read.over_limit is not None:
+            n = _data_points(read.message)
+            self._over_limit(read.over_limit, n, counts, reasons, "resource")
             return Snapshot(points=())
+        limits, rm, resource = self.label_limits, read.message, read.attributes
         points: list[Point] = []
         step: dict[str, int] = {}
         latest = accepted = 0

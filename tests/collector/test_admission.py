@@ -276,7 +276,7 @@ def test_the_deadline_is_checked_before_decoding_and_before_anything_is_kept():
     sink = InMemorySink()
     decoder = SlowDecoder(0.0)
     pipeline = Pipeline([sink], decoder=decoder)
-    request = ExportMetricsServiceRequest.FromString(delta_counter(3.0))
+    request = decoder.read(ExportMetricsServiceRequest.FromString(delta_counter(3.0)))
     with pytest.raises(Expired, match="before decoding"):
         pipeline.consume(request, expired=lambda: True)
     assert decoder.calls == 0

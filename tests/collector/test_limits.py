@@ -13,6 +13,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from collector.admission import RequestLimits
 from collector.config import from_dict
+from collector.pipeline import Pipeline
 from collector.server import SERVICE, CollectorServer
 from telemetry.otlp.values import LabelLimits
 
@@ -209,3 +210,19 @@ def test_counter_overflow_through_the_collector_is_exact(temporality):
     finally:
         server.stop(10)
     assert seen == sorted(seen) and seen[0] > 0  # never decreases
+
+
+def test_a_resource_over_a_limit_opens_no_run():
+    opened = []
+    limits = LabelLimits(max_attribute_value_length=16)
+    pipeline = Pipeline([], lambda *run: opened.append(run) or [], label_limits=limits)
+    request, _ = gauge_request()
+    request.resource_metrics.extend(gauge_request()[0].resource_metrics)
+    resources = ({"rltel.experiment": "ok"}, {"rltel.experiment": "over", "r": "x" * 17})
+    for resource_metrics, attrs in zip(request.resource_metrics, resources):
+        for key, text in attrs.items():
+            resource_metrics.resource.attributes.add(key=key).value.string_value = text
+    result = pipeline.consume(pipeline.decoder.read(request))
+    pipeline.shutdown(5)
+    assert (result.accepted, result.rejected) == (1, 1)
+    assert opened == [("ok", "default")]

@@ -65,7 +65,7 @@ def feed(server: CollectorServer, experiment: str, loss: float, tokens: float) -
     resource = (("service.name", "trainer"), ("rltel.experiment", experiment))
     snapshot = Snapshot((Gauge("loss", loss), Counter("tokens", tokens)), resource=resource)
     for data in encode(snapshot):
-        server.pipeline.consume(encode_metrics(data))
+        server.pipeline.consume(server.pipeline.decoder.read(encode_metrics(data)))
 
 
 def query(url: str, expr: str) -> list[dict]:

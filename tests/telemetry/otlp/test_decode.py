@@ -20,6 +20,7 @@ from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
 from telemetry.otlp.decode import Decoder
 from telemetry.otlp.encode import encode
+from telemetry.otlp.values import LabelLimits
 
 RES = (("rltel.experiment", "e"), ("rltel.trial", "t"), ("rltel.role", "trainer"))
 
@@ -255,3 +256,21 @@ def test_series_limit_rejects_new_stateful_series():
     assert (result.accepted, result.rejected) == (2, 1)
     assert "series limit 2" in result.message
     assert decoder.series == 2
+
+
+def test_a_request_is_read_once_its_resources_attributes_and_points_then_decoded():
+    message = raw(number_metric("a", "gauge", [1.0, 2.0]), resource={"rltel.experiment": "e"})
+    over = message.resource_metrics.add()
+    over.resource.attributes.extend(kv(service="x" * 17))  # over max_attribute_value_length
+    over.scope_metrics.add().metrics.extend([number_metric("b", "gauge", [3.0] * 3)])
+    decoder = Decoder(label_limits=LabelLimits(max_attribute_value_length=16))
+    request = decoder.read(message)
+    fine, rejected = request.resources
+    assert request.points == 5
+    assert fine.attributes == (("rltel.experiment", "e"),) and fine.over_limit is None
+    assert rejected.attributes == () and rejected.over_limit.limit == "max_attribute_value_length"
+    with decoder.stage(request) as staged:
+        result = staged.result
+    assert (result.accepted, result.rejected) == (2, 3)
+    assert result.over_limit == (("max_attribute_value_length", 3),)
+    assert [p.value for p in result.snapshots[0].points] == [1.0, 2.0]

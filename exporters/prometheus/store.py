@@ -113,7 +113,6 @@ class SeriesStore:
         self.resources: dict[Attributes, tuple[Labels, Labels]] = {}
         self.reserved: set[str] = {"target", "target_info"}
         self.overflowed_points = 0
-        self.untracked_points = 0  # overflowed counter points past MAX_OVERFLOW_TRACKED
         self.tracked_overflow = 0
         self.expired_series = 0
         self.snapshots = 0
@@ -169,8 +168,7 @@ class SeriesStore:
         previous = last.get(key)
         if previous is None:
             if self.tracked_overflow >= MAX_OVERFLOW_TRACKED:
-                self.untracked_points += 1
-                return
+                return  # past the bound: this series' increases are not added
             self.tracked_overflow += 1
         increase = total if previous is None or total < previous else total - previous
         last[key] = total

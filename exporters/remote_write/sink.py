@@ -84,8 +84,7 @@ class RemoteWriteSink(Sink):
         self._last_ms = 0
         self._applied: Snapshot | None = None
         self._down = False  # the last POST failed retryably: try once per call, no backoff
-        self.sent_samples = self.sent_requests = self.dropped_samples = 0
-        self.rejected_samples = self.retries = 0
+        self.dropped_samples = self.rejected_samples = self.retries = 0
         self._closed = False
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -210,10 +209,7 @@ class RemoteWriteSink(Sink):
                 sent = {id(write) for write in batch}
                 while self._backlog and id(self._backlog[0]) in sent:
                     self._pending -= self._backlog.popleft().samples
-                if outcome is ExportResult.SUCCESS:
-                    self.sent_samples += samples
-                    self.sent_requests += 1
-                else:
+                if outcome is ExportResult.PERMANENT_FAILURE:
                     self.rejected_samples += samples
             if outcome is ExportResult.PERMANENT_FAILURE:
                 logger.warning("remote_write sink: %d samples refused: %s", samples, detail)

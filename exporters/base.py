@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol, runtime_checkable
 
 from telemetry.model.snapshot import Snapshot
 
@@ -63,18 +64,40 @@ class Overflow(ABC):
         """Export the oldest entry; it is removed unless the answer is FAILURE."""
 
 
+@runtime_checkable
+class QueueHooks(Protocol):
+    """What a sink with an overflow (the OTLP sink and its spool) offers the queue in front
+    of it; the queue uses these only on a sink that implements them.
+
+    Attributes:
+        overflow: where the queue spills what it cannot hold or deliver now (None: none).
+    """
+
+    overflow: Overflow | None
+
+    def attach(self, depth: Callable[[], int]) -> None:
+        """Called once by the queue with a reader of its depth."""
+
+    def discard(self, snapshot: Snapshot) -> None:
+        """The queue gave ``snapshot`` up unexported (full, closed, out of retries or time)."""
+
+    def retry_after(self) -> float | None:
+        """After a FAILURE answer, the delay the endpoint asked for before the next attempt
+        (gRPC retry pushback); the queue waits at least that long. None: its own backoff."""
+
+
 class Sink(ABC):
     """A destination for Snapshots (Prometheus, W&B, SwanLab, TensorBoard, console, OTLP).
 
     ``export`` is called from one thread at a time, with a snapshot it must not mutate.
     ``shutdown`` is idempotent and safe on a sink that never exported; it may come while an
     export is still running on another thread (past the queue's deadline), and should end it.
-    A sink may declare its own :attr:`delivery` policy and an :attr:`overflow`.
+    A sink may declare its own :attr:`delivery` policy; one with an overflow implements
+    :class:`QueueHooks` too.
     """
 
     name: str = "sink"
     delivery: Delivery | None = None
-    overflow: Overflow | None = None
 
     @abstractmethod
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
@@ -88,19 +111,6 @@ class Sink(ABC):
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush and release resources; safe to call twice."""
         self.force_flush(timeout_s)
-
-    def attach(self, depth: Callable[[], int]) -> None:
-        """Called once by the queue in front of this sink with a reader of its depth."""
-        del depth
-
-    def discard(self, snapshot: Snapshot) -> None:
-        """The queue gave ``snapshot`` up unexported (full, closed, out of retries or time)."""
-        del snapshot
-
-    def retry_after(self) -> float | None:
-        """After a FAILURE answer, the delay the endpoint asked for before the next attempt
-        (gRPC retry pushback); the queue waits at least that long. None: its own backoff."""
-        return None
 
 
 class RunSink(Sink):

@@ -15,17 +15,18 @@ parent's queue nor blocks on the parent's locks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass
 
-from exporters.base import Sink
+from exporters.backlog import Backlog, Flush
+from exporters.base import Delivery, QueueHooks, Sink
 from exporters.calls import TimedCaller, reraise_at_exit
 from exporters.charge import Charge
-from exporters.drain import Drain, Flush
+from exporters.drain import Drain
+from exporters.tally import SinkStats, Tally
 from telemetry.model.snapshot import Snapshot
 
 __all__ = ["QueuedSink", "SinkStats"]
@@ -37,23 +38,12 @@ CANCEL_GRACE_S = 0.5
 for a worker whose call the sink's own shutdown ends, to spill or count what it holds."""
 
 
-@dataclass(frozen=True, slots=True)
-class SinkStats:
-    """Counters of one queued sink."""
-
-    name: str
-    exported: int
-    failed: int
-    dropped: int
-    retried: int
-    timed_out: int
-    queue_depth: int
-    last_latency_s: float | None
-    degraded: bool
-
-
-class QueuedSink(Drain):
+class QueuedSink:
     """One sink behind a bounded queue, a worker thread, a per-export timeout and retries.
+
+    The queue (:class:`~exporters.backlog.Backlog`), the counters
+    (:class:`~exporters.tally.Tally`) and the worker (:class:`~exporters.drain.Drain`) are
+    objects of their own, made anew in a forked child.
 
     Args:
         sink: the sink to drive; ``export`` is only ever called from one thread at a time.
@@ -67,8 +57,9 @@ class QueuedSink(Drain):
         spill_after_s: with an overflow, how long failures last before the queue moves there.
         name: label for stats and thread names; defaults to ``sink.name``.
 
-    Raises:
-        ValueError: ``queue_size`` < 1, ``timeout_s`` <= 0 or ``max_retries`` < 0.
+    Attributes:
+        policy: the queue's :class:`~exporters.base.Delivery` policy, from the arguments.
+        hooks: the sink, when it implements :class:`~exporters.base.QueueHooks`.
     """
 
     def __init__(
@@ -84,27 +75,17 @@ class QueuedSink(Drain):
         spill_after_s: float = 2.0,
         name: str | None = None,
     ) -> None:
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.sink = sink
         self.name = name or getattr(sink, "name", type(sink).__name__)
-        self.queue_size = queue_size
-        self.timeout_s = timeout_s
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
-        self.jitter = jitter
-        self.spill_after_s = spill_after_s
-        self.overflow = sink.overflow
-        self._exported = self._failed = self._dropped = self._retried = self._timed_out = 0
-        self._last_latency: float | None = None
-        self._init_state()
+        self.policy = Delivery(
+            queue_size, timeout_s, max_retries, backoff_s, max_backoff_s, jitter, spill_after_s
+        )
+        self.hooks = sink if isinstance(sink, QueueHooks) else None
+        self.overflow = self.hooks.overflow if self.hooks is not None else None
+        self._start()
         self._forked = False
-        sink.attach(self.depth)
+        if self.hooks is not None:
+            self.hooks.attach(self.depth)
 
     @classmethod
     def of(
@@ -112,36 +93,24 @@ class QueuedSink(Drain):
     ) -> QueuedSink:
         """``sink`` behind a queue with the sink's own :class:`~exporters.base.Delivery`
         policy when it declares one, else with ``queue_size`` and ``timeout_s``."""
-        policy = sink.delivery
-        if policy is None:
-            return cls(sink, queue_size, timeout_s, name=name)
-        return cls(
-            sink,
-            policy.queue_size,
-            policy.timeout_s,
-            max_retries=policy.max_retries,
-            backoff_s=policy.backoff_s,
-            max_backoff_s=policy.max_backoff_s,
-            jitter=policy.jitter,
-            spill_after_s=policy.spill_after_s,
-            name=name,
-        )
+        policy = sink.delivery or Delivery(queue_size, timeout_s)
+        return cls(sink, **dataclasses.asdict(policy), name=name)
 
-    def _init_state(self) -> None:
+    @property
+    def queue_size(self) -> int:
+        """Snapshots waiting at most."""
+        return self.policy.queue_size
+
+    def _start(self) -> None:
+        """Fresh queue, counters, caller and worker (at construction, and in a forked child)."""
         self._pid = os.getpid()
-        self._cond = threading.Condition()
-        self._spill_lock = threading.Lock()
-        self._queue: deque[tuple[Snapshot, Charge | None] | Flush] = deque()
-        self._depth = 0  # snapshots in the queue
-        self._reserved = 0  # slots promised to admitted requests, not yet filled
-        self._closed = False
-        self._drain_deadline: float | None = None
+        self._backlog = Backlog(self.policy.queue_size)
+        self._tally = Tally()
         self._caller = TimedCaller(f"rltel-sink-{self.name}")
+        self._drain = Drain(
+            self.sink, self.hooks, self.policy, self._backlog, self._tally, self._caller, self.name
+        )
         self._worker: threading.Thread | None = None
-        self._streak = 0  # consecutive failed snapshots: degraded while > 0
-        self._failure_kind = ""
-        self._failing_since: float | None = None  # a run of FAILURE answers began
-        self._give_up = False  # closing with the sink failing: the overflow keeps the rest
         self._shutdown_done = self._sink_shut = False
 
     # -- caller side -------------------------------------------------------------------
@@ -156,26 +125,14 @@ class QueuedSink(Drain):
             charge: held while the snapshot is queued or exported.
             reserved: fill a slot taken by :meth:`reserve` (never refused for space).
         """
-        with self._lock_after_fork():
-            if self._forked:
-                return False  # the sink belongs to the parent: not even its counters
-            if reserved and self._reserved > 0:
-                self._reserved -= 1
-                refused = self._closed
-            else:
-                refused = self._depth + self._reserved >= self.queue_size or self._closed
-            if refused:
-                self._dropped += 1
-            else:
-                if charge is not None:
-                    charge.hold()
-                self._queue.append((snapshot, charge))
-                self._depth += 1
-                self._ensure_worker()
-                self._cond.notify()
-        if refused:
-            self._discard(snapshot)
-        return not refused
+        if self._in_fork():
+            return False  # the sink belongs to the parent: not even its counters
+        if self._backlog.offer(snapshot, charge, reserved):
+            self._ensure_worker()
+            return True
+        self._tally.add(dropped=1)
+        self._drain.discard(snapshot)
+        return False
 
     def reserve(self, n: int) -> int | None:
         """Take ``n`` queue slots for an admitted request; None when they are not free.
@@ -184,25 +141,17 @@ class QueuedSink(Drain):
         everything and reserves nothing (0): what its queue cannot hold is dropped and
         counted, so a failing sink never makes the collector refuse.
         """
-        with self._lock_after_fork():
-            if self._closed or self._forked:
-                return None
-            if self._is_degraded():
-                return 0
-            used = self._depth + self._reserved
-            if used and used + n > self.queue_size:
-                return None
-            self._reserved += n
-            return n
+        if self._in_fork():
+            return None
+        return self._backlog.reserve(n, self._degraded())
 
     def release(self, n: int) -> None:
         """Give back reserved slots that were not filled."""
-        with self._cond:
-            self._reserved = max(0, self._reserved - n)
+        self._backlog.release(n)
 
     def depth(self) -> int:
         """Snapshots queued now."""
-        return self._depth
+        return self._backlog.depth
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything queued before this call was exported, then flush the sink.
@@ -217,23 +166,16 @@ class QueuedSink(Drain):
 
     def request_flush(self, timeout_s: float) -> Flush | None:
         """Queue a flush behind everything queued now; None when closed."""
-        with self._lock_after_fork():
-            if self._closed or self._forked:
-                return None
-            marker = Flush(timeout_s)
-            self._queue.append(marker)  # control items may exceed queue_size
-            self._ensure_worker()
-            self._cond.notify()
-            return marker
+        marker = Flush(timeout_s)
+        if self._in_fork() or not self._backlog.add_flush(marker):
+            return None
+        self._ensure_worker()
+        return marker
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop accepting snapshots; the worker drains until ``timeout_s`` from now."""
-        with self._lock_after_fork():
-            if self._closed or self._forked:
-                return
-            self._closed = True
-            self._drain_deadline = time.monotonic() + timeout_s
-            self._cond.notify_all()
+        if not self._in_fork():
+            self._backlog.close(timeout_s)
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Drain the queue with a deadline, then shut the sink down; safe to call twice.
@@ -255,12 +197,12 @@ class QueuedSink(Drain):
                 # before this returns (an abandoned call would make the sink's shutdown fail).
                 self._shutdown_sink(deadline)
                 worker.join(max(0.0, deadline - time.monotonic()))
-        with self._cond:
+        with self._backlog.cond:
             if self._shutdown_done:
                 return
             self._shutdown_done = True
         if self.overflow is not None:
-            self._spill_queue()
+            self._drain.spill_queue()
         self._drop_queue()
         if self._caller.stalled:
             # A slow export abandoned earlier may still finish within the deadline; the
@@ -270,55 +212,44 @@ class QueuedSink(Drain):
 
     def stats(self) -> SinkStats:
         """A consistent copy of this sink's counters."""
-        with self._lock_after_fork():
-            return SinkStats(
-                name=self.name,
-                exported=self._exported,
-                failed=self._failed,
-                dropped=self._dropped,
-                retried=self._retried,
-                timed_out=self._timed_out,
-                queue_depth=self._depth,
-                last_latency_s=self._last_latency,
-                degraded=self._is_degraded(),
-            )
+        self._in_fork()
+        return self._tally.stats(self.name, self._backlog.depth, self._degraded())
 
-    def _is_degraded(self) -> bool:
-        failing = self.overflow is not None and self._failing_since is not None
-        return self._streak > 0 or failing or self._caller.stalled
+    def _degraded(self) -> bool:
+        failing = self.overflow is not None and self._tally.failing_since is not None
+        return self._tally.streak > 0 or failing or self._caller.stalled
 
-    def _lock_after_fork(self) -> threading.Condition:
-        if self._pid != os.getpid():  # the parent's threads and queue do not exist here
-            self._init_state()
+    def _in_fork(self) -> bool:
+        """True in a forked child, where the parent's threads and queue do not exist."""
+        if self._pid != os.getpid():
+            self._start()
             self._forked = True
-        return self._cond
+        return self._forked
 
     def _ensure_worker(self) -> None:
-        if self._worker is None:
-            self._worker = threading.Thread(
-                target=self._run, name=f"rltel-sink-{self.name}", daemon=True
-            )
-            self._worker.start()
+        with self._backlog.cond:
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._drain.run, name=f"rltel-sink-{self.name}", daemon=True
+                )
+                self._worker.start()
 
     def _drop_queue(self) -> None:
         """Count what is still queued as dropped; answer pending flushes."""
-        with self._cond:
-            left = list(self._queue)
-            self._queue.clear()
-            self._depth = 0
-            snapshots = [item for item in left if not isinstance(item, Flush)]
-            self._dropped += len(snapshots)
+        left = self._backlog.take_all()
+        snapshots = [item for item in left if not isinstance(item, Flush)]
+        self._tally.add(dropped=len(snapshots))
         for item in left:
             if isinstance(item, Flush):
                 item.done.set()
         for snapshot, charge in snapshots:
             if charge is not None:
                 charge.done()
-            self._discard(snapshot)
+            self._drain.discard(snapshot)
 
     def _shutdown_sink(self, deadline: float) -> None:
         """Call the sink's shutdown once, within what is left of ``deadline``."""
-        with self._cond:
+        with self._backlog.cond:
             if self._sink_shut:
                 return
             self._sink_shut = True

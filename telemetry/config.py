@@ -123,14 +123,15 @@ class OtlpTlsConfig:
     cert_file: OptStr = None
     key_file: OptStr = None
 
+    @property
+    def enabled(self) -> bool:
+        """True when a file is set; an empty section leaves the channel as ``insecure`` says."""
+        return bool(self.ca_file or self.cert_file or self.key_file)
+
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
             missing = "key_file" if self.cert_file else "cert_file"
             raise FieldRule(missing, "is required: cert_file and key_file go together")
-
-    def as_dict(self) -> dict[str, str]:
-        """The set paths, as the transport takes them."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if v}
 
 
 @dataclass(frozen=True, config=SCHEMA)

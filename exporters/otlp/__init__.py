@@ -39,7 +39,7 @@ def create(config: StatsLoggerConfig, context: BuildContext) -> Sink:
     return OtlpSink(
         otlp.endpoint,
         insecure=otlp.insecure,
-        tls=otlp.tls.as_dict() if otlp.tls else None,
+        tls=otlp.tls if otlp.tls is not None and otlp.tls.enabled else None,
         headers=otlp.plain_headers(),
         timeout_s=otlp.timeout,
         queue_size=otlp.queue_size,

@@ -13,7 +13,7 @@ from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
 
-from telemetry.model.errors import ConfigError
+from telemetry.config import OtlpTlsConfig
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
 
@@ -94,18 +94,10 @@ def silence_exporter_log_on(thread_prefix: str) -> None:
     )
 
 
-def channel_credentials(tls: dict) -> grpc.ChannelCredentials:
-    """gRPC TLS credentials from ``otlp.tls`` (``ca_file``, ``cert_file``, ``key_file``).
+def channel_credentials(tls: OtlpTlsConfig) -> grpc.ChannelCredentials:
+    """gRPC TLS credentials from ``otlp.tls``: the CA to trust, the client cert and key."""
 
-    Raises:
-        ConfigError: an unknown key.
-    """
-    unknown = sorted(set(tls) - {"ca_file", "cert_file", "key_file"})
-    if unknown:
-        raise ConfigError(f"unknown key stats_logger.otlp.tls.{unknown[0]}")
-
-    def read(name: str) -> bytes | None:
-        path = tls.get(name)
+    def read(path: str | None) -> bytes | None:
         return Path(path).read_bytes() if path else None
 
-    return grpc.ssl_channel_credentials(read("ca_file"), read("key_file"), read("cert_file"))
+    return grpc.ssl_channel_credentials(read(tls.ca_file), read(tls.key_file), read(tls.cert_file))

@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from exporters.base import Delivery, ExportResult, Overflow, Sink
+from exporters.base import Delivery, ExportResult, Overflow, QueueHooks, Sink
 from exporters.otlp.spool import Spool
 from exporters.otlp.transport import OtlpSender
+from telemetry.config import OtlpTlsConfig
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Point, Snapshot
 from telemetry.otlp.encode import Batch, count_nonfinite, split
@@ -45,13 +46,13 @@ HEALTH_POINTS = len(HEALTH_COUNTERS) + 3
 """Health points in every request: the counters, two depth gauges, the latency histogram."""
 
 
-class OtlpSink(Sink):
+class OtlpSink(Sink, QueueHooks):
     """Sends snapshots to an OTLP/gRPC endpoint; run it behind a QueuedSink.
 
     Args:
         endpoint: ``host:port`` or ``http(s)://host:port`` of the OTLP/gRPC receiver.
         insecure: plaintext gRPC (ignored when ``tls`` is given).
-        tls: ``{"ca_file", "cert_file", "key_file"}`` paths for a TLS channel.
+        tls: ``otlp.tls``: the CA and client cert/key files of a TLS channel.
         headers: gRPC metadata sent with every request (never logged).
         timeout_s: deadline of one request.
         queue_size: snapshots waiting in memory at most (the queue's bound).
@@ -63,8 +64,11 @@ class OtlpSink(Sink):
         max_backoff_s: the longest delay between two attempts.
         spool_after_s: how long failures last before queued snapshots move to the spool.
 
+    ``queue_size``, ``timeout_s`` and ``max_points_per_request`` are ``otlp``'s, validated
+    by its schema (:class:`~telemetry.config.OtlpConfig`).
+
     Raises:
-        ConfigError: a limit is out of range or ``tls`` has an unknown key.
+        ConfigError: a backoff or spool delay is out of range.
     """
 
     name = "otlp"
@@ -74,7 +78,7 @@ class OtlpSink(Sink):
         endpoint: str,
         *,
         insecure: bool = True,
-        tls: dict | None = None,
+        tls: OtlpTlsConfig | None = None,
         headers: dict | None = None,
         timeout_s: float = 10.0,
         queue_size: int = 1024,
@@ -86,11 +90,6 @@ class OtlpSink(Sink):
         max_backoff_s: float = 5.0,
         spool_after_s: float = 2.0,
     ) -> None:
-        if queue_size < 1 or max_points_per_request < 4 or timeout_s <= 0:
-            raise ConfigError(
-                "otlp: queue_size must be >= 1, max_points_per_request >= 4, timeout > 0; "
-                f"got {queue_size}, {max_points_per_request}, {timeout_s}"
-            )
         if backoff_s <= 0 or max_backoff_s < backoff_s or spool_after_s < 0:
             raise ConfigError("otlp: need 0 < backoff_s <= max_backoff_s and spool_after_s >= 0")
         # One call sends every request of a snapshot; a request starts only while a whole

@@ -27,6 +27,7 @@ from exporters.otlp.grpc_exporter import (
     channel_credentials,
     silence_exporter_log_on,
 )
+from telemetry.config import OtlpTlsConfig
 from telemetry.model.snapshot import Histogram
 from telemetry.otlp.encode import Batch, encode_batch
 
@@ -76,12 +77,9 @@ class OtlpSender:
     Args:
         endpoint: ``host:port`` or ``http(s)://host:port`` of the OTLP/gRPC receiver.
         insecure: plaintext gRPC (ignored when ``tls`` is given).
-        tls: ``{"ca_file", "cert_file", "key_file"}`` paths for a TLS channel.
+        tls: ``otlp.tls``: the CA and client cert/key files of a TLS channel.
         headers: gRPC metadata sent with every request (never logged).
         timeout_s: deadline of one request.
-
-    Raises:
-        ConfigError: ``tls`` has an unknown key.
     """
 
     def __init__(
@@ -89,7 +87,7 @@ class OtlpSender:
         endpoint: str,
         *,
         insecure: bool = True,
-        tls: dict | None = None,
+        tls: OtlpTlsConfig | None = None,
         headers: dict | None = None,
         timeout_s: float = 10.0,
     ) -> None:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from exporters.base import ExportResult, InMemorySink, Sink
+from exporters.base import ExportResult, InMemorySink, QueueHooks, Sink
 from exporters.fanout import FanOut, QueuedSink
 from exporters.registry import build_sinks, enabled_sinks
 from telemetry.config import load_config
@@ -181,13 +181,6 @@ def test_unused_queued_sink_shuts_down():
     assert flaky.shutdowns == 1
 
 
-def test_bad_arguments_raise():
-    with pytest.raises(ValueError, match="queue_size"):
-        QueuedSink(InMemorySink(), queue_size=0)
-    with pytest.raises(ValueError, match="timeout_s"):
-        QueuedSink(InMemorySink(), timeout_s=0)
-
-
 def test_factory_builds_only_enabled_sinks(tmp_path):
     assert enabled_sinks(load_config({})) == ["console"]  # AReaL prints its stats by default
     off = {"console": {"enabled": False}}
@@ -273,7 +266,7 @@ def test_a_sink_raising_any_base_exception_is_caught_logged_counted_degraded(err
     assert good.shut_down and "shutdown raised" in caplog.text
 
 
-class Outage(InMemorySink):
+class Outage(InMemorySink, QueueHooks):
     """Answers FAILURE while ``down``; with an overflow. ``hang`` blocks an export until
     the sink is shut down, which ends it with FAILURE (like a channel closing)."""
 

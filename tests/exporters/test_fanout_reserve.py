@@ -149,7 +149,7 @@ def test_defaults_are_1024_snapshots_per_sink_and_10_s_per_call():
     fan, sinks = busy_fan(None)
     accepted = [fan.export(snap(step)) for step in range(1, 1026)]
     assert accepted == [True] * 1024 + [False]
-    assert fan.queued[0].timeout_s == 10.0
+    assert fan.queued[0].policy.timeout_s == 10.0
     finish(fan, sinks)
     for method in (FanOut.force_flush, FanOut.shutdown):  # one budget of 10 s for all sinks
         assert inspect.signature(method).parameters["timeout_s"].default == 10.0

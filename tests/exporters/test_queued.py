@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from exporters.base import Delivery, ExportResult, Sink
+from exporters.base import Delivery, ExportResult, QueueHooks, Sink
 from exporters.calls import Busy, Stalled, TimedCaller
 from exporters.charge import Charge
 from exporters.queued import QueuedSink
@@ -150,12 +150,13 @@ def snap(step: int) -> Snapshot:
     return Snapshot(points=(Gauge("loss", float(step)),), step=Step(0, step, step))
 
 
-class Gated(Sink):
+class Gated(Sink, QueueHooks):
     """Holds every export until ``gate`` opens (``entered`` says one is held); records the
     snapshots, what was discarded and the shutdown budget; answers ``results`` in order,
     then SUCCESS; ``flushed`` is what force_flush answers."""
 
     name = "gated"
+    overflow = None
 
     def __init__(self, results: list[ExportResult] | None = None) -> None:
         self.entered = threading.Event()
@@ -214,34 +215,33 @@ def test_of_takes_the_sinks_delivery_policy_else_the_given_size_and_timeout():
     sink = Gated()
     sink.delivery = Delivery(7, 3.0, 5, 0.2, 0.4, True, 1.5)
     q = QueuedSink.of(sink, 100, 9.0, name="x")
-    got = (q.queue_size, q.timeout_s, q.max_retries, q.backoff_s, q.max_backoff_s)
-    assert got == (7, 3.0, 5, 0.2, 0.4)
-    assert (q.jitter, q.spill_after_s, q.name) == (True, 1.5, "x")
+    assert (q.policy, q.queue_size, q.name) == (sink.delivery, 7, "x")
     plain = QueuedSink.of(Gated(), 100, 9.0)
-    got = (plain.queue_size, plain.timeout_s, plain.max_retries, plain.name)
-    assert got == (100, 9.0, 3, "gated")
-    assert (plain.backoff_s, plain.max_backoff_s, plain.jitter, plain.spill_after_s) == (
-        0.05,
-        1.0,
-        False,
-        2.0,
-    )
+    assert (plain.policy, plain.name) == (Delivery(100, 9.0, 3, 0.05, 1.0, False, 2.0), "gated")
     default = QueuedSink.of(Gated())
-    assert (default.queue_size, default.timeout_s) == (1024, 10.0)
+    assert (default.policy.queue_size, default.policy.timeout_s) == (1024, 10.0)
     for s in (q, plain, default):
         s.shutdown(1.0)
 
 
-def test_argument_bounds():
+def test_the_smallest_arguments():
     smallest = QueuedSink(Gated(), queue_size=1, timeout_s=1e-9, max_retries=0)
-    assert (smallest.queue_size, smallest.max_retries) == (1, 0)
+    assert (smallest.policy.queue_size, smallest.policy.max_retries) == (1, 0)
     smallest.shutdown(1.0)
-    with pytest.raises(ValueError, match="max_retries must be >= 0, got -1"):
-        QueuedSink(Gated(), max_retries=-1)
-    with pytest.raises(ValueError, match="timeout_s must be > 0, got -1"):
-        QueuedSink(Gated(), timeout_s=-1)
-    with pytest.raises(ValueError, match="queue_size must be >= 1, got 0"):
-        QueuedSink(Gated(), queue_size=0)
+
+
+def test_only_a_sink_with_queue_hooks_is_asked_for_them():
+    class Plain(Sink):
+        def export(self, snapshot, timeout_s=10.0):
+            return ExportResult.SUCCESS
+
+    plain = QueuedSink(Plain())
+    assert plain.hooks is None and plain.overflow is None
+    assert plain.submit(snap(0)) and plain.force_flush(WAIT_S)
+    plain.shutdown(WAIT_S)
+    hooked = QueuedSink(Gated())
+    assert hooked.hooks is hooked.sink
+    hooked.shutdown(WAIT_S)
 
 
 def test_the_sink_reads_the_queue_depth_and_stats_count_every_outcome():
@@ -512,9 +512,7 @@ def test_an_overflow_is_not_used_before_failures_last_spill_after_s(spill_after_
 
 def test_the_documented_defaults():
     queued = QueuedSink(Gated())
-    got = (queued.queue_size, queued.timeout_s, queued.max_retries, queued.backoff_s)
-    assert got == (1024, 10.0, 3, 0.05)
-    assert (queued.max_backoff_s, queued.jitter, queued.spill_after_s) == (1.0, False, 2.0)
+    assert queued.policy == Delivery(1024, 10.0, 3, 0.05, 1.0, False, 2.0)
     for method in (QueuedSink.force_flush, QueuedSink.close, QueuedSink.shutdown):
         assert inspect.signature(method).parameters["timeout_s"].default == 10.0
     queued.shutdown(1.0)

@@ -13,14 +13,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import from_dict
 from collector.server import CollectorServer
-from exporters.otlp.grpc_exporter import channel_credentials
+from telemetry.config import OtlpTlsConfig, load_config
 from telemetry.logger import StatsLogger
 from telemetry.model.errors import ConfigError
 
 
-def test_unknown_tls_key_is_named():
-    with pytest.raises(ConfigError, match=r"stats_logger\.otlp\.tls\.ca_path"):
-        channel_credentials({"ca_path": "x"})
+def test_unknown_tls_key_is_named_by_the_schema_the_channel_reads():
+    with pytest.raises(ConfigError, match=r"unknown key stats_logger\.otlp\.tls\.ca_path"):
+        load_config({"otlp": {"endpoint": "h:1", "tls": {"ca_path": "x"}}})
+    assert not OtlpTlsConfig().enabled  # an empty section: no TLS, as `insecure` says
+    assert OtlpTlsConfig(ca_file="ca.pem").enabled
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")

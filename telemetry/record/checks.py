@@ -16,8 +16,8 @@ from telemetry.model.errors import InvalidValueError, MaskTypeError, ShapeMismat
 __all__ = [
     "bucket_bounds",
     "mask",
+    "moment_buckets",
     "moment_rows",
-    "moment_state",
     "reduce_group",
     "scalar_value",
     "stat_value",
@@ -88,25 +88,23 @@ def stat_value(key: str, value: object, mask: torch.Tensor, mask_key: str) -> to
     return value
 
 
-def moment_state(key: str, state: object, n_buckets: int, offset: int = 4) -> torch.Tensor:
-    """A producer's ``[sum, count, min, -max, *buckets]`` state for ``fold_moments``
-    (with ``offset=0``: its bucket counts alone).
+def moment_buckets(key: str, counts: object, n_buckets: int) -> torch.Tensor:
+    """A producer's bucket counts of one key for ``fold_moment_rows``.
 
     Raises:
-        InvalidValueError: not a float64 tensor of ``offset + n_buckets`` elements.
+        InvalidValueError: not a float64 tensor of ``n_buckets`` elements.
     """
     if (
-        not isinstance(state, torch.Tensor)
-        or state.dtype != torch.float64
-        or state.shape != (offset + n_buckets,)
+        not isinstance(counts, torch.Tensor)
+        or counts.dtype != torch.float64
+        or counts.shape != (n_buckets,)
     ):
-        what = "state" if offset else "bucket-count vector"
         raise InvalidValueError(
-            f"{key!r}: expected a float64 {what} of {offset + n_buckets} elements, got "
-            f"{getattr(state, 'dtype', type(state).__name__)} "
-            f"{tuple(getattr(state, 'shape', ()))}"
+            f"{key!r}: expected a float64 bucket-count vector of {n_buckets} elements, got "
+            f"{getattr(counts, 'dtype', type(counts).__name__)} "
+            f"{tuple(getattr(counts, 'shape', ()))}"
         )
-    return state
+    return counts
 
 
 def moment_rows(keys: Sequence[str], rows: object) -> torch.Tensor:

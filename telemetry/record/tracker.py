@@ -177,37 +177,6 @@ class DistributedStatsTracker:
 
     stat_compact = stat
 
-    def fold_moments(
-        self,
-        states: Mapping[str, torch.Tensor],
-        reduce_type: ReduceType | None = None,
-    ) -> None:
-        """Fold masked moments that a producer reduced itself into stats.
-
-        For producers that derive many keys from a few per-token quantities: each value
-        is a float64 tensor ``[sum, count, min, -max, *bucket_counts]`` on one device,
-        the state ``stat()`` would have folded (bucket counts exactly where the key has
-        bucket bounds). An empty state is ``[0, 0, inf, inf]``.
-
-        Raises:
-            InvalidValueError: a state is not float64, has the wrong length, or its key
-                was recorded differently before; naming the key.
-        """
-        self._stat_reduce(reduce_type, states)
-        device = None
-        for name, state in states.items():
-            key = self.full_key(name)
-            n_buckets = len(self._bounds[key]) + 1 if key in self._bounds else 0
-            checks.moment_state(key, state, n_buckets)
-            device = state.device if device is None else device
-            if state.device != device:
-                raise InvalidValueError(f"{key!r}: state on {state.device}, others on {device}")
-        if device is None:
-            return
-        rows = torch.stack([state[:4] for state in states.values()])
-        buckets = {name: state[4:] for name, state in states.items() if state.numel() > 4}
-        self.fold_moment_rows(list(states), rows, reduce_type, buckets)
-
     def fold_moment_rows(
         self,
         names: Sequence[str],
@@ -215,7 +184,11 @@ class DistributedStatsTracker:
         reduce_type: ReduceType | None = None,
         buckets: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
-        """:meth:`fold_moments` of states given as the rows of one tensor.
+        """Fold masked moments that a producer reduced itself into stats.
+
+        For producers that derive many keys from a few per-token quantities: each row is the
+        state ``stat()`` would have folded for one key, ``[sum, count, min, -max]`` (an
+        empty one is ``[0, 0, inf, inf]``), its bucket counts given apart.
 
         Args:
             names: the keys (relative to the current scope), one per row.
@@ -236,7 +209,7 @@ class DistributedStatsTracker:
         for name, key in zip(names, keys):
             n_buckets = len(self._bounds[key]) + 1 if key in self._bounds else 0
             if n_buckets or name in buckets:
-                checks.moment_state(key, buckets.get(name), n_buckets, offset=0)
+                checks.moment_buckets(key, buckets.get(name), n_buckets)
         if not keys:
             return
         with self._lock:

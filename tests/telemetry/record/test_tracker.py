@@ -371,35 +371,34 @@ def test_plain_stats_export_without_bucket_warnings(tracker, caplog):
     assert not caplog.records
 
 
-def test_fold_moments_pools_with_stat_and_names_a_bad_state():
+def test_fold_moment_rows_pools_with_stat_and_names_a_bad_state():
     tracker = DistributedStatsTracker()
     mask = torch.tensor([True, True, False])
     tracker.denominator(mask=mask)
     tracker.stat(x=torch.tensor([1.0, 4.0, 100.0]), denominator="mask")
-    tracker.fold_moments({"x": torch.tensor([2.0, 2.0, -3.0, -5.0], dtype=torch.float64)})
+    tracker.fold_moment_rows(["x"], torch.tensor([[2.0, 2.0, -3.0, -5.0]], dtype=torch.float64))
     out = tracker.export()
     assert out["x/avg"] == 7.0 / 4 and out["x/min"] == -3.0 and out["x/max"] == 5.0
-    with pytest.raises(InvalidValueError, match="'y': expected a float64 state of 4 elements"):
-        tracker.fold_moments({"y": torch.tensor([1.0, 1.0, 1.0])})
+    with pytest.raises(InvalidValueError, match=r"'y': expected float64 states of shape \(1, 4\)"):
+        tracker.fold_moment_rows(["y"], torch.tensor([[1.0, 1.0, 1.0]], dtype=torch.float64))
     with pytest.raises(InvalidValueError, match="'x': recorded with reduce type avg_min_max"):
         tracker.denominator(mask=mask)
         tracker.stat(x=torch.tensor([1.0, 4.0, 100.0]), denominator="mask")
-        tracker.fold_moments(
-            {"x": torch.tensor([0.0, 0.0, math.inf, math.inf], dtype=torch.float64)}, ReduceType.AVG
-        )
+        empty = torch.tensor([[0.0, 0.0, math.inf, math.inf]], dtype=torch.float64)
+        tracker.fold_moment_rows(["x"], empty, ReduceType.AVG)
 
 
-def test_fold_moment_rows_equals_fold_moments_and_names_a_bad_state():
+def test_fold_moment_rows_folds_bucket_counts_and_names_bad_ones():
     rows = torch.tensor([[2.0, 2.0, -3.0, -5.0], [1.0, 4.0, 0.0, -1.0]], dtype=torch.float64)
     buckets = torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)
-    by_rows, by_dict = DistributedStatsTracker(), DistributedStatsTracker()
-    with by_rows.scope("s"):
-        by_rows.set_bucket_bounds("x", (0.0, 1.0))
-        by_rows.fold_moment_rows(["x", "y"], rows, ReduceType.AVG, {"x": buckets})
-    with by_dict.scope("s"):
-        by_dict.set_bucket_bounds("x", (0.0, 1.0))
-        by_dict.fold_moments({"x": torch.cat([rows[0], buckets]), "y": rows[1]}, ReduceType.AVG)
-    assert by_rows.export().points == by_dict.export().points
+    tracker = DistributedStatsTracker()
+    with tracker.scope("s"):
+        tracker.set_bucket_bounds("x", (0.0, 1.0))
+        tracker.fold_moment_rows(["x", "y"], rows, ReduceType.AVG, {"x": buckets})
+    x, y = sorted(tracker.export().points, key=lambda point: point.key)
+    avg = ReduceType.AVG
+    assert x == Histogram("s/x", 2, 2.0, -3.0, 5.0, (0.0, 1.0), (1, 0, 1), reduce=avg)
+    assert y == Histogram("s/y", 4, 1.0, 0.0, 1.0, reduce=avg)
     tracker = DistributedStatsTracker()
     tracker.set_bucket_bounds("x", (0.0, 1.0))
     with pytest.raises(InvalidValueError, match=r"'x': expected float64 states of shape \(2, 4\)"):

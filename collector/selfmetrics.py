@@ -14,10 +14,12 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 
 from collector.pipeline import PipelineStats
 from collector.sinks import RunSinkFactory
+from exporters.prometheus.sink_queues import SINK_FAMILIES, sink_families
 
 PREFIX = "rltel_collector_"
 
-# family name -> kind, reserved in the Prometheus sink so no snapshot metric takes them
+# family name -> kind, reserved in the Prometheus sink so no snapshot metric takes them; the
+# sink queues' families are the StatsLogger's too (exporters.prometheus.sink_queues)
 FAMILIES: dict[str, str] = {
     f"{PREFIX}requests": "counter",
     f"{PREFIX}request_bytes": "counter",
@@ -31,19 +33,10 @@ FAMILIES: dict[str, str] = {
     f"{PREFIX}runs": "gauge",
     f"{PREFIX}pending_bytes": "gauge",
     f"{PREFIX}decoder_series": "gauge",
-    f"{PREFIX}sink_exported": "counter",
-    f"{PREFIX}sink_failed": "counter",
-    f"{PREFIX}sink_dropped": "counter",
-    f"{PREFIX}sink_retried": "counter",
-    f"{PREFIX}sink_timed_out": "counter",
-    f"{PREFIX}sink_queue_depth": "gauge",
-    f"{PREFIX}sink_latency_seconds": "gauge",
-    f"{PREFIX}sink_degraded": "gauge",
+    **SINK_FAMILIES,
     f"{PREFIX}sink_start_failed": "gauge",
     f"{PREFIX}run_info": "gauge",
 }
-
-_SINK_COUNTERS = ("exported", "failed", "dropped", "retried", "timed_out")
 
 
 class SelfMetrics:
@@ -112,35 +105,9 @@ class SelfMetrics:
         }
         for name, (value, help_text) in gauges.items():
             yield GaugeMetricFamily(PREFIX + name, help_text, value)
-        yield from _sink_families(stats)
+        yield from sink_families(stats.sinks)
         if self._run_sinks is not None:
             yield from _run_families(self._run_sinks)
-
-
-def _sink_families(stats: PipelineStats) -> Iterator[Metric]:
-    labels = ["run", "sink"]
-    counters = {
-        name: CounterMetricFamily(f"{PREFIX}sink_{name}", f"sink exports {name}", labels=labels)
-        for name in _SINK_COUNTERS
-    }
-    depth = GaugeMetricFamily(f"{PREFIX}sink_queue_depth", "snapshots queued", labels=labels)
-    latency = GaugeMetricFamily(
-        f"{PREFIX}sink_latency_seconds", "duration of the last successful export", labels=labels
-    )
-    degraded = GaugeMetricFamily(
-        f"{PREFIX}sink_degraded",
-        "1 while the last export failed or a stalled one still runs",
-        labels=labels,
-    )
-    for (run, sink), s in sorted(stats.sinks.items()):
-        for name, family in counters.items():
-            family.add_metric([run, sink], getattr(s, name))
-        depth.add_metric([run, sink], s.queue_depth)
-        if s.last_latency_s is not None:
-            latency.add_metric([run, sink], s.last_latency_s)
-        degraded.add_metric([run, sink], float(s.degraded))
-    yield from counters.values()
-    yield from (depth, latency, degraded)
 
 
 def _run_families(run_sinks: RunSinkFactory) -> Iterator[Metric]:

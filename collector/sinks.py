@@ -20,9 +20,10 @@ from collector.config import ROOT, SinksConfig
 from exporters import registry
 from exporters.base import Sink
 from exporters.local_files import link_dir
+from exporters.prometheus.sink_queues import run_label
 from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, StatsLoggerConfig
 
-__all__ = ["RunSinkFactory", "RunSinks", "run_label", "run_sink_factory", "shared_sinks"]
+__all__ = ["RunSinkFactory", "RunSinks", "run_sink_factory", "shared_sinks"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,11 +32,6 @@ RunSinks = Callable[[str, str], Sequence[Sink]]
 SHARED_CONTEXT = registry.BuildContext(root=f"{ROOT}.sinks")
 RUN_CONTEXT = dataclasses.replace(SHARED_CONTEXT, swanlab_process=True)
 """Each run's sinks: SwanLab in a process of its own (one SwanLab run per process)."""
-
-
-def run_label(experiment: str, trial: str) -> str:
-    """The ``run`` label of a run's sinks in the collector's self-metrics."""
-    return f"{experiment}_{trial}"
 
 
 class RunSinkFactory:

@@ -89,7 +89,7 @@ class StatsLogger:
         self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
         if not self.enabled:
             return
-        _serve_sink_health(self.fanout)
+        self._serve_sink_health()
         if not self.fanout.queued:
             _warn_no_sink(self.config)
         atexit.register(self.close)
@@ -116,6 +116,16 @@ class StatsLogger:
             otlp_options=otlp_options,
         )
         return [*(given or ()), *build_sinks(self.config, context)]
+
+    def _serve_sink_health(self) -> None:
+        """Serve every sink's queue counters on the in-process Prometheus endpoint, if any,
+        as the collector serves them (the families the dashboards read)."""
+        for queued in self.fanout.queued:
+            if queued.sink.name == "prometheus":
+                from exporters.prometheus import SINK_FAMILIES, FanOutCollector, run_label
+
+                run = run_label(self.config.experiment_name, self.config.trial_name)
+                queued.sink.register(FanOutCollector(self.fanout, run), SINK_FAMILIES)
 
     def _resource(self, worker_id: str | int | None) -> tuple[tuple[str, Any], ...]:
         resource: list[tuple[str, Any]] = [
@@ -290,15 +300,6 @@ def _warn_no_sink(config: StatsLoggerConfig) -> None:
         local,
         remote,
     )
-
-
-def _serve_sink_health(fanout) -> None:
-    """Expose every sink's queue counters on the in-process Prometheus endpoint, if any."""
-    for queued in fanout.queued:
-        if queued.sink.name == "prometheus":
-            from exporters.prometheus import FANOUT_METRICS, FanOutCollector
-
-            queued.sink.register(FanOutCollector(fanout), FANOUT_METRICS)
 
 
 def _rank() -> int:

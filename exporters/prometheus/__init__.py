@@ -1,11 +1,12 @@
 """The Prometheus sink: OTel -> Prometheus naming and an exposition HTTP endpoint."""
 
 from exporters.prometheus.naming import MetricKey, metric_name, resolve_names
-from exporters.prometheus.sink import (
-    FANOUT_METRICS,
-    SELF_METRICS,
+from exporters.prometheus.sink import SELF_METRICS, PrometheusSink
+from exporters.prometheus.sink_queues import (
+    SINK_FAMILIES,
     FanOutCollector,
-    PrometheusSink,
+    run_label,
+    sink_families,
 )
 from exporters.registry import SinkFactory
 
@@ -21,11 +22,13 @@ FACTORY = SinkFactory(
 
 __all__ = [
     "FACTORY",
-    "FANOUT_METRICS",
     "SELF_METRICS",
+    "SINK_FAMILIES",
     "FanOutCollector",
     "MetricKey",
     "PrometheusSink",
     "metric_name",
     "resolve_names",
+    "run_label",
+    "sink_families",
 ]

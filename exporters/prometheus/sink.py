@@ -23,7 +23,6 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from exporters.base import ExportResult, Sink
-from exporters.fanout import FanOut
 from exporters.prometheus.naming import Kind
 from exporters.prometheus.store import SELF_PREFIX, SeriesStore
 from telemetry.config import PrometheusConfig
@@ -179,47 +178,12 @@ class PrometheusSink(Sink):
         self._thread.start()
 
 
-FANOUT_METRICS: dict[str, Kind] = {
-    "rltel_sink_exported_total": "counter",
-    "rltel_sink_failed_total": "counter",
-    "rltel_sink_dropped_total": "counter",
-    "rltel_sink_retried_total": "counter",
-    "rltel_sink_timed_out_total": "counter",
-    "rltel_sink_queue_depth": "gauge",
-    "rltel_sink_last_latency_seconds": "gauge",
-    "rltel_sink_degraded": "gauge",
-}
-
-
 def _bind_error(key: str, host: str, port: int, exc: OSError) -> str:
     """One line naming the config key to change when ``host:port`` cannot be bound."""
     if exc.errno == errno.EADDRINUSE:
         return f"{key}.port: {host}:{port} is in use; choose another port, or 0 for any free port"
     reason = exc.strerror or str(exc)
     return f"{key}.host/{key}.port: cannot serve Prometheus on {host}:{port}: {reason}"
-
-
-class FanOutCollector:
-    """A :class:`FanOut`'s per-sink counters as families labelled ``sink``.
-
-    Serve them with ``prometheus_sink.register(FanOutCollector(fanout), FANOUT_METRICS)``.
-    """
-
-    def __init__(self, fanout: FanOut) -> None:
-        self._fanout = fanout
-
-    def collect(self) -> Iterator[Metric]:
-        stats = self._fanout.stats()
-        for name, kind in FANOUT_METRICS.items():
-            field = name.removeprefix("rltel_sink_").removesuffix("_total")
-            field = "last_latency_s" if field == "last_latency_seconds" else field
-            family = name.removesuffix("_total") if kind == "counter" else name
-            metric = Metric(family, f"rltel sink queue: {field.replace('_', ' ')}", kind)
-            for sink, entry in stats.items():
-                value = getattr(entry, field)
-                if value is not None:
-                    metric.add_sample(name, {"sink": sink}, float(value))
-            yield metric
 
 
 class _SinkCollector:

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from exporters.base import ExportResult, Sink
 from exporters.fanout import FanOut
-from exporters.prometheus import FANOUT_METRICS, FanOutCollector, PrometheusSink
+from exporters.prometheus import SINK_FAMILIES, FanOutCollector, PrometheusSink
 from exporters.registry import BuildContext
 from telemetry.config import PrometheusConfig, StatsLoggerConfig
 from telemetry.logger import StatsLogger
@@ -381,18 +381,25 @@ def test_fanout_counters_served_next_to_the_metrics(make_sink):
 
     sink = make_sink()
     fan = FanOut([sink, Raising()], timeout_s=1.0)
-    sink.register(FanOutCollector(fan), FANOUT_METRICS)
+    sink.register(FanOutCollector(fan, "exp_t1"), SINK_FAMILIES)
     for step in range(5):
         fan.export(snap(Counter("tok", 10.0 * (step + 1)), step=step))
     assert fan.force_flush(2.0) is True  # drained; failures are counted, not flushed
     fams = families(scrape(sink))
     assert value(fams["tok"], "tok_total") == 50.0  # every step reached Prometheus
-    assert value(fams["rltel_sink_exported"], "rltel_sink_exported_total", sink="prometheus") == 5
-    assert value(fams["rltel_sink_failed"], "rltel_sink_failed_total", sink="raising") == 5
-    assert value(fams["rltel_sink_failed"], "rltel_sink_failed_total", sink="prometheus") == 0
+
+    def sample(family: str, name: str, sink: str) -> float:
+        return value(fams[family], name, run="exp_t1", sink=sink)
+
+    exported, failed = "rltel_collector_sink_exported", "rltel_collector_sink_failed"
+    assert sample(exported, f"{exported}_total", "prometheus") == 5
+    assert sample(failed, f"{failed}_total", "raising") == 5
+    assert sample(failed, f"{failed}_total", "prometheus") == 0
     # a sink whose last export failed is degraded (issue 11); a healthy one is not
-    assert value(fams["rltel_sink_degraded"], "rltel_sink_degraded", sink="raising") == 1
-    assert value(fams["rltel_sink_degraded"], "rltel_sink_degraded", sink="prometheus") == 0
+    degraded = "rltel_collector_sink_degraded"
+    assert sample(degraded, degraded, "raising") == 1
+    assert sample(degraded, degraded, "prometheus") == 0
+    assert fams["rltel_collector_sink_queue_depth"].samples  # the collector's families
     fan.shutdown(2.0)
 
 

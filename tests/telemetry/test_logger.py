@@ -334,13 +334,13 @@ def test_embedded_prometheus_serves_every_sinks_queue_health(tmp_path):
     assert url.startswith("http://127.0.0.1:") and not url.endswith(":0/metrics"), url
     body = urllib.request.urlopen(url, timeout=5).read().decode()
     exported = {
-        s.labels["sink"]: s.value
+        (s.labels["run"], s.labels["sink"]): s.value
         for family in text_string_to_metric_families(body)
         for s in family.samples
-        if s.name == "rltel_sink_exported_total"
+        if s.name == "rltel_collector_sink_exported_total"  # the collector's family
     }
     logger.close()
-    assert exported == {"prometheus": 2.0}
+    assert exported == {("exp_t1", "prometheus"): 2.0}
     without = StatsLogger(config(tmp_path / "off", console={"enabled": True}))
     assert without.prometheus_url is None
     without.close()

@@ -39,8 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from overload_clients import load_generator
 from overload_measure import Ledger, Memory, cpu_s, family_total, load_average, mib, pct
 
-from collector.admission import RequestLimits
-from collector.config import from_dict
+from collector.config import LimitsConfig, from_dict
 from collector.pipeline import Pipeline
 from collector.server import CollectorServer
 from exporters.prometheus import PrometheusSink
@@ -67,14 +66,14 @@ def main() -> None:
     parser.add_argument(
         "--heavy-request-points",
         type=int,
-        default=RequestLimits.heavy_request_points,
-        help="RequestLimits.heavy_request_points (requests over it run one at a time)",
+        default=LimitsConfig.heavy_request_points,
+        help="limits.heavy_request_points (requests over it run one at a time)",
     )
     parser.add_argument(
         "--heavy-request-bytes",
         type=int,
-        default=RequestLimits.heavy_request_bytes,
-        help="RequestLimits.heavy_request_bytes (checked before the body is parsed)",
+        default=LimitsConfig.heavy_request_bytes,
+        help="limits.heavy_request_bytes (checked before the body is parsed)",
     )
     parser.add_argument("--max-in-flight", type=int, default=8, help="per flood client")
     args = parser.parse_args()
@@ -86,16 +85,14 @@ def main() -> None:
             "limits": {
                 "memory_limit_bytes": budget,
                 "max_concurrent_requests": args.max_concurrent_requests,
+                "heavy_request_bytes": args.heavy_request_bytes,
+                "heavy_request_points": args.heavy_request_points,
             },
         }
     )
     prometheus = PrometheusSink(PrometheusConfig(enabled=True, series_limit=10**6), serve=False)
     ledger = Ledger(args.sink_us_per_point / 1e6)
-    request_limits = RequestLimits(
-        heavy_request_bytes=args.heavy_request_bytes,
-        heavy_request_points=args.heavy_request_points,
-    )
-    pipeline = Pipeline([prometheus, ledger], None, config.limits, request_limits=request_limits)
+    pipeline = Pipeline([prometheus, ledger], None, config.limits)
     server = CollectorServer(config, pipeline, prometheus)
     server.start()
     context = multiprocessing.get_context("spawn")
@@ -110,8 +107,8 @@ def main() -> None:
         f"collector: memory_limit_bytes {mib(budget)}, queue_size {limits.queue_size}, "
         f"max_workers {config.receiver.max_workers}, max_concurrent_requests "
         f"{limits.max_concurrent_requests}, heavy_request_bytes "
-        f"{request_limits.heavy_request_bytes}, heavy_request_points "
-        f"{request_limits.heavy_request_points}; sinks: Prometheus + ledger "
+        f"{limits.heavy_request_bytes}, heavy_request_points "
+        f"{limits.heavy_request_points}; sinks: Prometheus + ledger "
         f"(sleeping {args.sink_us_per_point:g} us per point); "
         f"{os.cpu_count()} CPUs, load average {load_average()}"
     )

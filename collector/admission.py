@@ -7,16 +7,15 @@ sender gets a retryable status with a retry delay and the collector keeps nothin
 The memory budget counts the data the collector holds, not wire bytes: a request being
 parsed and decoded is charged ``PARSE_EXPANSION`` times its wire size (a protobuf message
 of empty data points takes ~15x its wire size once parsed), and an admitted request is
-charged :func:`decoded_bytes` of its snapshots until the last sink is done with them.
+charged :func:`decoded_bytes` of its snapshots until the last sink is done with them. The
+bounds per request are :class:`collector.config.RequestLimits`, keys of ``collector.limits``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Histogram, Snapshot
 
 PARSE_EXPANSION = 16
@@ -24,50 +23,6 @@ POINT_BYTES = 232  # a point object, its value and metric name, its slot in the 
 HISTOGRAM_EXTRA_BYTES = 96
 ATTRIBUTE_BYTES = 120  # a (key, value) tuple and two string headers
 SNAPSHOT_BYTES = 400
-
-
-@dataclass(frozen=True)
-class RequestLimits:
-    """Bounds on the work one request may cause, and on concurrent heavy requests.
-
-    Attributes:
-        max_points_per_request: data points in one request at most; more is refused
-            with INVALID_ARGUMENT (the sender must split it: retrying cannot help).
-        max_decoded_bytes: :func:`decoded_bytes` of one request at most (INVALID_ARGUMENT).
-        heavy_request_bytes: a request larger than this on the wire, or with more than
-            ``heavy_request_points`` points, is heavy.
-        heavy_request_points: see ``heavy_request_bytes``.
-        max_heavy_requests: heavy requests parsed or decoded at once; one more is refused
-            with RESOURCE_EXHAUSTED, so small requests keep their latency.
-        retry_after_s: the delay suggested to refused senders.
-        deadline_margin_s: a request with less time than this left is not ingested (its
-            answer could not reach the sender in time).
-    """
-
-    max_points_per_request: int = 50_000
-    max_decoded_bytes: int = 32 * 1024 * 1024
-    heavy_request_bytes: int = 256 * 1024  # 1 MiB let 400 KB floods delay small exports 1-2 s
-    heavy_request_points: int = 10_000
-    max_heavy_requests: int = 1
-    retry_after_s: float = 0.5
-    deadline_margin_s: float = 0.005
-
-    def validate(self, path: str = "collector.limits") -> None:
-        """Raises ConfigError naming the first value out of range."""
-        for name in (
-            "max_points_per_request",
-            "max_decoded_bytes",
-            "heavy_request_bytes",
-            "heavy_request_points",
-            "max_heavy_requests",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{path}.{name} must be an integer >= 1, got {value!r}")
-        for name in ("retry_after_s", "deadline_margin_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"{path}.{name} must be a number >= 0, got {value!r}")
 
 
 class MemoryBudget:

@@ -26,6 +26,7 @@ from pydantic.dataclasses import dataclass
 from telemetry.config import (
     SCHEMA,
     ConsoleConfig,
+    LabelLimits,
     PrometheusConfig,
     SinkSections,
     StatsLoggerConfig,
@@ -96,13 +97,9 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class LimitsConfig:
-    """Bounds that keep the collector's memory finite under any load.
-
-    ``memory_limit_bytes`` bounds the bytes of accepted requests whose snapshots still wait
-    in a sink queue; past it (or past ``max_concurrent_requests``) senders get a retryable
-    status and retry or spool.
-    """
+class PipelineLimits:
+    """Bounds on what the pipeline holds: series state, runs, memory, queues, calls in
+    flight, and how long sinks and the drain at shutdown may take."""
 
     max_series_per_metric: StrictInt = Field(default=2000, ge=1)
     max_runs: StrictInt = Field(default=32, ge=1)
@@ -111,7 +108,29 @@ class LimitsConfig:
     max_concurrent_requests: StrictInt = Field(default=32, ge=1)
     sink_timeout_s: StrictFloat = Field(default=10.0, gt=0)
     drain_timeout_s: StrictFloat = Field(default=30.0, gt=0)
-    # Work per request (collector.admission.RequestLimits).
+
+
+@dataclass(frozen=True, config=SCHEMA)
+class RequestLimits:
+    """Bounds on the work one request may cause, and on concurrent heavy requests: what
+    admission reads (:mod:`collector.admission`, the server's heavy-request gate).
+
+    Attributes:
+        max_points_per_request: data points in one request at most; more is refused
+            with INVALID_ARGUMENT (the sender must split it: retrying cannot help).
+        max_decoded_bytes: :func:`~collector.admission.decoded_bytes` of one request at
+            most (INVALID_ARGUMENT).
+        heavy_request_bytes: a request larger than this on the wire, or with more than
+            ``heavy_request_points`` points, is heavy (1 MiB let 400 KB floods delay small
+            exports by 1-2 s).
+        heavy_request_points: see ``heavy_request_bytes``.
+        max_heavy_requests: heavy requests parsed or decoded at once; one more is refused
+            with RESOURCE_EXHAUSTED, so small requests keep their latency.
+        retry_after_s: the delay suggested to refused senders.
+        deadline_margin_s: a request with less time than this left is not ingested (its
+            answer could not reach the sender in time).
+    """
+
     max_points_per_request: StrictInt = Field(default=50_000, ge=1)
     max_decoded_bytes: StrictInt = Field(default=32 * 1024 * 1024, ge=1)
     heavy_request_bytes: StrictInt = Field(default=256 * 1024, ge=1)
@@ -119,11 +138,18 @@ class LimitsConfig:
     max_heavy_requests: StrictInt = Field(default=1, ge=1)
     retry_after_s: StrictFloat = Field(default=0.5, ge=0)
     deadline_margin_s: StrictFloat = Field(default=0.005, ge=0)
-    # Names and labels (telemetry.otlp.values.LabelLimits).
-    max_attributes_per_point: StrictInt = Field(default=128, ge=1)
-    max_attribute_key_length: StrictInt = Field(default=256, ge=1)
-    max_attribute_value_length: StrictInt = Field(default=4096, ge=1)
-    max_metric_name_length: StrictInt = Field(default=1024, ge=1)
+
+
+@dataclass(frozen=True, config=SCHEMA)
+class LimitsConfig(LabelLimits, RequestLimits, PipelineLimits):
+    """Bounds that keep the collector's memory finite under any load.
+
+    ``memory_limit_bytes`` bounds the bytes of accepted requests whose snapshots still wait
+    in a sink queue; past it (or past ``max_concurrent_requests``) senders get a retryable
+    status and retry or spool. The section is its parts, one set of keys each: the
+    pipeline reads it as :class:`PipelineLimits`, admission as :class:`RequestLimits`, the
+    decoder as :class:`~telemetry.config.LabelLimits`.
+    """
 
 
 @dataclass(frozen=True, config=SCHEMA)
@@ -215,9 +241,6 @@ class CollectorConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sinks: SinksConfig = field(default_factory=SinksConfig)
 
-    def validate(self) -> None:
-        """Nothing left to check: a CollectorConfig is validated when it is built."""
-
 
 def default_config() -> CollectorConfig:
     """The configuration used when no file is given (loopback, Prometheus on :9464)."""
@@ -258,8 +281,10 @@ __all__ = [
     "CollectorConfig",
     "ConfigError",
     "LimitsConfig",
+    "PipelineLimits",
     "ReceiverConfig",
     "RemoteWriteConfig",
+    "RequestLimits",
     "SinksConfig",
     "TlsConfig",
     "default_config",

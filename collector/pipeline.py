@@ -18,21 +18,20 @@ size; only then is the state committed and the snapshots queued. Otherwise
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collector.admission import Hold, MemoryBudget, RequestLimits, decoded_bytes
+from collector.admission import Hold, MemoryBudget, decoded_bytes
 from collector.config import LimitsConfig
 from collector.runs import Runs
 from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
+from exporters.prometheus.sink_queues import run_label
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.decode import Decoder, DecodeResult, Request
-from telemetry.otlp.values import LabelLimits
 
 REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large")
 
@@ -74,7 +73,7 @@ class PipelineStats:
     decoder_series: int
     sinks: dict[tuple[str, str], SinkStats]  # (run or "shared", sink name) -> stats
     refused: dict[str, int]  # requests refused by reason (REFUSALS)
-    over_limit: dict[str, int]  # points rejected by LabelLimits field
+    over_limit: dict[str, int]  # points rejected by label limit (LabelLimits field)
 
 
 class Pipeline:
@@ -84,10 +83,9 @@ class Pipeline:
         shared_sinks: sinks that see every snapshot as it arrives (Prometheus).
         run_sinks: ``(experiment, trial) -> sinks`` for one run's step-based sinks; called
             once per run, on first sight. None: no per-run sinks.
-        limits: queue sizes, memory limit, run limit, sink timeout.
-        decoder: the request decoder (default: one with ``limits``' series bounds).
-        request_limits: per-request bounds (points, decoded bytes).
-        label_limits: name and label bounds of the default decoder.
+        limits: the ``limits`` section: queue sizes, memory, runs and sink timeout, the
+            per-request bounds (admission) and the name and label bounds (the decoder's).
+        decoder: the request decoder (default: one with ``limits``' series and label bounds).
     """
 
     def __init__(
@@ -96,14 +94,10 @@ class Pipeline:
         run_sinks: RunSinks | None = None,
         limits: LimitsConfig | None = None,
         decoder: Decoder | None = None,
-        request_limits: RequestLimits | None = None,
-        label_limits: LabelLimits | None = None,
     ) -> None:
         self.limits = limits or LimitsConfig()
-        self.request_limits = request_limits or limits_from(RequestLimits, self.limits)
         self.decoder = decoder or Decoder(
-            self.limits.max_series_per_metric,
-            label_limits=label_limits or limits_from(LabelLimits, self.limits),
+            self.limits.max_series_per_metric, label_limits=self.limits
         )
         self.budget = MemoryBudget(self.limits.memory_limit_bytes)
         queue = dict(queue_size=self.limits.queue_size, timeout_s=self.limits.sink_timeout_s)
@@ -140,7 +134,7 @@ class Pipeline:
         """
         if self._closed:
             raise Closed("the collector is shutting down")
-        bounds = self.request_limits
+        bounds = self.limits
         points = request.points
         if points > bounds.max_points_per_request:
             self.count_refusal("too_large")
@@ -241,7 +235,7 @@ class Pipeline:
         sinks = {("shared", name): s for name, s in self.shared.stats().items()}
         for (experiment, trial), run in self.runs.items():
             for name, s in run.fanout.stats().items():
-                sinks[(f"{experiment}_{trial}", name)] = s
+                sinks[(run_label(experiment, trial), name)] = s
         with self._lock:
             return PipelineStats(
                 self._accepted,
@@ -282,8 +276,3 @@ class Pipeline:
                 queued.close(timeout_s)
         for fanout in fanouts:
             fanout.shutdown(max(0.0, deadline - time.monotonic()))
-
-
-def limits_from(kind: type, limits: LimitsConfig):
-    """A ``RequestLimits`` or ``LabelLimits`` with the values of the ``limits`` section."""
-    return kind(**{f.name: getattr(limits, f.name) for f in dataclasses.fields(kind)})

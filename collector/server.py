@@ -41,7 +41,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import PARSE_EXPANSION, HeavyGate, Hold, RequestLimits
+from collector.admission import PARSE_EXPANSION, HeavyGate, Hold
 from collector.config import ROOT, CollectorConfig
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge
 from collector.selfmetrics import FAMILIES, SelfMetrics
@@ -49,7 +49,6 @@ from collector.sinks import RunSinkFactory, shared_sinks
 from exporters.prometheus import PrometheusSink
 from telemetry.cli_args import port_in_use
 from telemetry.model.errors import ConfigError
-from telemetry.otlp.values import LabelLimits
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
 logger = logging.getLogger(__name__)
@@ -83,10 +82,9 @@ class CollectorServer:
             shared, per-run W&B/SwanLab/TensorBoard/console).
         prometheus: the Prometheus sink that serves the self-metrics (with a given
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
-        request_limits: per-request bounds and the heavy-request gate (default: the
-            given pipeline's, or :class:`~collector.admission.RequestLimits` defaults).
-        label_limits: name and label bounds (:class:`~telemetry.otlp.values.LabelLimits`) of
-            the pipeline built here.
+
+    The per-request bounds and the heavy-request gate are the pipeline's ``limits`` (with
+    the pipeline built here, ``config.limits``).
 
     Raises:
         ConfigError: the Prometheus address (here) or the receiver's (on :meth:`start`)
@@ -98,8 +96,6 @@ class CollectorServer:
         config: CollectorConfig,
         pipeline: Pipeline | None = None,
         prometheus: PrometheusSink | None = None,
-        request_limits: RequestLimits | None = None,
-        label_limits: LabelLimits | None = None,
     ) -> None:
         self.config = config
         self.run_sinks: RunSinkFactory | None = None
@@ -110,17 +106,10 @@ class CollectorServer:
             shared = shared_sinks(config.sinks)
             prometheus = next((s for s in shared if isinstance(s, PrometheusSink)), None)
             self.run_sinks = RunSinkFactory(config.sinks)
-            pipeline = Pipeline(
-                shared,
-                self.run_sinks,
-                config.limits,
-                request_limits=request_limits,
-                label_limits=label_limits,
-            )
+            pipeline = Pipeline(shared, self.run_sinks, config.limits)
         self.pipeline = pipeline
-        self.request_limits = request_limits or pipeline.request_limits
-        self.request_limits.validate()
-        self._heavy = HeavyGate(self.request_limits.max_heavy_requests)
+        self.limits = pipeline.limits
+        self._heavy = HeavyGate(self.limits.max_heavy_requests)
         self.prometheus = prometheus
         self._token = config.auth.token()
         self._lock = threading.Lock()
@@ -230,7 +219,7 @@ class CollectorServer:
         if expired():
             self.pipeline.count_refusal("expired")
             raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")
-        bounds = self.request_limits
+        bounds = self.limits
         heavy = len(data) > bounds.heavy_request_bytes
         if heavy and not self._heavy.try_enter():
             self._retry_later(context, "heavy")
@@ -259,7 +248,7 @@ class CollectorServer:
             ) from None
         request = self.pipeline.decoder.read(message)
         entered = False
-        if not heavy and request.points > self.request_limits.heavy_request_points:
+        if not heavy and request.points > self.limits.heavy_request_points:
             if not self._heavy.try_enter():
                 self._retry_later(context, "heavy")
                 raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests")
@@ -292,14 +281,14 @@ class CollectorServer:
         remaining = context.time_remaining()
         if remaining is None:
             return lambda: False
-        margin = self.request_limits.deadline_margin_s
+        margin = self.limits.deadline_margin_s
         end = time.monotonic() + remaining - margin
         return lambda: time.monotonic() >= end
 
     def _retry_later(self, context: grpc.ServicerContext, reason: str | None = None) -> None:
         if reason is not None:
             self.pipeline.count_refusal(reason)
-        context.set_trailing_metadata(retry_metadata(self.request_limits.retry_after_s))
+        context.set_trailing_metadata(retry_metadata(self.limits.retry_after_s))
 
     def _authorized(self, context: grpc.ServicerContext) -> bool:
         header = ""

@@ -31,6 +31,7 @@ __all__ = [
     "WANDB_DIR",
     "ConfigError",
     "ConsoleConfig",
+    "LabelLimits",
     "OtlpConfig",
     "OtlpTlsConfig",
     "PrometheusConfig",
@@ -179,6 +180,22 @@ class SinkSections:
     def shared_sections(self) -> dict[str, Any]:
         """The sections of :class:`SinkSections` as this config holds them, by key."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(SinkSections)}
+
+
+@dataclass(frozen=True, config=SCHEMA)
+class LabelLimits:
+    """Bounds on names and labels, after Prometheus's ``label_limit``,
+    ``label_name_length_limit`` and ``label_value_length_limit``: keys of the collector's
+    ``limits`` section (:class:`collector.config.LimitsConfig`), read by the OTLP decoder.
+
+    A value's length is that of its text form (arrays and maps as ``[a,b]``/``{k=v}``,
+    bytes as hex); points over a limit are rejected, naming it, and counted.
+    """
+
+    max_attributes_per_point: StrictInt = Field(default=128, ge=1)
+    max_attribute_key_length: StrictInt = Field(default=256, ge=1)
+    max_attribute_value_length: StrictInt = Field(default=4096, ge=1)
+    max_metric_name_length: StrictInt = Field(default=1024, ge=1)
 
 
 @dataclass(frozen=True, config=SCHEMA)

@@ -129,7 +129,6 @@ class Decoder:
         label_limits: LabelLimits | None = None,
     ) -> None:
         self.label_limits = label_limits or LabelLimits()
-        self.label_limits.validate()
         self._over: dict[str, int] = {}
         self.max_series_per_metric = max_series_per_metric
         self.max_series_total = max_series_total

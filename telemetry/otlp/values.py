@@ -1,7 +1,8 @@
 """Reading OTLP protobuf values: attributes, numbers and histogram points.
 
 Helpers of :mod:`telemetry.otlp.decode`. A value that cannot be mapped raises :class:`Rejected`
-with the reason; the decoder counts it and goes on.
+with the reason; the decoder counts it and goes on. Names and attributes are checked against
+:class:`~telemetry.config.LabelLimits` (the collector's ``limits`` section).
 """
 
 from __future__ import annotations
@@ -9,9 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
-from telemetry.model.errors import ConfigError
+from telemetry.config import LabelLimits
 from telemetry.otlp.temporality import HistogramState
 
 
@@ -27,28 +27,8 @@ class OverLimit(Rejected):
         self.limit = limit
 
 
-@dataclass(frozen=True)
-class LabelLimits:
-    """Bounds on names and labels, after Prometheus's ``label_limit``,
-    ``label_name_length_limit`` and ``label_value_length_limit``.
-
-    A value's length is that of its text form (arrays and maps as ``[a,b]``/``{k=v}``,
-    bytes as hex); points over a limit are rejected, naming it, and counted.
-    """
-
-    max_attributes_per_point: int = 128
-    max_attribute_key_length: int = 256
-    max_attribute_value_length: int = 4096
-    max_metric_name_length: int = 1024
-
-    def validate(self, path: str = "collector.limits") -> None:
-        """Raises ConfigError naming the first value out of range."""
-        for name, value in vars(self).items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{path}.{name} must be an integer >= 1, got {value!r}")
-
-
 UNLIMITED = LabelLimits(2**62, 2**62, 2**62, 2**62)
+"""No bound: the default of :func:`attributes`."""
 
 
 def attributes(kvs: Sequence, limits: LabelLimits = UNLIMITED) -> tuple:

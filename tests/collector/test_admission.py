@@ -13,7 +13,6 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import RequestLimits
 from collector.config import from_dict
 from collector.pipeline import Expired, Pipeline
 from collector.server import PUSHBACK_KEY, RETRY_INFO_KEY, SERVICE, CollectorServer
@@ -64,9 +63,9 @@ def ids(sink: InMemorySink) -> list[str]:
     return [p.metric[3:] for s in sink.snapshots for p in s.points if p.metric.startswith("id/")]
 
 
-def serve(sinks, limits: dict, request_limits: RequestLimits | None = None, decoder=None):
+def serve(sinks, limits: dict, decoder=None):
     config = from_dict({"receiver": {"port": 0, "max_workers": 4}, "limits": limits})
-    pipeline = Pipeline(sinks, None, config.limits, decoder, request_limits)
+    pipeline = Pipeline(sinks, None, config.limits, decoder)
     server = CollectorServer(config, pipeline)
     server.start()
     return server

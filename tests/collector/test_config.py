@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,6 @@ def test_defaults_bind_loopback_with_prometheus_on():
     assert config.sinks.prometheus.enabled
     assert config.sinks.wandb.mode == "disabled"
     assert config.auth.token() is None
-    config.validate()
 
 
 def test_load_yaml_with_sections(tmp_path):
@@ -147,14 +147,19 @@ def test_cli_print_config_and_bad_config(tmp_path, capsys):
     assert "collector.receiver.port" in capsys.readouterr().err
 
 
-def test_request_and_label_limits_come_from_the_limits_section():
-    from collector.admission import RequestLimits
+def test_request_and_label_limits_are_parts_of_the_limits_section():
+    from collector.config import PipelineLimits, RequestLimits
     from collector.pipeline import Pipeline
-    from telemetry.otlp.values import LabelLimits
+    from telemetry.config import LabelLimits
 
-    default = Pipeline([], None, default_config().limits)
-    assert default.request_limits == RequestLimits()  # one set of defaults
-    assert default.decoder.label_limits == LabelLimits()
+    limits = default_config().limits
+    for part in (PipelineLimits, RequestLimits, LabelLimits):
+        assert isinstance(limits, part)  # one schema: each reader takes its part as it is
+    assert {f.name for f in dataclasses.fields(limits)} == {
+        f.name
+        for part in (PipelineLimits, RequestLimits, LabelLimits)
+        for f in dataclasses.fields(part)
+    }
     config = from_dict(
         {
             "limits": {
@@ -165,8 +170,10 @@ def test_request_and_label_limits_come_from_the_limits_section():
         }
     )
     pipeline = Pipeline([], None, config.limits)
-    assert pipeline.request_limits.heavy_request_bytes == 4096
-    assert pipeline.request_limits.retry_after_s == 2.0
+    assert pipeline.limits is config.limits
+    assert pipeline.limits.heavy_request_bytes == 4096
+    assert pipeline.limits.retry_after_s == 2.0
+    assert pipeline.decoder.label_limits is config.limits
     assert pipeline.decoder.label_limits.max_attributes_per_point == 8
     with pytest.raises(ConfigError, match="limits.max_metric_name_length"):
         from_dict({"limits": {"max_metric_name_length": 0}})

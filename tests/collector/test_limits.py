@@ -11,27 +11,25 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import RequestLimits
-from collector.config import from_dict
+from collector.config import LimitsConfig, from_dict
 from collector.pipeline import Pipeline
 from collector.server import SERVICE, CollectorServer
-from telemetry.otlp.values import LabelLimits
 
 from .conftest import samples, scrape
 
 METHOD = f"/{SERVICE}/Export"
-LIMITS = LabelLimits(
-    max_attributes_per_point=4,
-    max_attribute_key_length=8,
-    max_attribute_value_length=16,
-    max_metric_name_length=20,
-)
+LIMITS = {
+    "max_attributes_per_point": 4,
+    "max_attribute_key_length": 8,
+    "max_attribute_value_length": 16,
+    "max_metric_name_length": 20,
+}
 
 
 @pytest.fixture
 def server():
-    config = from_dict({"receiver": {"port": 0}, "sinks": {"prometheus": {"port": 0}}})
-    running = CollectorServer(config, label_limits=LIMITS)
+    sections = {"receiver": {"port": 0}, "sinks": {"prometheus": {"port": 0}}}
+    running = CollectorServer(from_dict({**sections, "limits": LIMITS}))
     running.start()
     yield running
     running.stop(10)
@@ -142,8 +140,8 @@ def test_the_issue_abuses_are_rejected_and_never_reach_metrics(server):
 
 
 def test_points_per_request_bound_at_and_above():
-    config = from_dict({"receiver": {"port": 0}, "sinks": {"prometheus": {"enabled": False}}})
-    server = CollectorServer(config, request_limits=RequestLimits(max_points_per_request=100))
+    sections = {"receiver": {"port": 0}, "sinks": {"prometheus": {"enabled": False}}}
+    server = CollectorServer(from_dict({**sections, "limits": {"max_points_per_request": 100}}))
     server.start()
     try:
 
@@ -214,8 +212,8 @@ def test_counter_overflow_through_the_collector_is_exact(temporality):
 
 def test_a_resource_over_a_limit_opens_no_run():
     opened = []
-    limits = LabelLimits(max_attribute_value_length=16)
-    pipeline = Pipeline([], lambda *run: opened.append(run) or [], label_limits=limits)
+    limits = LimitsConfig(max_attribute_value_length=16)
+    pipeline = Pipeline([], lambda *run: opened.append(run) or [], limits)
     request, _ = gauge_request()
     request.resource_metrics.extend(gauge_request()[0].resource_metrics)
     resources = ({"rltel.experiment": "ok"}, {"rltel.experiment": "over", "r": "x" * 17})

@@ -27,7 +27,6 @@ from collector.config import CLUSTER_LABEL, COLLECTOR_LABEL, RemoteWriteConfig
 from exporters.base import ExportResult, Sink
 from exporters.prometheus.store import SeriesStore
 from exporters.remote_write import client, proto
-from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -49,12 +48,10 @@ class RemoteWriteSink(Sink):
     """Writes the collector's series to a Prometheus remote-write endpoint.
 
     Args:
-        config: url, external labels, timeouts, backlog bound, refresh interval.
+        config: an enabled ``remote_write`` section (its schema requires ``url`` then): url,
+            external labels, timeouts, backlog bound, refresh interval.
         clock: monotonic seconds (series expiry).
         wall: Unix seconds (sample timestamps).
-
-    Raises:
-        ConfigError: no ``url``.
     """
 
     name = "remote_write"
@@ -66,8 +63,6 @@ class RemoteWriteSink(Sink):
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        if not config.url:
-            raise ConfigError("collector.sinks.remote_write.url: required to build the sink")
         self.config = config
         self._wall = wall
         self._store = SeriesStore(config.series_limit, config.expire_seconds, clock)

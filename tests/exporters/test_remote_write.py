@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from collector.config import RemoteWriteConfig, SinksConfig, from_dict
+from exporters import registry
 from exporters.base import ExportResult
 from exporters.registry import BuildContext
 from exporters.remote_write import RemoteWriteSink, client, proto
@@ -198,7 +199,7 @@ def test_config_is_strict_and_names_the_key(section, message):
         from_dict({"sinks": {"remote_write": section}})
 
 
-def test_config_defaults_off_and_sink_needs_a_url():
-    assert from_dict({}).sinks.remote_write.enabled is False
-    with pytest.raises(ConfigError, match="url"):
-        RemoteWriteSink(RemoteWriteConfig())
+def test_config_defaults_off_and_the_collector_builds_no_sink_then():
+    sinks = from_dict({"sinks": {"prometheus": {"enabled": False}}}).sinks
+    assert sinks.remote_write.enabled is False
+    assert registry.build_sinks(sinks, shared=True) == []

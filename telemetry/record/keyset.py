@@ -37,6 +37,8 @@ __all__ = ["CACHED_UNIONS", "KeySet", "agree"]
 
 CACHED_UNIONS = 8
 """Agreed unions remembered per group, most recently used first."""
+CACHED_GROUPS = 64
+"""Groups with remembered unions, the least recently agreed forgotten first."""
 _lock = threading.Lock()
 _unions: dict[int, list[KeySet]] = {}
 
@@ -98,8 +100,10 @@ def agree(comm: Comm, layouts: Mapping[str, StateLayout]) -> KeySet:
 
 def _remember(group_key: int, union: KeySet) -> None:
     with _lock:
-        cache = [u for u in _unions.get(group_key, ()) if u.digest != union.digest]
-        _unions[group_key] = [union, *cache][:CACHED_UNIONS]
+        cache = [u for u in _unions.pop(group_key, ()) if u.digest != union.digest]
+        _unions[group_key] = [union, *cache][:CACHED_UNIONS]  # most recent group last
+        while len(_unions) > CACHED_GROUPS:
+            del _unions[next(iter(_unions))]
 
 
 def _union(all_layouts: list[dict[str, StateLayout]]) -> dict[str, StateLayout]:

@@ -51,6 +51,8 @@ DEFAULT_PATTERNS = ("timeperf/*", "*/timeperf/*", "train_perf")
 _lock = threading.Lock()
 _patterns: list[str] = list(DEFAULT_PATTERNS)
 _series_patterns: list[str] = []
+_memo: dict[str, tuple[bool, bool]] = {}
+_MEMO_KEYS = 65536
 
 
 def track_ranks(*patterns: str) -> None:
@@ -60,12 +62,14 @@ def track_ranks(*patterns: str) -> None:
     """
     with _lock:
         _patterns.extend(p for p in patterns if p not in _patterns)
+        _memo.clear()
 
 
 def untrack_ranks(*patterns: str) -> None:
     """Stop tracking ``patterns`` (defaults included)."""
     with _lock:
         _patterns[:] = [p for p in _patterns if p not in patterns]
+        _memo.clear()
 
 
 def rank_series(*patterns: str, enabled: bool = True) -> None:
@@ -80,6 +84,7 @@ def rank_series(*patterns: str, enabled: bool = True) -> None:
             _patterns.extend(p for p in patterns if p not in _patterns)
         else:
             _series_patterns[:] = [p for p in _series_patterns if p not in patterns]
+        _memo.clear()
 
 
 def straggler_view(
@@ -99,20 +104,29 @@ def straggler_view(
     return straggler_settings.configure(**{k: v for k, v in changes.items() if v is not None})
 
 
-def _matches(key: str, patterns: list[str]) -> bool:
-    with _lock:
-        patterns = list(patterns)
-    return any(fnmatch.fnmatchcase(key, p) for p in patterns)
+def _view(key: str) -> tuple[bool, bool]:
+    """Whether ``key`` is tracked, and whether it gets per-rank series (memoised per key
+    until the patterns change: every export asks for every key)."""
+    found = _memo.get(key)  # one dict read: atomic, no lock
+    if found is None:
+        with _lock:
+            if len(_memo) >= _MEMO_KEYS:
+                _memo.clear()
+            found = _memo[key] = (
+                any(fnmatch.fnmatchcase(key, p) for p in _patterns),
+                any(fnmatch.fnmatchcase(key, p) for p in _series_patterns),
+            )
+    return found
 
 
 def tracked(key: str) -> bool:
     """Whether ``key`` gets the straggler view."""
-    return _matches(key, _patterns)
+    return _view(key)[0]
 
 
 def series(key: str) -> bool:
     """Whether ``key`` gets per-rank series (:func:`rank_series`)."""
-    return _matches(key, _series_patterns)
+    return _view(key)[1]
 
 
 def spread_points(key: str, spreads: dict[str, RankSpread]) -> list[Point]:

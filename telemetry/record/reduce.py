@@ -201,16 +201,17 @@ def _flat_payload(keys: keyset.KeySet, states: Mapping[str, State], device: torc
     for key in keys.keys:
         state = states.get(key)
         tensor = state[1] if state is not None else keys.layouts[key].identity()
-        tensor = tensor.reshape(-1).to(torch.float64)
+        if tensor.dim() != 1:
+            tensor = tensor.reshape(-1)
         bucket = by_device.setdefault(tensor.device, [])
         order.append((tensor.device, len(bucket)))
         bucket.append(tensor)
+    # torch.cat promotes every dtype to float64 (the states' own); each device moves once
     if len(by_device) == 1:
         ((_, tensors),) = by_device.items()
-        return torch.cat(tensors).to(device)
-    # Several devices: concatenate per device, move each once, then restore key order.
+        return torch.cat(tensors).to(device, torch.float64)
     moved = {
-        src: torch.cat(ts).to(device).split([t.numel() for t in ts])
+        src: torch.cat(ts).to(device, torch.float64).split([t.numel() for t in ts])
         for src, ts in by_device.items()
     }
     return torch.cat([moved[src][i] for src, i in order])

@@ -132,3 +132,46 @@ def test_rank_series_patterns_are_tracked_and_can_be_stopped():
         rank_spread.rank_series("timeperf/x", "other/x", enabled=False)
         rank_spread.untrack_ranks("other/x")
     assert not rank_spread.series("timeperf/x") and not rank_spread.tracked("other/x")
+
+
+def test_the_view_reaches_prometheus_as_one_family_per_name_labelled_by_place():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from exporters.prometheus.sink import PrometheusSink
+    from telemetry.config import PrometheusConfig
+    from telemetry.model.snapshot import Snapshot
+
+    spread = rank_spread.RankSpread(
+        1.0, 3.0, 1, values=(1.0, 3.0), top=((1, 3.0), (0, 1.0)), chronic=((1, 4),), exports=4
+    )
+    points = rank_spread.spread_points("train_perf", {"seconds": spread})
+    sink = PrometheusSink(PrometheusConfig(port=0), serve=False)
+    try:
+        sink.export(Snapshot(tuple(points)))
+        body, _ = sink.render()
+    finally:
+        sink.shutdown()
+    samples = {
+        (
+            s.name,
+            tuple(sorted((k, v) for k, v in s.labels.items() if k in ("place", "rank"))),
+        ): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+        if s.name.startswith("train_perf_")
+    }
+    base = "train_perf_seconds"
+    assert samples == {
+        (f"{base}_rank_min_seconds", ()): 1.0,
+        (f"{base}_rank_max_seconds", ()): 3.0,
+        (f"{base}_slowest_rank", ()): 1.0,
+        (f"{base}_top_k_rank", (("place", "1"),)): 1.0,
+        (f"{base}_top_k_rank", (("place", "2"),)): 0.0,
+        (f"{base}_top_k_value_seconds", (("place", "1"),)): 3.0,
+        (f"{base}_top_k_value_seconds", (("place", "2"),)): 1.0,
+        (f"{base}_chronic_rank", (("place", "1"),)): 1.0,
+        (f"{base}_chronic_top_k_exports", (("place", "1"),)): 4.0,
+        (f"{base}_chronic_exports", ()): 4.0,
+        (f"{base}_per_rank_seconds", (("rank", "0"),)): 1.0,
+        (f"{base}_per_rank_seconds", (("rank", "1"),)): 3.0,
+    }

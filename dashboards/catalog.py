@@ -102,13 +102,19 @@ TOTAL_FLOPS = Metric("train_perf/total_estimated_flops", "counter", "{flop}")
 TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge", "s")
 TIMEPERF_PATTERN = "timeperf_.+"
 
-# The straggler view (telemetry.record.rank_spread): <key>/rank_min, rank_max, slowest_rank.
+# The straggler view (telemetry.record.rank_spread): <key>/rank_min, rank_max, slowest_rank;
+# by place, top_k/rank, top_k/value, chronic/rank, chronic/top_k_exports; chronic/exports;
+# per_rank by rank (rank_series keys). SPREAD_PATTERN names them all, to keep them off the
+# timeperf panel.
 SECONDS_RANK_MIN = Metric("train_perf/seconds/rank_min", "gauge", "s")
 SECONDS_RANK_MAX = Metric("train_perf/seconds/rank_max", "gauge", "s")
 SECONDS_SLOWEST_RANK = Metric("train_perf/seconds/slowest_rank", "gauge")
 TIMEPERF_SLOWEST_EXAMPLE = Metric("timeperf/train_step/slowest_rank", "gauge")
 SLOWEST_RANK_PATTERN = ".+_slowest_rank"
-SPREAD_PATTERN = ".+_rank_(min|max)(_seconds)?|" + SLOWEST_RANK_PATTERN
+SPREAD_PATTERN = (
+    ".+_rank_(min|max)(_seconds)?|.+_top_k_(rank|value(_seconds)?)|"
+    ".+_chronic_(rank|top_k_exports|exports)|.+_per_rank(_seconds)?|" + SLOWEST_RANK_PATTERN
+)
 
 # moe_balance/: per layer (and expert) gauges; AReaL keys moe_balance/layer_<id>/...
 MAX_OVER_IDEAL = Metric("moe_balance/max_over_ideal", "gauge", "1", attributes=_LAYER)

@@ -34,7 +34,6 @@ __all__ = [
     "SinkFactory",
     "build_sinks",
     "enabled",
-    "enabled_sinks",
     "factories",
     "switch_keys",
 ]
@@ -121,12 +120,6 @@ def enabled(config: Any, shared: bool | None = None) -> list[SinkFactory]:
         and factory.enabled(getattr(config, factory.name))
     ]
     return [factory for factory in found if factory.remote] or found
-
-
-def enabled_sinks(config: Any) -> list[str]:
-    """Names of the sinks ``config`` enables, in construction order (only ``otlp`` when
-    ``otlp.endpoint`` is set: the collector runs the others)."""
-    return [factory.name for factory in enabled(config)]
 
 
 def switch_keys(config: Any, root: str, remote: bool) -> list[str]:

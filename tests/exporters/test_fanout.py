@@ -9,7 +9,7 @@ import pytest
 
 from exporters.base import ExportResult, InMemorySink, QueueHooks, Sink
 from exporters.fanout import FanOut, QueuedSink
-from exporters.registry import build_sinks, enabled_sinks
+from exporters.registry import build_sinks, enabled
 from telemetry.config import load_config
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.exporters.overflows import ListOverflow
@@ -179,6 +179,10 @@ def test_unused_queued_sink_shuts_down():
     flaky = Flaky([])
     QueuedSink(flaky).shutdown(1.0)
     assert flaky.shutdowns == 1
+
+
+def enabled_sinks(config) -> list[str]:
+    return [factory.name for factory in enabled(config)]
 
 
 def test_factory_builds_only_enabled_sinks(tmp_path):

@@ -212,12 +212,13 @@ def _isolated(wandb_mode: str) -> Iterator[Path]:
                 wandb.setup(wandb.Settings(mode="offline", silent=True))
             yield Path(tmp)
         finally:
+            os.environ.clear()
+            os.environ.update(saved)
             if wandb_mode == "offline":
                 import wandb
 
-                wandb.teardown()
-            os.environ.clear()
-            os.environ.update(saved)
+                wandb.teardown()  # stops this process's W&B service, whoever started it:
+                os.environ.pop("WANDB_SERVICE", None)  # children must not look for it
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -72,6 +73,10 @@ def test_a_resumed_run_continues_its_steps_and_its_tensorboard_run(tmp_path):
     first.close()
     assert saved == {"last_commit_step": 2}
 
+    # TensorBoard reads event files in name order: <seconds>.<host>.<pid>.<writer number in
+    # the process>; a new process after recovery starts seconds later (here: the next second,
+    # or writer 10 of this process would sort before writer 9)
+    time.sleep(1.0 - time.time() % 1.0)
     resumed = StatsLogger(config)  # a new process after recovery, same config
     resumed.load_state_dict(saved)
     resumed.commit(0, 2, 2, {"loss": 9.0})  # the recovered trainer replays step 2

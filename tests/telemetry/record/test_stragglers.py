@@ -97,9 +97,10 @@ def test_top_k_and_extremes_equal_the_reference_on_every_rank():
         assert (extra_rounds > 0) == (slots < WORLD and k > 1), (k, slots)
 
 
-def _known_slow_ranks(rank: int, world: int) -> dict:
+def _known_slow_ranks() -> dict:
     from telemetry import stats_tracker
 
+    rank = dist.get_rank()
     rank_spread.straggler_view(top_k=3, history=4, slots=2)
     out = {}
     for export in range(6):
@@ -112,8 +113,8 @@ def _known_slow_ranks(rank: int, world: int) -> dict:
     return out
 
 
-def test_known_slow_ranks_are_named_and_chronic_ones_told_from_one_offs():
-    results = run_ranks(_known_slow_ranks, WORLD, timeout=120)
+def test_known_slow_ranks_are_named_and_chronic_ones_told_from_one_offs(exports):
+    results = [r["slow"] for r in exports]
     assert all(r == results[0] for r in results)
     last, once = results[0][5], results[0][3]
     base = "timeperf/step"
@@ -136,11 +137,13 @@ def test_known_slow_ranks_are_named_and_chronic_ones_told_from_one_offs():
     assert f"{base}/top_k/place_4/rank" not in last
 
 
-def _series(rank: int, world: int) -> list:
+def _series() -> list:
     import logging
 
     from telemetry import stats_tracker
 
+    rank = dist.get_rank()
+    rank_spread.straggler_view(top_k=8, history=50, slots=64)  # the defaults again
     warnings = []
     handler = logging.Handler()
     handler.emit = lambda record: warnings.append(record.getMessage())
@@ -158,8 +161,18 @@ def _series(rank: int, world: int) -> list:
     return out
 
 
-def test_per_rank_series_reach_the_first_rank_only_within_the_cap():
-    results = run_ranks(_series, WORLD, timeout=120)
+def _exports(rank: int, world: int) -> dict:
+    return {"slow": _known_slow_ranks(), "series": _series()}
+
+
+@pytest.fixture(scope="module")
+def exports() -> list[dict]:
+    """One 8-rank run of both export sequences (each spawn of 8 processes costs ~30 s)."""
+    return run_ranks(_exports, WORLD, timeout=180)
+
+
+def test_per_rank_series_reach_the_first_rank_only_within_the_cap(exports):
+    results = [r["series"] for r in exports]
     every = {f"timeperf/a/rank_{r}/per_rank": float(r) for r in range(WORLD)}
     first_key = dict(every)
     every |= {f"timeperf/b/rank_{r}/per_rank": 2.0 * r for r in range(WORLD)}

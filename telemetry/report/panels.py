@@ -20,6 +20,8 @@ from telemetry.report.runs import Run
 STEP_LABEL = "global step"
 # per-rank spread keys (drawn by the per-rank figure only)
 PER_RANK = re.compile(r"/(rank_min|rank_max|slowest_rank)$")
+RANK_DETAIL = re.compile(r"/(top_k|chronic)/|/per_rank(/|$)")
+"""The straggler view's top-k, chronic and per-rank series: ranks and counts, not values."""
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*")
 NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
@@ -78,12 +80,16 @@ class Drawn:
 
 
 def matching_tags(runs: Sequence[Run], patterns: Sequence[str]) -> list[str]:
-    """Tags of any run matching any pattern, per-rank keys excluded, in pattern then name order."""
+    """Tags of any run matching any pattern, per-rank and straggler-view keys excluded, in
+    pattern then name order."""
     out: list[str] = []
     for pattern in patterns:
         regex = re.compile(pattern)
         found = {
-            t for run in runs for t in run.scalars if regex.search(t) and not PER_RANK.search(t)
+            t
+            for run in runs
+            for t in run.scalars
+            if regex.search(t) and not PER_RANK.search(t) and not RANK_DETAIL.search(t)
         }
         out += sorted(found - set(out), key=natural_key)
     return out

@@ -4,7 +4,7 @@ A metric declares every number it needs in ``__init__`` with :meth:`Metric.add_s
 (its name and reduce op, as torchmetrics' ``add_state``), keeps them as float64 tensor
 states on the device of its inputs (never a mean), and updates them with
 :meth:`Metric._update`. ``calculate()`` reduces the states updated in the window across
-its ``process_group`` with :func:`telemetry.record.reduce.reduce_states` (2 collectives
+its ``process_group`` with :func:`telemetry.record.reduce.reduce_states` (3 collectives
 whatever the number of states), divides afterwards, and resets. ``attach()`` registers the
 metric as a :class:`telemetry.record.source.StateSource`, so the same states join the
 tracker's ``export_all`` reduction and the results come out as gauges of the same export.

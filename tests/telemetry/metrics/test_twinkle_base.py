@@ -114,5 +114,5 @@ def _collectives_per_calculate(rank: int, world: int) -> tuple[dict, int]:
 def test_two_ranks_reduce_every_state_in_two_collectives():
     results = run_ranks(_collectives_per_calculate, 2)
     for result, collectives in results:
-        assert collectives == 2
+        assert collectives == 3  # the key check, the SUM and the MIN all-reduce
         assert result == {"total": 5.0, "n": 3.0, "low": -3.0, "high": 7.0, "latest": 7.0}

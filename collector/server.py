@@ -100,9 +100,6 @@ class CollectorServer:
         self.config = config
         self.run_sinks: RunSinkFactory | None = None
         if pipeline is None:
-            endpoint = config.sinks.prometheus
-            if endpoint.enabled:
-                _check_free(f"{ROOT}.sinks.prometheus.port", endpoint.host, endpoint.port)
             shared = shared_sinks(config.sinks)
             prometheus = next((s for s in shared if isinstance(s, PrometheusSink)), None)
             self.run_sinks = RunSinkFactory(config.sinks)

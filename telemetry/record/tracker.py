@@ -252,10 +252,8 @@ class DistributedStatsTracker:
                 number) or has more than one element; naming the key.
         """
         checks.reduce_group(self.full_key(next(iter(values), "?")), reduce_group)
-        checked = [
-            (self.full_key(name), checks.scalar_value(self.full_key(name), value))
-            for name, value in values.items()
-        ]
+        keys = [self.full_key(name) for name in values]
+        checked = [(key, checks.scalar_value(key, v)) for key, v in zip(keys, values.values())]
         with self._lock:
             window = self._window
             for key, _ in checked:

@@ -203,12 +203,11 @@ def _max_over_ranks(value: float, group: Any) -> float:
         return value
     import torch
 
-    device = torch.device("cpu")
-    if dist.get_backend(group) == "nccl":
-        device = torch.device("cuda", torch.cuda.current_device())
-    tensor = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
-    return float(tensor.item())
+    from telemetry.record.comm import Comm
+
+    comm = Comm(dist.group.WORLD if group is None else group)  # the group's device (NCCL)
+    tensor = torch.tensor([value], dtype=torch.float64, device=comm.device)
+    return float(comm.all_reduce(tensor, dist.ReduceOp.MAX).item())
 
 
 class AdaptiveFrequencyControl:

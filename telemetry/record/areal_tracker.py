@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from telemetry.record import phase
 from telemetry.record import tracker as _tracker
 
 __all__ = ["DistributedStatsTracker"]
@@ -70,9 +71,11 @@ class DistributedStatsTracker(_tracker.DistributedStatsTracker):
         The key is AReaL's: ``timeperf/<key>`` in any scope and in any named tracker.
         """
         start = time.perf_counter()
+        phase.enter(key)
         try:
             yield
         finally:
+            phase.leave(key)
             elapsed = time.perf_counter() - start
             with self.disable_scope():
                 self.scalar(**{f"timeperf/{key}": elapsed})

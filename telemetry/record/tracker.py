@@ -23,7 +23,7 @@ from telemetry.model.errors import (
     UnknownDenominatorError,
 )
 from telemetry.model.snapshot import Point, StatReduce
-from telemetry.record import accumulate, checks, export, kernels
+from telemetry.record import accumulate, checks, export, kernels, phase
 from telemetry.record.layout import State, StateLayout
 from telemetry.record.points import point_for
 from telemetry.record.stats import Stats
@@ -67,9 +67,11 @@ class DistributedStatsTracker:
     def record_timing(self, name: str) -> Iterator[None]:
         """Record the wall time of the block as scalar ``timeperf/<name>`` (seconds)."""
         start = time.perf_counter()
+        phase.enter(name)
         try:
             yield
         finally:
+            phase.leave(name)
             with self.scope("timeperf"):
                 self.scalar(**{name: time.perf_counter() - start})
 

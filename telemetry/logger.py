@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 ROLES = ("trainer", "rollout", "eval")
 STEP_METRIC = "rltel/step"
 """Gauge of the committed ``global_step`` in every trainer export: a heartbeat (stall alert)."""
-CLOSED_METRIC = "rltel/closed"
+CLOSED_METRIC = names.CLOSED_METRIC
 """Gauge (1) a trainer sends the collector from :meth:`StatsLogger.close`: ended, not stalled."""
 _STREAMS = {"trainer": "train", "rollout": "rollout", "eval": "eval"}
 

@@ -45,6 +45,7 @@ RESERVED_LABELS = frozenset({"job", "instance", *RESOURCE_LABELS.values(), "le",
 _JOB_INSTANCE = {"service.name", "service.namespace", "service.instance.id"}
 SELF_PREFIX = "rltel_prometheus_"
 MAX_OVERFLOW_TRACKED = 200_000  # overflowed counter series remembered (~100 bytes each)
+CLOSED_KEY = MetricKey(names.CLOSED_METRIC, "gauge")
 
 
 @dataclass(slots=True)
@@ -97,6 +98,8 @@ class SeriesStore:
         series_limit: regular series per metric; more go to the overflow series.
         expire_seconds: series (and ``target_info`` entries) not updated for this long
             are dropped.
+
+    A closed marker (``rltel/closed``) goes to 0 once its resource sends without it (resumed).
         clock: monotonic seconds (injectable for tests).
     """
 
@@ -112,6 +115,8 @@ class SeriesStore:
         self.targets: dict[Labels, tuple[Labels, float]] = {}
         self.resources: dict[Attributes, tuple[Labels, Labels]] = {}
         self.reserved: set[str] = {"target", "target_info"}
+        self._closed_family: _Family | None = None  # and the resources it marks closed:
+        self._closed: set[Labels] = set()
         self.overflowed_points = 0
         self.tracked_overflow = 0
         self.expired_series = 0
@@ -128,10 +133,12 @@ class SeriesStore:
         overflow_labels = (*base, OVERFLOW_LABEL)
         families_before = len(self.families)
         family_of, limit = self._family_of, self.series_limit
+        closing = False
         for point in snapshot.points:
             family = family_of.get((type(point), point.metric, point.unit))
             if family is None:
                 family = self._family(point)
+            closing = closing or family is self._closed_family
             attrs = point.attributes
             labels = base + _point_labels(attrs) if attrs else base
             table = family.series
@@ -154,6 +161,11 @@ class SeriesStore:
                 table[labels] = _Value(float(point.value), now)
             else:  # a gauge's or counter's last value
                 state.value, state.seen = float(point.value), now
+        if closing:
+            self._closed.add(base)
+        elif base in self._closed:
+            self._closed.discard(base)
+            self._closed_family.series.get(base, _Value(0.0, now)).value = 0.0
         self.snapshots += 1
         self.points += len(snapshot.points)
         if len(self.families) != families_before:
@@ -185,6 +197,8 @@ class SeriesStore:
         family = self.families.get(key)
         if family is None:
             family = self.families[key] = _Family(key, _help(point))
+            if key == CLOSED_KEY:
+                self._closed_family = family
         self._family_of[(type(point), point.metric, point.unit)] = family
         return family
 
@@ -237,6 +251,7 @@ class SeriesStore:
                 self._family_of.clear()
         for labels in [k for k, (_, seen) in self.targets.items() if seen < cutoff]:
             del self.targets[labels]
+        self._closed.intersection_update(self.targets)
         if len(self.names) != len(self.families):
             self._rename()
 

@@ -1,4 +1,5 @@
-"""Resource attribute names rltel writes and reads: one place for every stage."""
+"""Resource attribute names (and the closed marker) rltel writes and reads: one place for
+every stage."""
 
 EXPERIMENT = "rltel.experiment"
 TRIAL = "rltel.trial"
@@ -6,5 +7,6 @@ ROLE = "rltel.role"  # trainer, rollout or eval
 RANK = "rltel.rank"
 WORKER_ID = "rltel.worker_id"  # a rollout worker's id
 STREAM = "rltel.stream"  # the snapshot's stream: train, rollout or eval
+CLOSED_METRIC = "rltel/closed"  # a gauge, 1 in a trainer's last snapshot (its logger closed)
 
-__all__ = ["EXPERIMENT", "RANK", "ROLE", "STREAM", "TRIAL", "WORKER_ID"]
+__all__ = ["CLOSED_METRIC", "EXPERIMENT", "RANK", "ROLE", "STREAM", "TRIAL", "WORKER_ID"]

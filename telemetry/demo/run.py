@@ -25,7 +25,6 @@ import contextlib
 import copy
 import os
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -39,6 +38,7 @@ from telemetry.config import TENSORBOARD_DIR
 from telemetry.demo.files import RunFiles
 from telemetry.demo.health import CollectorHealth, HealthUnavailable, settled_health
 from telemetry.demo.hints import collector_hints, local_hints, print_hints
+from telemetry.demo.loopback import init_loopback_group, rendezvous
 from telemetry.demo.model import (
     DEMO_PEAK_FLOPS_PER_CORE,
     EXPERTS,
@@ -74,16 +74,15 @@ def train_rank(
     rank: int,
     world: int,
     options: DemoOptions,
-    port: int,
+    init_method: str,
     endpoint: str | None = None,
     link: RolloutLink | None = None,
 ) -> None:
-    """One rank of the demo (a module-level function so that spawn can pickle it)."""
+    """One rank of the demo (a module-level function so that spawn can pickle it); the
+    ranks meet at ``init_method`` (:func:`~telemetry.demo.loopback.rendezvous`)."""
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    init_loopback_group(rank, world, init_method)
     try:
         _train(rank, world, options, endpoint, link)
     finally:
@@ -244,12 +243,6 @@ def _problems(problems: list[str], url: str) -> None:
     print("\n".join(lines), file=sys.stderr, flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_demo(options: DemoOptions) -> int:
     """Run the demo on ``options.ranks`` gloo ranks; the exit status (0: all went well).
 
@@ -258,13 +251,12 @@ def run_demo(options: DemoOptions) -> int:
     the collector (SIGTERM, waited for), and reports. Every process it started has ended
     when it returns or raises (Ctrl-C and SIGTERM included).
     """
-    port = _free_port()
-    with _sigterm_raises():
+    with _sigterm_raises(), tempfile.TemporaryDirectory(prefix="rltel-demo-") as scratch:
+        init_method = rendezvous(Path(scratch))
         if not options.otlp:
-            _spawn_ranks(options.ranks, (options.ranks, options, port))
+            _spawn_ranks(options.ranks, (options.ranks, options, init_method))
             return 0
-        with tempfile.TemporaryDirectory(prefix="rltel-demo-") as scratch:
-            return _run_otlp(options, port, Path(scratch))
+        return _run_otlp(options, init_method, Path(scratch))
 
 
 @contextlib.contextmanager
@@ -299,7 +291,7 @@ def _spawn_ranks(nprocs: int, args: tuple) -> None:
                 proc.join()
 
 
-def _run_otlp(options: DemoOptions, port: int, scratch: Path) -> int:
+def _run_otlp(options: DemoOptions, init_method: str, scratch: Path) -> int:
     """Over OTLP: start the collector (``--collector``) and the workers, train, then read
     the collector's health, stop everything, list the files and hints; the exit status."""
     from telemetry.demo.collector import DemoCollector, metrics_url_of
@@ -327,7 +319,7 @@ def _run_otlp(options: DemoOptions, port: int, scratch: Path) -> int:
             metrics_url = metrics_url_of(endpoint, options.prometheus_port)
         if options.rollout_workers:
             link, workers = start_workers(options, endpoint, scratch)
-        _spawn_ranks(options.ranks, (options.ranks, options, port, endpoint, link))
+        _spawn_ranks(options.ranks, (options.ranks, options, init_method, endpoint, link))
         trained = True
     finally:
         codes = stop_workers(link, workers) if link is not None else []

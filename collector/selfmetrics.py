@@ -3,13 +3,16 @@
 A prometheus_client custom collector: families are built fresh on every scrape from the
 server's request counters, :meth:`collector.pipeline.Pipeline.stats` and, where the
 collector built its runs' sinks, :class:`collector.sinks.RunSinkFactory` (each run's
-directory, each sink that failed to start).
+directory, each sink that failed to start). The standard ``process_*`` families follow
+(prometheus_client's process collector): ``process_start_time_seconds`` tells a counter
+reset by a restart from a scrape gap.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
+from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from collector.pipeline import PipelineStats
@@ -36,6 +39,12 @@ FAMILIES: dict[str, str] = {
     **SINK_FAMILIES,
     f"{PREFIX}sink_start_failed": "gauge",
     f"{PREFIX}run_info": "gauge",
+    "process_virtual_memory_bytes": "gauge",
+    "process_resident_memory_bytes": "gauge",
+    "process_start_time_seconds": "gauge",
+    "process_cpu_seconds": "counter",
+    "process_open_fds": "gauge",
+    "process_max_fds": "gauge",
 }
 
 
@@ -60,6 +69,7 @@ class SelfMetrics:
         self._request_bytes = request_bytes
         self._stats = pipeline_stats
         self._run_sinks = run_sinks
+        self._process = ProcessCollector(registry=None)
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
@@ -108,6 +118,7 @@ class SelfMetrics:
         yield from sink_families(stats.sinks)
         if self._run_sinks is not None:
             yield from _run_families(self._run_sinks)
+        yield from self._process.collect()
 
 
 def _run_families(run_sinks: RunSinkFactory) -> Iterator[Metric]:

@@ -23,7 +23,6 @@ malformed one is answered INVALID_ARGUMENT and its parse is charged to the memor
 
 from __future__ import annotations
 
-import hmac
 import logging
 import threading
 import time
@@ -42,6 +41,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.admission import PARSE_EXPANSION, HeavyGate, Hold
+from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge
 from collector.selfmetrics import FAMILIES, SelfMetrics
@@ -108,7 +108,8 @@ class CollectorServer:
         self.limits = pipeline.limits
         self._heavy = HeavyGate(self.limits.max_heavy_requests)
         self.prometheus = prometheus
-        self._token = config.auth.token()
+        token = config.auth.token()
+        self._auth = BearerCheck(token) if token is not None else None
         self._lock = threading.Lock()
         self._codes: Tally[str] = Tally()
         self._bytes = 0
@@ -210,7 +211,9 @@ class CollectorServer:
         return response
 
     def _handle(self, data: bytes, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:
-        if self._token is not None and not self._authorized(context):
+        if self._auth is not None and not self._auth.allowed(
+            context.invocation_metadata(), context.peer()
+        ):
             raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         expired = self._expired(context)
         if expired():
@@ -286,16 +289,6 @@ class CollectorServer:
         if reason is not None:
             self.pipeline.count_refusal(reason)
         context.set_trailing_metadata(retry_metadata(self.limits.retry_after_s))
-
-    def _authorized(self, context: grpc.ServicerContext) -> bool:
-        header = ""
-        for key, value in context.invocation_metadata():
-            if key == "authorization":
-                header = value if isinstance(value, str) else value.decode("latin-1")
-        scheme, _, token = header.partition(" ")
-        expected = self._token.encode()
-        ok = hmac.compare_digest(token.strip().encode(), expected)
-        return ok and scheme.lower() == "bearer"
 
     def _tally(self, code: str, size: int) -> None:
         with self._lock:

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "telemetry.report",
             "collector.__main__",
             "collector.server",
+            "collector.auth",
             "collector.selfmetrics",
             "dashboards",
         ),

@@ -5,12 +5,18 @@ auth attempts are logged (peer and reason, never the token) with a rate limit, a
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 
+import grpc
 import psutil
 import pytest
 
+from collector.auth import MAX_PEERS, BearerCheck, peer_host
 from tests.collector.conftest import samples, scrape
+from tests.collector.test_server import gauges_request, status_of
+
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_the_receiver_port_takes_no_second_socket_even_with_so_reuseport(start_collector):
@@ -34,3 +40,103 @@ def test_metrics_carry_the_process_start_time_and_the_standard_process_families(
     for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"):
         (value,) = samples(scraped, name).values()
         assert value > 0, name
+
+
+def refused_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "collector.auth"]
+
+
+def test_refused_calls_are_logged_with_peer_and_reason_never_the_token(
+    start_collector, tmp_path, caplog
+):
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    server = start_collector(auth={"token_file": str(token)})
+    body = gauges_request(2)
+    caplog.set_level(logging.WARNING, logger="collector.auth")
+    wrong = (("authorization", "Bearer guessed-token-1"),)
+    for _ in range(5):
+        assert status_of(server.endpoint, body, metadata=wrong) == UNAUTHENTICATED
+    assert status_of(server.endpoint, body) == UNAUTHENTICATED
+    good = (("authorization", "Bearer s3cret-token"),)
+    assert status_of(server.endpoint, body, metadata=good) == grpc.StatusCode.OK
+    assert server.request_counts()["UNAUTHENTICATED"] == 6  # every refusal counted ...
+    (line,) = refused_lines(caplog)  # ... and logged once (the next after LOG_INTERVAL_S)
+    assert line == (
+        "collector: refused an unauthenticated call from ipv4:127.0.0.1: wrong bearer token"
+    )
+    assert "guessed" not in caplog.text and "s3cret" not in caplog.text
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(
+    ("metadata", "reason"),
+    [
+        ((), "no authorization header"),
+        ((("authorization", "Basic s3cret"),), "not a bearer token"),
+        ((("authorization", "s3cret"),), "not a bearer token"),
+        ((("authorization", "Bearer s3cre"),), "wrong bearer token"),
+        ((("authorization", b"Bearer s3cret-"),), "wrong bearer token"),
+        ((("x-other", "Bearer s3cret"),), "no authorization header"),
+        ((("authorization", "Bearer s3cret"),), None),
+        ((("authorization", "bearer  s3cret "),), None),
+    ],
+)
+def test_the_reason_of_each_refusal(metadata, reason):
+    assert BearerCheck("s3cret").reason(metadata) == reason
+
+
+def test_one_line_per_peer_per_interval_with_the_count_since_its_last(caplog):
+    clock = Clock()
+    check = BearerCheck("s3cret", log_interval_s=10.0, clock=clock)
+    caplog.set_level(logging.WARNING, logger="collector.auth")
+    a, b = "ipv4:10.0.0.1:40000", "ipv6:[::1]:5000"
+    for port in range(40000, 40004):  # new connections of one peer: one line
+        assert not check.allowed((), f"ipv4:10.0.0.1:{port}")
+    assert not check.allowed((), b)
+    assert check.allowed((("authorization", "Bearer s3cret"),), a)
+    clock.now += 9.999
+    assert not check.allowed((), a)
+    assert len(refused_lines(caplog)) == 2
+    clock.now += 0.001
+    assert not check.allowed((), a)
+    clock.now += 10.0
+    assert not check.allowed((), a)
+    assert refused_lines(caplog) == [
+        "collector: refused an unauthenticated call from ipv4:10.0.0.1: no authorization header",
+        "collector: refused an unauthenticated call from ipv6:[::1]: no authorization header",
+        "collector: refused an unauthenticated call from ipv4:10.0.0.1: no authorization header"
+        " (5 refused from it since its last line)",
+        "collector: refused an unauthenticated call from ipv4:10.0.0.1: no authorization header",
+    ]
+
+
+def test_the_peers_remembered_are_bounded(caplog):
+    check = BearerCheck("s3cret", clock=Clock())
+    caplog.set_level(logging.WARNING, logger="collector.auth")
+    for n in range(MAX_PEERS + 1):
+        check.allowed((), f"ipv4:10.1.{n // 256}.{n % 256}:1")
+    check.allowed((), "ipv4:10.1.0.0:2")  # the oldest was forgotten: a line again
+    check.allowed((), f"ipv4:10.1.{MAX_PEERS // 256}.{MAX_PEERS % 256}:2")  # remembered
+    assert len(refused_lines(caplog)) == MAX_PEERS + 2
+
+
+@pytest.mark.parametrize(
+    ("peer", "host"),
+    [
+        ("ipv4:127.0.0.1:5555", "ipv4:127.0.0.1"),
+        ("ipv6:[::1]:5555", "ipv6:[::1]"),
+        ("ipv6:%5B::1%5D:80", "ipv6:%5B::1%5D"),
+        ("unix:/tmp/s.sock", "unix:/tmp/s.sock"),
+        ("ipv4:127.0.0.1", "ipv4:127.0.0.1"),
+    ],
+)
+def test_a_peer_is_its_address_without_the_port(peer, host):
+    assert peer_host(peer) == host

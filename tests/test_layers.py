@@ -24,6 +24,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "telemetry.cli_args",
             "telemetry.demo",
             "telemetry.report",
+            "telemetry.heartbeat",
             "collector.__main__",
             "collector.server",
             "collector.auth",
@@ -42,10 +43,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "collector.merge",
             "collector.runs",
             "collector.sinks",
+            "collector.scrape",
         ),
     ),
     ("codec", ("telemetry.otlp",)),
-    ("config", ("telemetry.config", "telemetry.config_read", "collector.config")),
+    (
+        "config",
+        (
+            "telemetry.config",
+            "telemetry.config_read",
+            "collector.config",
+            "collector.scrape_config",
+        ),
+    ),
     ("model", ("telemetry.model",)),
 )
 # Package facades re-export from below (``from telemetry import StatsLogger``).

@@ -1,0 +1,23 @@
+"""The collector's scrape receiver: Prometheus endpoints (vLLM, SGLang) scraped into runs."""
+
+from collector.scrape.convert import Converter, Scraped
+from collector.scrape.deliver import PipelineDeliver
+from collector.scrape.figures import engine_figures, quantile
+from collector.scrape.health import FAMILIES, ScrapeHealth
+from collector.scrape.scraper import Scraper
+from collector.scrape.target import STREAM, ScrapeError, TargetLoop, fetch
+
+__all__ = [
+    "FAMILIES",
+    "STREAM",
+    "Converter",
+    "PipelineDeliver",
+    "ScrapeError",
+    "ScrapeHealth",
+    "Scraped",
+    "Scraper",
+    "TargetLoop",
+    "engine_figures",
+    "fetch",
+    "quantile",
+]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
 from dashboards import catalog as c
+from telemetry.heartbeat.families import FLOOR as HEARTBEAT_FLOOR
+from telemetry.heartbeat.families import PREFIX as HEARTBEAT
 
 RL_HEALTH_INTERVAL = "10s"
 """Evaluation interval of the fast RL-health group (critical alerts without a hold-down)."""
@@ -32,6 +34,10 @@ OVERFLOW_POINTS = "rltel_prometheus_overflow_points_total"
 """The Prometheus sink's own counter of points folded into overflow series."""
 SINK_DROPPED = f"{COLLECTOR_PREFIX}sink_dropped_total"
 POINTS_REJECTED = f"{COLLECTOR_PREFIX}points_rejected_total"
+STUCK_RANK_STEPS = 3
+"""A rank is stuck after this many median steps without progress (and the job's floor,
+``heartbeat.stall_floor_s``)."""
+STUCK_RANK_FOR = "1m"
 
 
 def _rule(
@@ -94,6 +100,7 @@ def alert_rules() -> dict:
             {"name": "rltel-rl-progress", "interval": PROGRESS_INTERVAL, "rules": _progress()},
             {"name": "rltel-moe-balance", "interval": "1m", "rules": _moe()},
             {"name": "rltel-pipeline", "interval": "30s", "rules": _pipeline()},
+            {"name": "rltel-heartbeat", "interval": "15s", "rules": _heartbeat()},
         ]
     }
 
@@ -186,4 +193,38 @@ def _pipeline() -> list[dict]:
         _rule("RltelCollectorRejectingPoints", f"increase({POINTS_REJECTED}[10m]) > 0", "0m",
               "warning", "pipeline", "Collector {{ $labels.instance }} rejects data points",
               "{{ $value }} data points could not be mapped in 10m (see the collector log)."),
+    ]  # fmt: skip
+
+
+def _heartbeat() -> list[dict]:
+    """A rank without progress for 3 median steps and the floor, in the oldest phase.
+
+    Every rank waits once one is stuck (at the next collective), so the rule names the
+    rank whose phase began first among those that did not exit: the one that stopped.
+    """
+    run = "{{ $labels.experiment }}/{{ $labels.trial }}"
+    by = "experiment, trial, role"
+    progress = f"{HEARTBEAT}last_progress_timestamp_seconds"
+    entered = f"{HEARTBEAT}phase_start_timestamp_seconds"
+    exited = f"{HEARTBEAT}exited == 1"
+    floor = f"max by ({by}) ({HEARTBEAT_FLOOR})"
+    steps = f"{STUCK_RANK_STEPS} * quantile by ({by}) (0.5, {HEARTBEAT}median_step_seconds)"
+    median = (
+        f'{{{{ with printf "quantile(0.5, {HEARTBEAT}median_step_seconds'
+        "{experiment='%s',trial='%s'})\" $labels.experiment $labels.trial | query }}"
+        '{{ . | first | value | printf "%.3g" }}{{ end }}'
+    )
+    return [
+        _rule("RLRankStuck",
+              f"time() - {entered} "
+              f"and on ({by}, rank) (time() - {progress} > on ({by}) group_left () "
+              f"({steps} > {floor} or {floor})) "
+              f"and on ({by}, rank) ({entered} == on ({by}) group_left () "
+              f"min by ({by}) ({entered} unless on ({by}, rank) {exited})) "
+              f"unless on ({by}, rank) {exited}",
+              STUCK_RANK_FOR, "critical", "progress",
+              f"Rank {{{{ $labels.rank }}}} stuck in {{{{ $labels.phase }}}} ({run})",
+              "rank {{ $labels.rank }} on host {{ $labels.host }} has been in "
+              "`{{ $labels.phase }}` for {{ $value | printf \"%.0f\" }} s; the median step is "
+              f"{median} s."),
     ]  # fmt: skip

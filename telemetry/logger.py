@@ -24,6 +24,7 @@ from typing import Any
 
 from exporters.fanout import FanOut
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
+from telemetry.heartbeat import start_heartbeat
 from telemetry.model import names
 from telemetry.model.errors import ConfigError, InvalidValueError
 from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, Snapshot, Step, flatten
@@ -57,6 +58,8 @@ class StatsLogger:
             only explicitly given sinks run in-process, beside the OTLP sink.
         otlp_options: extra :class:`~exporters.otlp.sink.OtlpSink` arguments (backoff,
             spool timing).
+        store: the ``torch.distributed`` store that carries the heartbeats (default: the
+            default group's).
 
     Raises:
         ConfigError: an invalid config or an unknown role.
@@ -71,6 +74,7 @@ class StatsLogger:
         worker_id: str | int | None = None,
         sinks: Sequence[Any] | None = None,
         otlp_options: Mapping[str, Any] | None = None,
+        store: Any = None,
     ) -> None:
         if role not in ROLES:
             raise ConfigError(f"StatsLogger role must be one of {', '.join(ROLES)}; got {role!r}")
@@ -87,6 +91,9 @@ class StatsLogger:
         self.resource = self._resource(worker_id)
         self.fanout = FanOut(self._sinks(sinks, otlp_options) if self.enabled else [])
         self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
+        self.heartbeat = start_heartbeat(
+            self.config, role, self.rank, socket.gethostname(), self._sink("prometheus"), store
+        )
         if not self.enabled:
             return
         self._serve_sink_health()
@@ -152,8 +159,12 @@ class StatsLogger:
     def prometheus_url(self) -> str | None:
         """``http://host:port/metrics`` of the in-process Prometheus sink, with the port it
         bound (``prometheus.port: 0`` picks a free one); None when it does not run here."""
-        sinks = (queued.sink for queued in self.fanout.queued)
-        return next((sink.url for sink in sinks if sink.name == "prometheus"), None)
+        sink = self._sink("prometheus")
+        return None if sink is None else sink.url
+
+    def _sink(self, name: str) -> Any:
+        """This logger's sink called ``name``, or None."""
+        return next((q.sink for q in self.fanout.queued if q.sink.name == name), None)
 
     def commit(
         self,
@@ -182,6 +193,8 @@ class StatsLogger:
         Raises:
             InvalidValueError: a value is not a number (names the key).
         """
+        if self.heartbeat is not None:
+            self.heartbeat.progress.advance(int(global_step))
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return
         items = [data] if isinstance(data, Mapping) else list(data)
@@ -252,6 +265,8 @@ class StatsLogger:
             return
         self._closed = True
         atexit.unregister(self.close)
+        if self.heartbeat is not None:
+            self.heartbeat.close()
         if self.otlp is not None and self._last_step is not None and self.role == "trainer":
             self._send_closed(self._last_step)
         self.fanout.shutdown(timeout_s)

@@ -1,0 +1,63 @@
+"""Each rank's heartbeat, out of band from the collectives (see :func:`start_heartbeat`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from telemetry.config import StatsLoggerConfig
+from telemetry.heartbeat.beat import Beat, Progress
+from telemetry.heartbeat.board import LocalBoard, StoreBoard, default_store
+from telemetry.heartbeat.families import FAMILIES, HeartbeatCollector
+from telemetry.heartbeat.thread import Heartbeat
+
+__all__ = [
+    "FAMILIES",
+    "Beat",
+    "Heartbeat",
+    "HeartbeatCollector",
+    "Progress",
+    "StoreBoard",
+    "start_heartbeat",
+]
+
+STORE_TIMEOUT_S = 5.0
+"""The longest one store call of a beat may take."""
+
+
+def start_heartbeat(
+    config: StatsLoggerConfig,
+    role: str,
+    rank: int,
+    host: str,
+    prometheus: Any = None,
+    store: Any = None,
+) -> Heartbeat | None:
+    """Start this rank's heartbeat as ``config.heartbeat`` says; None when disabled.
+
+    Args:
+        config: the StatsLogger's config (``heartbeat``, the run's names).
+        role: the StatsLogger's role; ranks of one role share the store's keys.
+        rank: this rank in the default group (0 without one).
+        host: this host's name.
+        prometheus: the in-process Prometheus sink of this rank, if it has one: it then
+            reads every rank's beats and serves them.
+        store: a ``torch.distributed`` store to use instead of the default group's.
+    """
+    section = config.heartbeat
+    if not section.enabled:
+        return None
+    store = store if store is not None else default_store()
+    if store is None:
+        board = LocalBoard()
+    else:
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        board = StoreBoard(store, world, role, STORE_TIMEOUT_S)
+    heartbeat = Heartbeat(board, rank, host, section.interval_s, reader=prometheus is not None)
+    if prometheus is not None:
+        run = (config.experiment_name, config.trial_name, role)
+        prometheus.register(
+            HeartbeatCollector(heartbeat.beats, run, section.stall_floor_s), FAMILIES
+        )
+    return heartbeat

@@ -32,7 +32,7 @@ from telemetry.config import (
     StatsLoggerConfig,
     public_dict,
 )
-from telemetry.config_read import FieldRule, read_section, validate
+from telemetry.config_read import FieldRule, check_cert_pair, read_section, validate
 from telemetry.model.errors import ConfigError
 
 ROOT = "collector"
@@ -54,11 +54,9 @@ class TlsConfig:
         if not self.enabled:
             return
         for name in ("cert_file", "key_file"):
-            value = getattr(self, name)
-            if not value:
+            if not getattr(self, name):
                 raise FieldRule(name, "is required when TLS is configured")
-            if not Path(value).is_file():
-                raise FieldRule(name, f"names no file: {value!r}")
+        check_cert_pair(self.cert_file, self.key_file)
 
 
 @dataclass(frozen=True, config=SCHEMA)

@@ -20,7 +20,16 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, SecretStr, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic.dataclasses import dataclass
 
-from telemetry.config_read import SECRET_KEYS, FieldRule, read_section, to_plain, validate
+from telemetry.config_read import (
+    SECRET_KEYS,
+    FieldRule,
+    check_ca_file,
+    check_cert_pair,
+    check_endpoint,
+    read_section,
+    to_plain,
+    validate,
+)
 from telemetry.model.errors import ConfigError
 
 __all__ = [
@@ -135,6 +144,10 @@ class OtlpTlsConfig:
         if bool(self.cert_file) != bool(self.key_file):
             missing = "key_file" if self.cert_file else "cert_file"
             raise FieldRule(missing, "is required: cert_file and key_file go together")
+        if self.ca_file:
+            check_ca_file("ca_file", self.ca_file)
+        if self.cert_file:
+            check_cert_pair(self.cert_file, self.key_file)
 
 
 @dataclass(frozen=True, config=SCHEMA)
@@ -152,7 +165,9 @@ class OtlpConfig:
     max_points_per_request: StrictInt = Field(default=5000, ge=4)
 
     def __post_init__(self) -> None:
-        if not self.endpoint:
+        if self.endpoint:
+            check_endpoint("endpoint", self.endpoint)
+        else:
             for name in ("tls", "headers"):
                 if getattr(self, name):
                     raise FieldRule(name, "is set but otlp.endpoint is not (nothing to send to)")

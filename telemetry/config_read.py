@@ -6,7 +6,9 @@ becomes plain data with ``${...}`` interpolations resolved by OmegaConf, as ARea
 them (an unresolvable one is an error naming its key and the reference). :func:`validate`
 then builds a schema class (a frozen pydantic dataclass) and turns pydantic's errors into
 one :class:`~telemetry.model.errors.ConfigError` naming each full key, the value and what was
-expected.
+expected. The checks of what a value names (:func:`check_endpoint`, :func:`check_ca_file`,
+:func:`check_cert_pair`) raise :class:`FieldRule` from a section's ``__post_init__``, so a
+wrong endpoint or TLS file fails when the config is read, naming its key.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import enum
 import logging
 import os
+import ssl
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,7 +27,16 @@ from pydantic import TypeAdapter, ValidationError
 
 from telemetry.model.errors import ConfigError
 
-__all__ = ["FieldRule", "read_section", "resolve", "to_plain", "validate"]
+__all__ = [
+    "FieldRule",
+    "check_ca_file",
+    "check_cert_pair",
+    "check_endpoint",
+    "read_section",
+    "resolve",
+    "to_plain",
+    "validate",
+]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -37,6 +49,65 @@ class FieldRule(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+MAX_PORT = 65535
+_NOT_IN_ADDRESS = frozenset(" \t\n/?#@")
+
+
+def check_endpoint(name: str, value: str) -> None:
+    """``value`` is ``HOST:PORT`` or ``http(s)://HOST:PORT`` (IPv6 in brackets), port 1-65535."""
+    text = value
+    for scheme in ("http://", "https://"):
+        if text.startswith(scheme):
+            text = text.removeprefix(scheme).removesuffix("/")
+    host, sep, port = text.rpartition(":")
+    bare = host.removeprefix("[").removesuffix("]")
+    bracketed = bare != host
+    if (
+        not sep
+        or not bare
+        or _NOT_IN_ADDRESS & set(text)
+        or (":" in bare and not bracketed)
+        or not (port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT)
+    ):
+        raise FieldRule(
+            name,
+            f"must be HOST:PORT or http(s)://HOST:PORT with a port 1-{MAX_PORT} "
+            f"(IPv6 as [::1]:4317), got {value!r}",
+        )
+
+
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    return exc.reason.lower().replace("_", " ") if exc.reason else str(exc)
+
+
+def check_ca_file(name: str, value: str) -> None:
+    """``value`` names a file of PEM certificates (a CA bundle, or a certificate chain)."""
+    if not Path(value).is_file():
+        raise FieldRule(name, f"names no file: {value!r}")
+    try:
+        ssl.create_default_context().load_verify_locations(cafile=value)
+    except ssl.SSLError as exc:
+        raise FieldRule(
+            name, f"is not a PEM certificate file: {value!r} ({_ssl_reason(exc)})"
+        ) from None
+
+
+def check_cert_pair(cert_file: str, key_file: str) -> None:
+    """``cert_file`` and ``key_file`` name a PEM certificate and its unencrypted private key;
+    the rule names whichever key is wrong (``cert_file`` or ``key_file``)."""
+    check_ca_file("cert_file", cert_file)
+    if not Path(key_file).is_file():
+        raise FieldRule("key_file", f"names no file: {key_file!r}")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file, b"")
+    except ssl.SSLError as exc:
+        raise FieldRule(
+            "key_file",
+            f"is not the unencrypted PEM private key of cert_file: {key_file!r} "
+            f"({_ssl_reason(exc)})",
+        ) from None
 
 
 def to_plain(value: Any) -> Any:

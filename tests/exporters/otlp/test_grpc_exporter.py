@@ -7,7 +7,9 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
+import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -22,7 +24,8 @@ def test_unknown_tls_key_is_named_by_the_schema_the_channel_reads():
     with pytest.raises(ConfigError, match=r"unknown key stats_logger\.otlp\.tls\.ca_path"):
         load_config({"otlp": {"endpoint": "h:1", "tls": {"ca_path": "x"}}})
     assert not OtlpTlsConfig().enabled  # an empty section: no TLS, as `insecure` says
-    assert OtlpTlsConfig(ca_file="ca.pem").enabled
+    roots = Path(grpc.__file__).parent / "_cython" / "_credentials" / "roots.pem"  # a CA bundle
+    assert OtlpTlsConfig(ca_file=str(roots)).enabled
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")

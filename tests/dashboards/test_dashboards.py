@@ -17,6 +17,7 @@ from dashboards.panels import DATASOURCE, DATASOURCE_INPUT, GRID_WIDTH, expressi
 from exporters.prometheus import SELF_METRICS, PrometheusSink
 from exporters.prometheus.naming import sample_names
 from telemetry.config import PrometheusConfig
+from telemetry.heartbeat import FAMILIES as HEARTBEAT_FAMILIES
 from telemetry.model.snapshot import Counter, Gauge, Histogram
 from tests.dashboards.producers import produced_points, snapshot
 
@@ -78,6 +79,8 @@ def own_names() -> set[str]:
         names.update(sample_names(name, kind))
     for name, kind in COLLECTOR_FAMILIES.items():
         names.update(sample_names(f"{name}_total" if kind == "counter" else name, kind))
+    for name, kind in HEARTBEAT_FAMILIES.items():  # served beside the sink by the heartbeat
+        names.update(sample_names(name, kind))
     return names
 
 
@@ -308,7 +311,8 @@ def test_sink_exposes_every_name_the_dashboards_and_alerts_use(points):
         body, _ = sink.render()
     finally:
         sink.shutdown()
-    exposed = {"up"} | {n for n in own_names() if n.startswith("rltel_collector_")}
+    served = ("rltel_collector_", "rltel_heartbeat_")
+    exposed = {"up"} | {n for n in own_names() if n.startswith(served)}
     for family in text_string_to_metric_families(body.decode()):
         exposed.update(sample.name for sample in family.samples)
     for where, expr in _all_expressions().items():

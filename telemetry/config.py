@@ -110,13 +110,43 @@ class TensorBoardConfig:
 
 @dataclass(frozen=True, config=SCHEMA)
 class PrometheusConfig:
-    """The Prometheus exposition sink; disabled unless ``enabled``."""
+    """The Prometheus exposition sink; disabled unless ``enabled``.
+
+    Attributes:
+        cert_file: serve HTTPS with this PEM certificate (with ``key_file``; default: HTTP);
+            checked with its key when the config is read.
+        key_file: the certificate's unencrypted PEM private key.
+        token_file: a file holding a bearer token every request must send
+            (``Authorization: Bearer <token>``, Prometheus's
+            ``authorization.credentials_file``); others get 401. Default: no token.
+    """
 
     enabled: StrictBool = False
     host: StrictStr = Field(default="127.0.0.1", min_length=1)
     port: StrictInt = Field(default=9464, ge=0, le=65535)
     series_limit: StrictInt = Field(default=2000, ge=1)
     expire_seconds: StrictFloat = Field(default=600.0, gt=0)
+    cert_file: OptStr = None
+    key_file: OptStr = None
+    token_file: OptStr = None
+
+    def __post_init__(self) -> None:
+        if bool(self.cert_file) != bool(self.key_file):
+            missing = "key_file" if self.cert_file else "cert_file"
+            raise FieldRule(missing, "is required: cert_file and key_file go together")
+        if self.cert_file:
+            check_cert_pair(self.cert_file, self.key_file)
+        if self.token_file is not None and not self.token():
+            raise FieldRule("token_file", f"names no file, or an empty one: {self.token_file!r}")
+
+    def token(self) -> str | None:
+        """The bearer token read from ``token_file`` (None: none set, or it is unreadable)."""
+        if self.token_file is None:
+            return None
+        try:
+            return Path(self.token_file).read_text().strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
 
 
 @dataclass(frozen=True, config=SCHEMA)

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 
 from exporters.base import ExportResult, Sink
 from exporters.prometheus.naming import Kind
+from exporters.prometheus.serving import authorized, http_server
 from exporters.prometheus.store import SELF_PREFIX, SeriesStore
 from telemetry.config import PrometheusConfig
 from telemetry.model.errors import ConfigError
@@ -47,7 +48,8 @@ class PrometheusSink(Sink):
     """Exposes Snapshots as Prometheus metrics on ``http://host:port/metrics``.
 
     Args:
-        config: host, port (0 picks a free one), per-metric series limit, expiry.
+        config: host, port (0 picks a free one), per-metric series limit, expiry; HTTPS
+            (``cert_file``, ``key_file``) and a bearer token (``token_file``) when set.
         serve: start the HTTP server; False keeps only :meth:`render` (tests, benchmarks).
         clock: monotonic seconds used for expiry.
         key: the config section's full key, named in errors (``stats_logger.prometheus``).
@@ -69,6 +71,9 @@ class PrometheusSink(Sink):
     ) -> None:
         self.config = config or PrometheusConfig()
         self._key = key
+        self._token = self.config.token()
+        if self.config.token_file is not None and self._token is None:
+            raise ConfigError(f"{key}.token_file: no token in {self.config.token_file!r}")
         self._lock = threading.Lock()
         self._store = SeriesStore(self.config.series_limit, self.config.expire_seconds, clock)
         self._store.reserve(SELF_METRICS)
@@ -88,8 +93,9 @@ class PrometheusSink(Sink):
 
     @property
     def url(self) -> str | None:
-        """``http://host:port/metrics``, or None when not serving."""
-        return f"http://{self.config.host}:{self.port}/metrics" if self._server else None
+        """``http(s)://host:port/metrics``, or None when not serving."""
+        scheme = "https" if self.config.cert_file else "http"
+        return f"{scheme}://{self.config.host}:{self.port}/metrics" if self._server else None
 
     def register(self, collector: Collector, names: Mapping[str, Kind] | None = None) -> None:
         """Serve another collector's families (e.g. the collector process's own metrics).
@@ -165,7 +171,9 @@ class PrometheusSink(Sink):
     def _serve(self) -> None:
         host, port = self.config.host, self.config.port
         try:
-            self._server = ThreadingHTTPServer((host, port), _handler(self))
+            self._server = http_server(
+                (host, port), _handler(self), self.config.cert_file, self.config.key_file
+            )
         except OSError as exc:
             raise ConfigError(_bind_error(self._key, host, port, exc)) from None
         self._server.daemon_threads = True
@@ -227,6 +235,8 @@ def _without_le(labels: dict[str, str]) -> frozenset:
 def _handler(sink: PrometheusSink) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if not authorized(self, sink._token):
+                return
             path = self.path.split("?", 1)[0]
             if path == "/healthz":
                 self._reply(200, b"ok\n", "text/plain; charset=utf-8")

@@ -84,6 +84,8 @@ def test_good_tls_files_are_taken(pem):
     assert config.otlp.tls.ca_file == pem["cert"]
     receiver = {"tls": {"cert_file": pem["cert"], "key_file": pem["key"]}}
     assert from_dict({"receiver": receiver}).receiver.tls.enabled
+    sink = {"prometheus": {"cert_file": pem["cert"], "key_file": pem["key"]}}
+    assert load_config(sink).prometheus.cert_file == pem["cert"]
 
 
 @needs_openssl
@@ -114,3 +116,22 @@ def test_bad_tls_files_name_their_key_at_config_time(pem, tls, key, reason):
     with pytest.raises(ConfigError) as caught:  # the collector's receiver: the same rule
         from_dict({"receiver": {"tls": files}})
     assert str(caught.value).startswith(f"collector.receiver.tls.{key} {reason}")
+    with pytest.raises(ConfigError) as caught:  # and the Prometheus endpoint's
+        from_dict({"sinks": {"prometheus": files}})
+    assert str(caught.value).startswith(f"collector.sinks.prometheus.{key} {reason}")
+
+
+def test_a_prometheus_token_file_must_hold_a_token(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    for path in (empty, tmp_path / "missing"):
+        with pytest.raises(ConfigError) as caught:
+            load_config({"prometheus": {"token_file": str(path)}})
+        assert str(caught.value) == (
+            f"stats_logger.prometheus.token_file names no file, or an empty one: {str(path)!r}"
+        )
+    (tmp_path / "token").write_text("t0ken\n")
+    config = load_config({"prometheus": {"token_file": str(tmp_path / "token")}})
+    assert config.prometheus.token() == "t0ken"
+    with pytest.raises(ConfigError, match=r"stats_logger\.prometheus\.key_file is required"):
+        load_config({"prometheus": {"cert_file": str(tmp_path / "token")}})

@@ -94,6 +94,7 @@ class StatsLogger:
         self.heartbeat = start_heartbeat(
             self.config, role, self.rank, socket.gethostname(), self._sink("prometheus"), store
         )
+        self.hardware = _start_hardware(self.config)
         if not self.enabled:
             return
         self._serve_sink_health()
@@ -267,6 +268,8 @@ class StatsLogger:
         atexit.unregister(self.close)
         if self.heartbeat is not None:
             self.heartbeat.close()
+        if self.hardware is not None:
+            self.hardware.close()
         if self.otlp is not None and self._last_step is not None and self.role == "trainer":
             self._send_closed(self._last_step)
         self.fanout.shutdown(timeout_s)
@@ -315,6 +318,15 @@ def _warn_no_sink(config: StatsLoggerConfig) -> None:
         local,
         remote,
     )
+
+
+def _start_hardware(config: StatsLoggerConfig) -> Any:
+    """This rank's :class:`~telemetry.metrics.hardware.HardwareSource`, if enabled."""
+    if not config.hardware.enabled:
+        return None
+    from telemetry.metrics.hardware import HardwareSource
+
+    return HardwareSource(config.hardware.phase_memory, config.hardware.nvml)
 
 
 def _rank() -> int:

@@ -1,0 +1,120 @@
+"""Hardware per rank, sampled at export: memory peaks per window and per phase, GPU health.
+
+:class:`HardwareSource` joins ``stats_tracker.export_all`` (every rank must start it, as
+the StatsLogger does with ``hardware.enabled``). At each export it reads, on the exporting
+thread and never while recording:
+
+* ``hardware/memory/peak_rss_bytes`` and ``rss_bytes`` (the process), and with CUDA in use
+  ``peak_allocated_bytes`` and ``peak_reserved_bytes``: peaks over the export window;
+* ``hardware/phase/<phase>/<peak>``: the same peaks per ``record_timing`` phase that closed
+  in the window (``phase_memory``: the peaks reset at each scope's entry);
+* ``hardware/gpu/<reading>`` through NVML (:mod:`telemetry.metrics.nvml`), where it loads.
+
+Each key is the mean over the ranks that have it; every key gets the straggler view
+(``<key>/rank_min``, ``rank_max``, ``slowest_rank``, top k) and per-rank gauges
+(``<key>/per_rank``, attribute ``rank``) on the committing rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from telemetry import stats_tracker
+from telemetry.metrics.memory import CudaMemory, Peaks, ProcessMemory
+from telemetry.metrics.nvml import NvmlDevice, open_device
+from telemetry.model.snapshot import Gauge, Point
+from telemetry.record import phase
+from telemetry.record.layout import STAT_OPS, PerRank, State, StateKind, StateLayout
+
+__all__ = ["PATTERN", "HardwareSource"]
+
+PATTERN = "hardware/*"
+"""The keys of this source, for the straggler view and per-rank series."""
+_log = logging.getLogger(__name__)
+_LAYOUT = StateLayout(StateKind.CUSTOM, STAT_OPS, (PerRank("", 0, 1, present=1),))
+
+
+class HardwareSource:
+    """This rank's hardware readings as a state source of ``export_all``.
+
+    Args:
+        phase_memory: keep memory peaks per ``record_timing`` phase.
+        nvml: read the GPU through NVML where it loads.
+    """
+
+    source_id = "hardware"
+
+    def __init__(self, phase_memory: bool = True, nvml: bool = True) -> None:
+        readers: list[ProcessMemory | CudaMemory] = [ProcessMemory()]
+        if CudaMemory.in_use():
+            readers.append(CudaMemory())
+        self._peaks = Peaks(readers)
+        self._gpu: NvmlDevice | None = open_device() if nvml else None
+        self._phase_memory = phase_memory
+        self._closed = False
+        self.failures = 0
+        if phase_memory:
+            phase.add_listener(self._on_phase)
+        stats_tracker.rank_series(PATTERN)
+        stats_tracker.register_source(self)
+
+    def _on_phase(self, name: str, entering: bool) -> None:
+        try:
+            self._peaks.phase(name, entering)
+        except Exception as exc:  # never raised into the training loop; logged once
+            self.failures += 1
+            if self.failures == 1:
+                _log.warning("hardware: phase memory peaks failed (%s); counted from now on", exc)
+
+    def _readings(self) -> dict[str, float]:
+        try:
+            window, phases = self._peaks.take()
+        except Exception as exc:  # the other ranks still reduce: this rank sends no memory
+            self.failures += 1
+            _log.warning("hardware: memory readings failed (%s)", exc)
+            window, phases = {}, {}
+        out = {f"hardware/memory/{name}": value for name, value in window.items()}
+        for name, peaks in sorted(phases.items()):
+            out.update((f"hardware/phase/{name}/{k}", v) for k, v in peaks.items())
+        if self._gpu is not None:
+            try:
+                gpu = self._gpu.read()
+            except Exception:  # a GPU that stops answering: no readings this window
+                gpu = {}
+            out.update((f"hardware/gpu/{name}", value) for name, value in gpu.items())
+        return out
+
+    def collect_states(self) -> dict[str, State]:
+        """Each reading as ``[value, 1, value, -value]`` (sum, count, min, -max)."""
+        return {
+            key: (_LAYOUT, torch.tensor([v, 1.0, v, -v], dtype=torch.float64))
+            for key, v in self._readings().items()
+        }
+
+    def collect(self, key: str | None, reset: bool) -> tuple[dict[str, State], dict]:
+        """The readings of this export (``key`` is for trackers); a new window either way."""
+        return self.collect_states(), {}
+
+    def build_points(self, reduced: Mapping[str, Any]) -> list[Point]:
+        """The mean over the ranks of each reading."""
+        points: list[Point] = []
+        for key, entry in sorted(reduced.items()):
+            values = entry[1] if isinstance(entry, tuple) else entry
+            if values[1] > 0:
+                points.append(Gauge(key, float(values[0] / values[1])))
+        return points
+
+    def reset(self) -> None:
+        """Nothing to clear: every export reads a new window."""
+
+    def close(self) -> None:
+        """Leave ``export_all`` and stop the phase peaks; safe twice."""
+        if self._closed:
+            return
+        self._closed = True
+        phase.remove_listener(self._on_phase)
+        stats_tracker.unregister_source(self)

@@ -1,22 +1,31 @@
 """rltel's collector: an OTLP/gRPC receiver fanning out to Prometheus, W&B, SwanLab, TensorBoard.
 
 Run it with ``rltel collector --config collector.yaml`` or ``python -m collector``. It never
-imports torch.
+imports torch. The names below load on first use: a trainer that reads one collector module
+(a sink's config section) loads neither the server nor gRPC.
 """
 
-from collector.config import CollectorConfig, default_config, load
-from collector.merge import RolloutMerger
-from collector.pipeline import Pipeline
-from collector.server import CollectorServer
-from telemetry.otlp.decode import Decoder, DecodeResult
+from __future__ import annotations
 
-__all__ = [
-    "CollectorConfig",
-    "CollectorServer",
-    "DecodeResult",
-    "Decoder",
-    "Pipeline",
-    "RolloutMerger",
-    "default_config",
-    "load",
-]
+import importlib
+from typing import Any
+
+_HOMES = {
+    "CollectorConfig": "collector.config",
+    "default_config": "collector.config",
+    "load": "collector.config",
+    "RolloutMerger": "collector.merge",
+    "Pipeline": "collector.pipeline",
+    "CollectorServer": "collector.server",
+    "Decoder": "telemetry.otlp.decode",
+    "DecodeResult": "telemetry.otlp.decode",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'collector' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

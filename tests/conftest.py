@@ -5,6 +5,9 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
+# As a trainer whose OTLP sink loaded gRPC first (exporters/otlp/fork_safety.py): the tests
+# that fork while the sink exports run with gRPC's fork handlers off, as a trainer does.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 sys.path.insert(0, os.path.dirname(__file__))
 
 # Skips allowed on a machine without an accelerator; with RLTEL_NO_SKIPS=1 (make test, CI)

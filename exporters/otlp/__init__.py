@@ -12,9 +12,15 @@ from exporters.base import Sink
 from exporters.registry import BuildContext, SinkFactory
 from telemetry.config import StatsLoggerConfig
 
-__all__ = ["FACTORY"]
+__all__ = ["FACTORY", "spool_root"]
 
 logger = logging.getLogger(__name__)
+
+
+def spool_root(config: StatsLoggerConfig) -> Path:
+    """Where a run's OTLP senders spool: ``otlp.spool_dir``, else ``<run dir>/otlp-spool``."""
+    spool_dir = config.otlp.spool_dir
+    return Path(spool_dir) if spool_dir else config.run_dir / "otlp-spool"
 
 
 def create(config: StatsLoggerConfig, context: BuildContext) -> Sink:
@@ -22,13 +28,16 @@ def create(config: StatsLoggerConfig, context: BuildContext) -> Sink:
 
     A trainer's spool is ``trainer/``, a rollout or eval worker's ``<role>-<worker>/``.
     """
+    from exporters.otlp.fork_safety import keep_forked_children_safe
+
+    keep_forked_children_safe()  # before gRPC loads (docs/troubleshooting.md)
     from exporters.otlp.sink import OtlpSink
     from exporters.otlp.spool import Spool
 
     otlp = config.otlp
     role = context.role
     name = role if role == "trainer" else f"{role}-{context.worker}"
-    directory = Path(otlp.spool_dir) if otlp.spool_dir else config.run_dir / "otlp-spool"
+    directory = spool_root(config)
     try:
         spool = Spool(directory / name, otlp.spool_limit_bytes)
     except OSError as exc:

@@ -1,5 +1,9 @@
 """The OTLP/gRPC exporter as the OTLP sink uses it: status codes and retry pushback recorded,
-TLS from files."""
+TLS from files, a TLS mismatch named.
+
+gRPC answers a plaintext channel to a TLS port, and a TLS channel to a plaintext one, with
+UNAVAILABLE only; the recorder reads the call's details and logs what they point at (once
+per kind, again after a call went through), beside the sender's own failure line."""
 
 from __future__ import annotations
 
@@ -16,6 +20,28 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import Me
 from telemetry.config import OtlpTlsConfig
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
+logger = logging.getLogger(__name__)
+
+
+def tls_mismatch(details: str, tls: bool) -> str | None:
+    """What an UNAVAILABLE call's ``details`` say about the channel's TLS, or None."""
+    text = details.lower()
+    if tls and "handshake failed" in text:
+        if "wrong_version_number" in text:
+            return (
+                "the TLS handshake failed: the endpoint speaks plaintext (a TLS channel to a "
+                "plaintext port: set otlp.insecure: true without otlp.tls, or give the "
+                "collector receiver.tls)"
+            )
+        failure = details[text.index("handshake failed") :]
+        return f"the TLS {failure} (check otlp.tls.ca_file against the endpoint's certificate)"
+    if not tls and "socket closed" in text:
+        return (
+            "the endpoint closed the connection at once: a plaintext channel to a TLS port? "
+            "(set otlp.insecure: false and otlp.tls.ca_file)"
+        )
+    return None
+
 
 class StatusRecorder(grpc.UnaryUnaryClientInterceptor):
     """Remembers the status code of the latest call made through its channel, and the
@@ -25,12 +51,22 @@ class StatusRecorder(grpc.UnaryUnaryClientInterceptor):
     def __init__(self) -> None:
         self.code: grpc.StatusCode | None = None
         self.retry_after_s: float | None = None
+        self.tls = False  # the channel's, set by RecordingExporter
+        self.target = ""
+        self.mismatch: str | None = None  # the TLS mismatch the last failure pointed at
 
     def intercept_unary_unary(self, continuation, client_call_details, request):
         outcome = continuation(client_call_details, request)
         self.code = outcome.code()
         ok = self.code is grpc.StatusCode.OK
         self.retry_after_s = None if ok else retry_pushback(outcome.trailing_metadata())
+        if ok:
+            self.mismatch = None
+        elif self.code is grpc.StatusCode.UNAVAILABLE:
+            mismatch = tls_mismatch(outcome.details() or "", self.tls)
+            if mismatch is not None and mismatch != self.mismatch:
+                logger.warning("otlp: %s: %s", self.target, mismatch)
+            self.mismatch = mismatch or self.mismatch
         return outcome
 
 
@@ -72,6 +108,7 @@ class RecordingExporter(OTLPMetricExporter):
 
     def _initialize_channel_and_stub(self) -> None:
         super()._initialize_channel_and_stub()
+        self._recorder.tls, self._recorder.target = not self._insecure, self._endpoint
         self._channel = grpc.intercept_channel(self._channel, self._recorder)
         self._client = MetricsServiceStub(self._channel)
 

@@ -7,6 +7,13 @@ as a TensorBoard histogram under its key with its real bucket counts (what
 ``DBL_MAX``, which TensorBoard replaces with the point's max. ``sum_squares`` is not
 tracked by the recording side and is written as 0. MoE per-expert series are left out;
 the per-layer summary (``moe_balance/layer_<i>/max_over_ideal``) stays.
+
+Idempotent in the collector (:meth:`TensorBoardSink.skip_held_steps`): the sink reads the
+event files already in its directory (TensorBoard's own record reader) and skips a value
+whose tag already has that step or a later one there; a training step it wrote itself is
+skipped the same way. A replay of the collector's durable queue, or a sender's retry of a
+request whose answer was lost, never writes a step twice. (In a training process a resumed
+run writes its steps again, as TensorBoard expects of a restart from a checkpoint.)
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import re
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from exporters.base import RunSink
@@ -51,6 +59,7 @@ class TensorBoardSink(RunSink):
         self._writer: Any = None
         self._closed = False
         self._steps = StreamSteps()
+        self._held: dict[str, int] | None = None  # tag -> highest step held; None: no skips
         self.logdir: str | None = None
         if config.tensorboard.path is None:
             return
@@ -84,6 +93,9 @@ class TensorBoardSink(RunSink):
             and point.max is not None
             and not is_expert_point(point)
         )
+        train_step = snapshot.step.global_step if snapshot.step is not None else None
+        if self._held is not None and train_step is not None:
+            values = [value for value in values if self._held.get(value.tag, -1) < train_step]
         if not values:
             return
         wall = snapshot.time_unix_nano / 1e9 if snapshot.time_unix_nano else time.time()
@@ -93,6 +105,14 @@ class TensorBoardSink(RunSink):
             summary=self._summary.Summary(value=values),
         )
         self._writer.add_event(event)
+        if self._held is not None and snapshot.stream == "train" and train_step is not None:
+            self._held.update((value.tag, train_step) for value in values)
+
+    def skip_held_steps(self) -> None:
+        """From now on skip a value whose tag the directory's event files (or this sink)
+        already hold at that step or a later one: a replay never writes a step twice."""
+        with self._lock:
+            self._held = held_steps(self.logdir) if self.logdir is not None else {}
 
     def _histogram(self, point: Histogram) -> Any:
         proto = self._summary.HistogramProto(
@@ -123,6 +143,24 @@ class TensorBoardSink(RunSink):
         """Flush and close the event file."""
         if self._writer is not None:
             self._writer.close()
+
+
+def held_steps(logdir: str) -> dict[str, int]:
+    """``tag -> highest step`` of the event files in ``logdir`` (an earlier process's),
+    read with TensorBoard's record reader; a torn last record (a killed writer) ends a file."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto import event_pb2
+
+    held: dict[str, int] = {}
+    for path in sorted(Path(logdir).glob("*tfevents*")):
+        try:
+            for record in RawEventFileLoader(str(path)).Load():
+                event = event_pb2.Event.FromString(record)
+                for value in event.summary.value:
+                    held[value.tag] = max(held.get(value.tag, event.step), event.step)
+        except Exception as exc:  # an unreadable file: its steps may be written again
+            logger.warning("tensorboard: cannot read %s: %s", path, exc)
+    return held
 
 
 _NOT_IN_TAGS = re.compile(r"[^-/\w.]")

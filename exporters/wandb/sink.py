@@ -9,6 +9,14 @@ which is logged in the same row and is the chart's x-axis. A rollout or eval sna
 row that already holds one of its keys is closed first, so no value is overwritten or
 dropped, whatever order the streams arrive in.
 
+Idempotent in the collector (:meth:`WandbSink.skip_held_steps`): a run resumed in offline
+mode (a collector restarted after a crash) reads back what its earlier offline parts hold
+(:mod:`exporters.wandb.held`) and skips a key at a training step the run holds (a rollout
+or eval step likewise), so a replay of the collector's durable queue never logs a step
+twice. W&B's writer flushes the ``.wandb`` file every
+:data:`FLUSH_INTERVAL_S`; the sink's :attr:`~WandbSink.settle_s` tells the queue how long
+after a flush a step is on disk.
+
 W&B truncates a table longer than ``wandb.Table.MAX_ROWS`` (10,000); a larger model's
 expert loads are split into ``moe_balance/expert_loads``, ``..._part1``, ... of whole layers.
 """
@@ -26,13 +34,16 @@ from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
 from exporters.steps import StreamSteps
+from exporters.wandb.held import TRAIN_AXIS, Held, held_steps
 from telemetry.config import StatsLoggerConfig, public_dict
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
 TABLE_KEY = "moe_balance/expert_loads"
-TRAIN_STEP_METRIC = "global_step"
+TRAIN_STEP_METRIC = TRAIN_AXIS
+FLUSH_INTERVAL_S = 1.0
+"""W&B's transaction-log flush interval (its default, 15 s, lost 15 s of steps to a crash)."""
 
 
 def step_metric(stream: str) -> str:
@@ -69,6 +80,8 @@ class WandbSink(RunSink):
     """
 
     name = "wandb"
+    settle_s = 2 * FLUSH_INTERVAL_S
+    """Seconds after a flush until what was logged is in the ``.wandb`` file."""
 
     def __init__(
         self, config: StatsLoggerConfig, experiment: Mapping[str, Any] | None = None
@@ -83,6 +96,7 @@ class WandbSink(RunSink):
         self._bound: dict[str, str] = {}  # key -> step metric it is plotted against
         self._misbound: set[str] = set()
         self._closed = False
+        self._held: Held | None = None  # what the run holds; None: no skips
         section = config.wandb
         self.run_id = run_id(config)
         if section.mode == "disabled":
@@ -94,7 +108,10 @@ class WandbSink(RunSink):
                 "the W&B sink needs wandb: pip install rltel[wandb]", name="wandb"
             ) from exc
         run_dir = writable_dir(config.run_dir)
-        settings: dict[str, Any] = {"silent": True}
+        settings: dict[str, Any] = {
+            "silent": True,
+            "x_transaction_log_flush_interval": FLUSH_INTERVAL_S,
+        }
         if section.wandb_base_url:
             settings["base_url"] = section.wandb_base_url
         if section.wandb_api_key:
@@ -133,10 +150,17 @@ class WandbSink(RunSink):
     def _write(self, snapshot: Snapshot) -> None:
         stream = snapshot.stream
         axis = step_metric(stream)
+        if self._holds(snapshot):
+            return  # an earlier part of the run holds this step (a replay after a restart)
         data: dict[str, Any] = dict(flat_without_experts(snapshot))
         for part, rows in enumerate(_chunks(expert_loads(snapshot), self._table_type.MAX_ROWS)):
             key = TABLE_KEY if part == 0 else f"{TABLE_KEY}_part{part}"
             data[key] = self._table_type(columns=list(TABLE_COLUMNS), data=rows)
+        train_step = snapshot.step.global_step if snapshot.step is not None else None
+        held_keys = self._held.train_keys if self._held is not None else None
+        if held_keys is not None and stream == "train" and train_step is not None:
+            held = held_keys  # keys the run holds at this step go
+            data = {key: value for key, value in data.items() if held.get(key, -1) < train_step}
         if not data:
             return
         data[axis] = self._steps.step_of(snapshot)
@@ -151,10 +175,19 @@ class WandbSink(RunSink):
         if stream == "train":
             self._run.log(data, step=row, commit=True)
             self._next_row, self._open_keys = row + 1, set()
+            if held_keys is not None and train_step is not None:
+                held_keys.update(dict.fromkeys(data, train_step))
         else:
             self._run.log(data, step=row, commit=False)
             self._next_row = row
             self._open_keys.update(data)
+
+    def _holds(self, snapshot: Snapshot) -> bool:
+        """An earlier part of the run holds ``snapshot``'s rollout/eval step."""
+        if self._held is None or snapshot.stream == "train" or snapshot.step is None:
+            return False
+        held = self._held.axes.get(step_metric(snapshot.stream))
+        return held is not None and snapshot.step.global_step <= held
 
     def _bind(self, axis: str, data: dict[str, Any]) -> None:
         if axis not in self._bound:
@@ -172,6 +205,34 @@ class WandbSink(RunSink):
                     axis,
                     self._bound[key],
                 )
+
+    def skip_held_steps(self) -> None:
+        """From now on skip what the run holds: in offline mode, what its earlier offline
+        parts logged (read back with W&B's reader), and what this sink logged."""
+        with self._lock:
+            held = Held()
+            if self._run is not None and self._config.wandb.mode == "offline":
+                this_part = os.path.dirname(self._run.dir)
+                wandb_dir = os.path.dirname(this_part)
+                held = held_steps(wandb_dir, self.run_id, exclude=this_part)
+                self._next_row = max(self._next_row, int(held.axes.get("_step", -1)) + 1)
+            self._held = held
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until W&B's service has handled everything logged so far (its writer then
+        flushes it within :data:`FLUSH_INTERVAL_S`); False when it did not answer in time."""
+        with self._lock:
+            if self._run is None or self._closed:
+                return True
+            interface = getattr(self._run, "_interface", None)
+        if interface is None:
+            return True
+        try:
+            interface.deliver_history_step().wait_or(timeout=timeout_s)
+        except Exception as exc:  # W&B's service gone or slow: the journal keeps the steps
+            logger.warning("wandb: flush of run %s failed: %s", self.run_id, exc)
+            return False
+        return True
 
     def _finish(self) -> None:
         """Finish the run so its files are complete."""

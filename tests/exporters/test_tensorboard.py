@@ -181,3 +181,25 @@ def test_tags_are_cleaned_as_areals_tensorboard_writer_cleans_them():
     assert tensorboard_tag("eval-rollout/pass@4") == "eval-rollout/pass_4"
     assert tensorboard_tag("/ppo_actor/a b:c") == "ppo_actor/a_b_c"
     assert tensorboard_tag("timeperf/train_step.x-1") == "timeperf/train_step.x-1"
+
+
+def test_skip_held_steps_writes_each_training_step_once_across_a_restart(tmp_path):
+    def train(step: int, stream: str = "train") -> Snapshot:
+        return Snapshot((Gauge("loss", float(step)),), Step(0, step, step), stream=stream)
+
+    first = make_sink(tmp_path)
+    for step in (1, 2, 3):
+        assert first.export(train(step)) is ExportResult.SUCCESS
+    first.force_flush()  # the process is killed here: its file holds steps 1-3
+    second = make_sink(tmp_path)
+    second.skip_held_steps()
+    for step in (2, 3, 4, 4, 5):  # a replay from step 2, and a retried request (4)
+        assert second.export(train(step)) is ExportResult.SUCCESS
+    second.shutdown()
+    steps = sorted(e.step for e in read_back(tmp_path).Scalars("loss"))
+    assert steps == [1, 2, 3, 4, 5]
+    third = make_sink(tmp_path)  # without skip_held_steps (a training process): rewritten
+    third.export(train(5))
+    third.shutdown()
+    first.shutdown()
+    assert sorted(e.step for e in read_back(tmp_path).Scalars("loss")).count(5) == 2

@@ -75,7 +75,7 @@ def memory_pass(batches: list[dict]) -> None:
 
 
 def held_bytes(stats_tracker) -> int:
-    states = stats_tracker.DEFAULT_TRACKER.collect_states(reset=False)
+    states = stats_tracker.DEFAULT_TRACKER.collect(reset=False).states
     return sum(t.numel() * t.element_size() for _, t in states.values())
 
 

@@ -123,8 +123,8 @@ def per_element_costs() -> dict[str, float]:
     torch.set_num_threads(1)
     moe = MoEBalance(register=False)
     record(stats_tracker, moe, 0, 0)
-    states = {f"tracker:|{k}": s for k, s in stats_tracker.DEFAULT_TRACKER.collect_states().items()}
-    states.update(moe.collect_states())
+    states = {f"tracker:|{k}": s for k, s in stats_tracker.DEFAULT_TRACKER.collect().states.items()}
+    states.update(moe.collect().states)
     n = sum(len(layout.ops) for layout, _ in states.values())
     ops = [op for key in sorted(states) for op in states[key][0].ops]
     keys = keyset.agree(Comm(None), {key: layout for key, (layout, _) in states.items()})

@@ -7,8 +7,9 @@
     stats_tracker.get("rollout").scalar(reward=0.5)
     stats = stats_tracker.export_all(reduce_group=dp_group)
 
-``export_all`` reduces every named tracker and every registered :class:`StateSource`
-(MoE balance, train_perf, ...) in one coalesced reduction.
+``export_all`` reduces every named tracker and every registered
+:class:`~telemetry.record.source.StateSource` (MoE balance, train_perf, Twinkle metrics) in
+one coalesced reduction.
 
 AReaL's module surface, name for name: ``DEFAULT_TRACKER``, ``TRACKERS``, ``LOCK``,
 ``MOE_AUX_LOSSES``, ``ReduceType``, ``DistributedStatsTracker``, ``get(name="")``,
@@ -27,10 +28,10 @@ import torch.distributed as dist
 
 from telemetry.record import export as _export
 from telemetry.record import rank_spread
-from telemetry.record.areal_tracker import DistributedStatsTracker
-from telemetry.record.export import register_source, unregister_source
+from telemetry.record.export import register_source, registered_sources, unregister_source
+from telemetry.record.source import StateSource
 from telemetry.record.stats import Stats
-from telemetry.record.tracker import ReduceType
+from telemetry.record.tracker import DistributedStatsTracker, ReduceType
 
 __all__ = [
     "DEFAULT_TRACKER",
@@ -82,7 +83,7 @@ def get(name: str = "") -> DistributedStatsTracker:
 
 
 def export_sources(
-    sources: Iterable[object],
+    sources: Iterable[StateSource],
     key: str | None = None,
     reduce_group: dist.ProcessGroup | None = None,
     reset: bool = True,
@@ -94,9 +95,7 @@ def export_sources(
     are put back after reading (trackers only keep accumulating). ``reduce_group=None``
     is rank-local: no collective, whatever process group exists.
     """
-    return _export.export_sources(
-        sources, DistributedStatsTracker, key, reduce_group, reset, key_sync_group=key_sync_group
-    )
+    return _export.export_sources(sources, key, reduce_group, reset, key_sync_group=key_sync_group)
 
 
 def export(
@@ -125,8 +124,8 @@ def export_all(
     collective, this process's values only. ``key_sync_group`` as in :func:`export`.
     """
     with _lock:
-        sources: list[object] = [_trackers[name] for name in sorted(_trackers)]
-    sources.extend(_export.registered_sources())
+        sources: list[StateSource] = [_trackers[name] for name in sorted(_trackers)]
+    sources.extend(registered_sources())
     return export_sources(
         sources, reduce_group=reduce_group, reset=reset, key_sync_group=key_sync_group
     )

@@ -10,8 +10,9 @@ caller decides which forwards are recorded. The automatic router hooks of
 :meth:`MoEBalance.training` and never the forward re-run by activation checkpointing
 during backward (see :attr:`MoEBalance.counting`).
 
-At export (a :class:`~telemetry.record.source.StateSource` in ``export_all``'s single reduction)
-the counts are summed over micro-batches and ranks, then normalised per layer with E
+At export (a :class:`~telemetry.record.source.StateSource` in ``export_all``'s single
+reduction; one declared ``sum`` state per layer, :mod:`telemetry.record.declared`) the
+counts are summed over micro-batches and ranks, then normalised per layer with E
 experts and counts ``c_e``:
 
 * ``moe_balance/tokens`` (layer, expert): ``c_e``;
@@ -27,16 +28,17 @@ stages) reduce correctly: each layer is its own key.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-import numpy as np
 import torch
 
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import Gauge, Point
-from telemetry.record.layout import ReduceOp, State, StateKind, StateLayout
-from telemetry.record.source import RegisteredSource
+from telemetry.record.declared import DeclaredStates
+from telemetry.record.export import RegisteredSource
+from telemetry.record.layout import Reduced, ReduceOp
+from telemetry.record.source import Collected
 
 PREFIX = "moe_balance/layer_"
 
@@ -62,7 +64,7 @@ class MoEBalance(RegisteredSource):
     def __init__(self, register: bool = True) -> None:
         # layer -> int64 counts of length num_experts + 1 (the last bin takes drops)
         self._counts: dict[int, torch.Tensor] = {}
-        self._experts: dict[int, int] = {}
+        self._states = DeclaredStates(PREFIX)  # one per declared layer, by layer id
         self._training = 0
         self._join_export_all(register)
 
@@ -91,10 +93,10 @@ class MoEBalance(RegisteredSource):
         """
         layer_id = _positive_int("layer_id", layer_id, 0)
         num_experts = _positive_int(f"layer_{layer_id} num_experts", num_experts, 1)
-        known = self._experts.get(layer_id)
-        if known is None:
-            self._experts[layer_id] = num_experts
-        elif known != num_experts:
+        name = str(layer_id)
+        if name not in self._states:
+            self._states.add_state(name, ReduceOp.SUM, size=num_experts)
+        elif (known := self._states[name].size) != num_experts:
             raise InvalidValueError(
                 f"{PREFIX}{layer_id}: recorded with {known} experts, now {num_experts}"
             )
@@ -136,26 +138,25 @@ class MoEBalance(RegisteredSource):
 
     # -- StateSource -------------------------------------------------------------------
 
-    def collect_states(self) -> dict[str, State]:
-        """One state per declared layer: its expert counts, summed over ranks."""
-        states: dict[str, State] = {}
-        for layer, experts in self._experts.items():
-            counts = self._counts.get(layer)
-            values = (
+    def collect(self, key: str | None = None, reset: bool = True) -> Collected:
+        """One state per declared layer, its expert counts (summed over ranks); ``reset``
+        starts a new window. ``key`` is a tracker's filter: ignored."""
+        values: dict[str, torch.Tensor] = {}
+        for name in self._states:
+            experts, counts = self._states[name].size, self._counts.get(int(name))
+            values[name] = (
                 torch.zeros(experts, dtype=torch.float64)
                 if counts is None
                 else counts[:experts].to(torch.float64)
             )
-            layout = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM,) * experts)
-            states[f"{PREFIX}{layer}"] = (layout, values)
-        return states
+        if reset:
+            self.reset()
+        return Collected(self._states.states(values))
 
-    def build_points(self, reduced: Mapping[str, np.ndarray]) -> list[Point]:
+    def build_points(self, reduced: Reduced) -> list[Point]:
         """Tokens, load share and max-over-ideal per layer, ordered by layer id."""
         layers = sorted(
-            (int(key[len(PREFIX) :]), counts)
-            for key, counts in reduced.items()
-            if key.startswith(PREFIX)
+            (int(name), counts) for name, counts in self._states.values(reduced).items()
         )
         points: list[Point] = []
         for layer, counts in layers:

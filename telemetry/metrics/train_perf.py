@@ -7,9 +7,10 @@ timed with events recorded on the current (training) stream; the events are read
 export with one synchronisation per stream, never per batch. Elsewhere it is wall time.
 
 At export (a :class:`~telemetry.record.source.StateSource` joining ``export_all``'s single
-reduction; pass the DP group as ``reduce_group``) tokens and FLOPs are summed over
-ranks and seconds take the max over ranks, both for the window and for the totals since
-construction (``total_seconds`` is the max over ranks of each rank's own total).
+reduction with one declared state, :mod:`telemetry.record.declared`; pass the DP group
+as ``reduce_group``) tokens and FLOPs are summed over ranks and seconds take the max over
+ranks, both for the window and for the totals since construction (``total_seconds`` is
+the max over ranks of each rank's own total).
 
 Keys: gauges ``train_perf/{tokens, seconds, tokens_per_second, estimated_flops,
 estimated_flops_per_second, cumulative_tokens_per_second,
@@ -29,15 +30,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
-import numpy as np
 import torch
 
 from telemetry.metrics.flops import FlopsEstimator, estimate_batch_flops
 from telemetry.metrics.peak_flops import device_peak_flops
 from telemetry.model.errors import ConfigError, InvalidValueError, MaskTypeError
 from telemetry.model.snapshot import Counter, Gauge, Point
-from telemetry.record.layout import PerRank, ReduceOp, State, StateKind, StateLayout
-from telemetry.record.source import RegisteredSource
+from telemetry.record.declared import DeclaredStates
+from telemetry.record.export import RegisteredSource
+from telemetry.record.layout import PerRank, Reduced, ReduceOp
+from telemetry.record.source import Collected
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,8 +47,8 @@ STATE_KEY = "train_perf"
 _S, _M = ReduceOp.SUM, ReduceOp.MAX
 # batches, tokens, flops, seconds | total tokens, total flops, total seconds | ranks
 # Per rank, for the straggler view: its tokens and seconds, where it ran a batch.
-_PER_RANK = (PerRank("tokens", 1, present=0), PerRank("seconds", 3, present=0))
-_LAYOUT = StateLayout(StateKind.CUSTOM, (_S, _S, _S, _M, _S, _S, _M, _S), _PER_RANK)
+_PER_RANK = (PerRank("tokens", 1, present=0), PerRank("seconds", 3, present=0, unit="s"))
+_OPS = (_S, _S, _S, _M, _S, _S, _M, _S)
 
 
 class EventTiming(Protocol):
@@ -127,6 +129,8 @@ class TrainPerf(RegisteredSource):
         self._total_tokens = 0
         self._total_flops = 0.0
         self._total_seconds = 0.0
+        self._states = DeclaredStates()
+        self._states.add_state(STATE_KEY, _OPS, per_rank=_PER_RANK)
         self._join_export_all(register)
 
     @contextmanager
@@ -244,8 +248,9 @@ class TrainPerf(RegisteredSource):
 
     # -- StateSource -------------------------------------------------------------------
 
-    def collect_states(self) -> dict[str, State]:
-        """This rank's window and totals as one state (tokens/FLOPs sum, seconds max)."""
+    def collect(self, key: str | None = None, reset: bool = True) -> Collected:
+        """This rank's window and totals as one state (tokens/FLOPs sum, seconds max);
+        ``reset`` closes the window. ``key`` is a tracker's filter: ignored."""
         self._resolve()
         values = [
             self._batches,
@@ -257,11 +262,14 @@ class TrainPerf(RegisteredSource):
             self._total_seconds + self._seconds,
             1,
         ]
-        return {STATE_KEY: (_LAYOUT, torch.tensor(values, dtype=torch.float64))}
+        state = torch.tensor(values, dtype=torch.float64)
+        if reset:
+            self.reset()
+        return Collected(self._states.states({STATE_KEY: state}))
 
-    def build_points(self, reduced: Mapping[str, np.ndarray]) -> list[Point]:
+    def build_points(self, reduced: Reduced) -> list[Point]:
         """Points of one reduced export; empty when no rank ran a batch in the window."""
-        state = reduced.get(STATE_KEY)
+        state = self._states.values(reduced).get(STATE_KEY)
         if state is None or state[0] <= 0:
             return []
         _, tokens, flops, seconds, total_tokens, total_flops, total_seconds, ranks = (

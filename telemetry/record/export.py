@@ -1,17 +1,17 @@
-"""Export: one coalesced reduction over trackers and state sources, then their points.
+"""Export: one coalesced reduction over state sources, then their points.
 
-Producers that are not trackers (MoE balance, train_perf, ...) join ``export_all`` through
-the registry here (:func:`register_source`). A tracker is any source that collects by key
-prefix and builds points from reduced states with their layouts
-(``collect_states(key, reset)``, ``build_points_with_layouts``); other sources implement
-:class:`~telemetry.record.source.StateSource`.
+Every producer is a :class:`~telemetry.record.source.StateSource` (trackers, MoE balance,
+train_perf, Twinkle metrics): the export collects each one's states, reduces them all
+together (one reduction per group), and hands each source its reduced states back.
+Sources registered here (:func:`register_source`, :class:`RegisteredSource`) join
+``stats_tracker.export_all``.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch.distributed as dist
 
@@ -19,68 +19,97 @@ from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import Point
 from telemetry.record import rank_spread, typed_keys
 from telemetry.record.layout import State
+from telemetry.record.points import tracker_points
 from telemetry.record.reduce import reduce_with_spread
+from telemetry.record.source import TRACKER_ID, StateSource
 from telemetry.record.stats import Stats
 
-__all__ = ["export_sources", "register_source", "registered_sources", "unregister_source"]
+__all__ = [
+    "RegisteredSource",
+    "export_sources",
+    "register_source",
+    "registered_sources",
+    "unregister_source",
+]
 
 _TAG = re.compile(r"'(?:tracker|source):[^|']*\|")
 _lock = threading.Lock()
-_sources: list[object] = []
+_sources: list[StateSource] = []
 
 
-def register_source(source: object) -> None:
-    """Make ``source`` join ``export_all``'s reduction (idempotent)."""
+def register_source(source: StateSource) -> None:
+    """Make ``source`` join ``export_all``'s reduction (idempotent).
+
+    Raises:
+        TypeError: ``source`` is not a :class:`StateSource`.
+    """
+    if not isinstance(source, StateSource):
+        raise TypeError(
+            f"{type(source).__name__} is not a StateSource: it needs source_id, "
+            "collect(key, reset) and build_points(reduced)"
+        )
     with _lock:
         if not any(s is source for s in _sources):
             _sources.append(source)
 
 
-def unregister_source(source: object) -> None:
+def unregister_source(source: StateSource) -> None:
     """Stop exporting ``source``; unknown sources are ignored."""
     with _lock:
         _sources[:] = [s for s in _sources if s is not source]
 
 
-def registered_sources() -> list[object]:
+def registered_sources() -> list[StateSource]:
     """The registered sources, in registration order."""
     with _lock:
         return list(_sources)
 
 
-def _is_tracker(source: object) -> bool:
-    return hasattr(source, "build_points_with_layouts")
+class RegisteredSource:
+    """Mixin for producers that join ``stats_tracker.export_all`` from construction to ``close``."""
+
+    _registered = False
+
+    def _join_export_all(self, register: bool) -> None:
+        if register:
+            register_source(self)
+            self._registered = True
+
+    def close(self) -> None:
+        """Stop joining ``export_all`` (idempotent)."""
+        if self._registered:
+            unregister_source(self)
+            self._registered = False
 
 
-def _tags(sources: Sequence[object]) -> list[str]:
-    """Stable per-process tags, equal across ranks that register sources in the same order."""
+def _tags(sources: Sequence[StateSource]) -> list[str]:
+    """Stable per-process tags, equal across ranks that hold sources in the same order:
+    a tracker's id (unique by name), else ``source:<id>:<n>``."""
     seen: dict[str, int] = {}
     tags = []
     for source in sources:
-        if _is_tracker(source):
-            tags.append(f"tracker:{source.name}")
+        base = source.source_id
+        if base.startswith(TRACKER_ID):
+            tags.append(base)
             continue
-        base = getattr(source, "source_id", type(source).__name__)
         seen[base] = seen.get(base, -1) + 1
         tags.append(f"source:{base}:{seen[base]}")
     return tags
 
 
 def export_sources(
-    sources: Iterable[object],
-    make_tracker: Callable[[str], object],
+    sources: Iterable[StateSource],
     key: str | None = None,
     reduce_group: dist.ProcessGroup | None = None,
     reset: bool = True,
     *,
     key_sync_group: dist.ProcessGroup | None = None,
 ) -> Stats:
-    """Reduce trackers and state sources together (one coalesced reduction) into Stats.
+    """Reduce the states of ``sources`` together (one coalesced reduction) into Stats.
 
     Args:
-        sources: trackers and state sources, in the same order on every rank.
-        make_tracker: builds an empty tracker by name, for a named tracker that only
-            other ranks used (every rank reports it).
+        sources: trackers and other state sources, in the same order on every rank. A
+            named tracker that only other ranks used is reported too.
         key: limits trackers to keys starting with it.
         reduce_group: the data-parallel group; ``None`` is rank-local (no collective), as
             AReaL's ``export_all(reduce_group=None)``.
@@ -94,13 +123,8 @@ def export_sources(
     merged: dict[str, State] = {}
     key_groups: dict[str, object] = {}
     for tag, source in zip(tags, sources):
-        if _is_tracker(source):
-            states, groups = source.collect(key, reset=reset)
-            key_groups.update((f"{tag}|{name}", group) for name, group in groups.items())
-        else:
-            states = source.collect_states()
-            if reset:
-                source.reset()
+        states, groups = source.collect(key, reset)
+        key_groups.update((f"{tag}|{name}", group) for name, group in groups.items())
         merged.update((f"{tag}|{name}", state) for name, state in states.items())
     reduced: dict = {}
     spreads: dict = {}
@@ -119,21 +143,17 @@ def export_sources(
     by_tag: dict[str, dict] = {tag: {} for tag in tags}
     for tagged, entry in reduced.items():
         tag, _, name = tagged.partition("|")
-        if tag not in by_tag and tag.startswith("tracker:"):
-            tags.append(tag)
-            sources.append(make_tracker(tag.partition(":")[2]))
-            by_tag[tag] = {}
-        if tag in by_tag:
-            by_tag[tag][name] = entry
+        if tag in by_tag or tag.startswith(TRACKER_ID):
+            by_tag.setdefault(tag, {})[name] = entry
     points: list[Point] = []
     for tag, source in zip(tags, sources):
-        entries = by_tag[tag]
-        if _is_tracker(source):
-            points.extend(source.build_points_with_layouts(entries))
-        elif entries:
-            points.extend(source.build_points({k: v for k, (_, v) in entries.items()}))
+        if by_tag[tag] or tag.startswith(TRACKER_ID):
+            points.extend(source.build_points(by_tag[tag]))
+    for tag in list(by_tag)[len(tags) :]:  # trackers that only other ranks used
+        points.extend(tracker_points(by_tag[tag], {}))
     for tagged, by_quantity in sorted(spreads.items()):
-        points.extend(rank_spread.spread_points(tagged.partition("|")[2], by_quantity))
+        name, layout = tagged.partition("|")[2], reduced[tagged][0]
+        points.extend(rank_spread.spread_points(name, by_quantity, layout))
     typed_keys.remember(points)
     return Stats(points)
 

@@ -14,11 +14,13 @@ state (ops ``sum, sum, min, min``) whatever its reduce type; only its points dif
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cache
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from telemetry.model.snapshot import StatReduce
@@ -29,6 +31,7 @@ __all__ = [
     "STAT_OPS",
     "PerRank",
     "ReduceOp",
+    "Reduced",
     "State",
     "StateKind",
     "StateLayout",
@@ -64,13 +67,15 @@ class PerRank(NamedTuple):
     """A quantity of one rank's state, for the per-rank spread (the straggler view).
 
     Its value is element ``numerator`` (divided by element ``denominator`` if given); a
-    rank takes part only where element ``present`` (if given) is positive.
+    rank takes part only where element ``present`` (if given) is positive. Its points
+    have ``unit`` ("": the key's own unit, :func:`telemetry.record.stats.key_unit`).
     """
 
     suffix: str
     numerator: int
     denominator: int | None = None
     present: int | None = None
+    unit: str = ""
 
 
 STAT_OPS = (ReduceOp.SUM, ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MIN)
@@ -123,6 +128,9 @@ class StateLayout:
 
 State = tuple[StateLayout, torch.Tensor]
 """A state as producers hand it to the reduction: its layout and its 1-D float64 values."""
+
+Reduced = Mapping[str, tuple[StateLayout, np.ndarray]]
+"""Reduced states as the reduction hands them back: ``key -> (layout, float64 array)``."""
 
 
 def _check(layout: StateLayout) -> None:

@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import numpy as np
 
 from telemetry.model.snapshot import Gauge, Histogram, Point
-from telemetry.record.layout import StateKind, StateLayout
+from telemetry.record.layout import Reduced, StateKind, StateLayout
 from telemetry.record.stats import key_unit
 
-__all__ = ["point_for"]
+__all__ = ["point_for", "tracker_points"]
 
 _log = logging.getLogger(__name__)
 _warned_bounds: set[str] = set()
+
+
+def tracker_points(reduced: Reduced, bounds: Mapping[str, tuple[float, ...]]) -> list[Point]:
+    """A tracker's points of its reduced states, by key; ``bounds`` are its bucket bounds
+    by key (none for a tracker that only other ranks used)."""
+    points: list[Point] = []
+    for key, (layout, values) in sorted(reduced.items()):
+        point = point_for(key, layout, values, bounds.get(key, ()))
+        if point is not None:
+            points.append(point)
+    return points
 
 
 def point_for(

@@ -33,6 +33,8 @@ import threading
 
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record import straggler_settings
+from telemetry.record.layout import StateLayout
+from telemetry.record.stats import key_unit
 from telemetry.record.stragglers import RankSpread
 
 __all__ = [
@@ -129,12 +131,14 @@ def series(key: str) -> bool:
     return _view(key)[1]
 
 
-def spread_points(key: str, spreads: dict[str, RankSpread]) -> list[Point]:
-    """The straggler view of each quantity of ``key`` as gauges (module docstring)."""
+def spread_points(key: str, spreads: dict[str, RankSpread], layout: StateLayout) -> list[Point]:
+    """The straggler view of each quantity of ``key`` as gauges (module docstring), in the
+    quantity's unit: its ``PerRank.unit`` in ``layout``, else the key's (``key_unit``)."""
+    units = {q.suffix: q.unit for q in layout.per_rank}
     points: list[Point] = []
     for suffix, spread in sorted(spreads.items()):
         base = f"{key}/{suffix}" if suffix else key
-        unit = "s" if base.endswith("seconds") or "timeperf/" in base else ""
+        unit = units.get(suffix) or key_unit(key)
         points += [
             Gauge(f"{base}/rank_min", spread.low, unit=unit),
             Gauge(f"{base}/rank_max", spread.high, unit=unit),

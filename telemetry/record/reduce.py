@@ -40,7 +40,7 @@ import torch.distributed as dist
 from telemetry.model.errors import KeyMismatchError
 from telemetry.record import keyset
 from telemetry.record.comm import Comm, collectives_issued
-from telemetry.record.layout import ReduceOp, State, StateLayout
+from telemetry.record.layout import Reduced, ReduceOp, State
 from telemetry.record.ordered import decode, encode
 from telemetry.record.stragglers import RankSpread, Stragglers, quantities
 
@@ -48,11 +48,9 @@ __all__ = [
     "RankSpread",
     "collectives_issued",
     "reduce_states",
-    "reduce_states_with_layouts",
     "reduce_with_spread",
 ]
 
-Reduced = dict[str, tuple[StateLayout, np.ndarray]]
 Spreads = dict[str, dict[str, RankSpread]]
 _PLANS = 16  # element plans cached, by digest of the key specs
 
@@ -94,23 +92,9 @@ def _plan(keys: keyset.KeySet) -> _Plan:
     return plan
 
 
-def reduce_states(
-    states: Mapping[str, State], group: dist.ProcessGroup | None = None
-) -> dict[str, np.ndarray]:
-    """Reduce every state across ``group``; return ``key -> float64 array`` on the host.
-
-    See :func:`reduce_states_with_layouts`, which also returns each key's layout.
-    """
-    return {key: values for key, (_, values) in reduce_states_with_layouts(states, group).items()}
-
-
-def reduce_states_with_layouts(
-    states: Mapping[str, State], group: dist.ProcessGroup | None = None
-) -> Reduced:
-    """Reduce every state across ``group``; return ``key -> (layout, float64 array)``.
-
-    See :func:`reduce_with_spread`.
-    """
+def reduce_states(states: Mapping[str, State], group: dist.ProcessGroup | None = None) -> Reduced:
+    """Reduce every state across ``group``; return ``key -> (layout, float64 array)`` on
+    the host (:func:`reduce_with_spread` without the straggler view)."""
     return reduce_with_spread(states, group)[0]
 
 

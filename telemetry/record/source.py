@@ -1,46 +1,48 @@
-"""The contract between producers of reducible state and the tracker's export."""
+"""The one contract between producers of reducible state and the export.
+
+Every producer (a tracker, MoE balance, train_perf, a Twinkle metric) is a
+:class:`StateSource`: ``collect`` hands its states to the coalesced DP reduction
+(``key -> (StateLayout, 1-D float64 tensor)``, layouts built by
+:mod:`telemetry.record.layout`, custom ones declared with
+:class:`~telemetry.record.declared.DeclaredStates`), and ``build_points`` turns the
+reduced states (only this source's keys, including keys recorded on other ranks only)
+into points.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
-
-import numpy as np
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from telemetry.model.snapshot import Point
-from telemetry.record import export
-from telemetry.record.layout import State
+from telemetry.record.layout import Reduced, State
+
+__all__ = ["TRACKER_ID", "Collected", "StateSource"]
+
+TRACKER_ID = "tracker:"
+"""The ``source_id`` prefix of trackers, which are unique by name: ``tracker:<name>``."""
+
+
+class Collected(NamedTuple):
+    """A source's states for one export, and the per-key reduce groups of those that have
+    one (AReaL's ``reduce_group`` override; trackers only)."""
+
+    states: dict[str, State]
+    groups: Mapping[str, object] = {}
 
 
 @runtime_checkable
 class StateSource(Protocol):
-    """Anything whose accumulated state joins the tracker's coalesced DP reduction.
+    """Anything whose states join the export's one coalesced reduction.
 
-    ``collect_states`` returns full keys (``moe_balance/layer_0/...``) with their layouts;
-    after the reduction ``build_points`` turns the reduced arrays (only this source's keys,
-    possibly including keys recorded on other ranks only) into points; ``reset`` clears the
-    window. Registered sources are exported by ``stats_tracker.export_all``.
+    ``source_id`` is the same on every rank (sources sharing one are told apart by their
+    order, the same on every rank). ``collect(key, reset)`` returns the states (a tracker
+    only those under ``key``; other sources ignore it) and, with ``reset``, starts a new
+    window; ``build_points`` makes the points of the reduced states.
     """
 
-    def collect_states(self) -> dict[str, State]: ...
+    source_id: str
 
-    def build_points(self, reduced: Mapping[str, np.ndarray]) -> list[Point]: ...
+    def collect(self, key: str | None, reset: bool) -> Collected: ...
 
-    def reset(self) -> None: ...
-
-
-class RegisteredSource:
-    """Mixin for producers that join ``stats_tracker.export_all`` from construction to ``close``."""
-
-    _registered = False
-
-    def _join_export_all(self, register: bool) -> None:
-        if register:
-            export.register_source(self)
-            self._registered = True
-
-    def close(self) -> None:
-        """Stop joining ``export_all`` (idempotent)."""
-        if self._registered:
-            export.unregister_source(self)
-            self._registered = False
+    def build_points(self, reduced: Reduced) -> list[Point]: ...

@@ -1,20 +1,22 @@
 """``DistributedStatsTracker``: AReaL's stats tracker with compact state and one DP reduction.
 
-Keys are ``<tracker name>/<scope>/.../<key>``. A stat is accumulated per call into a
-fixed-size on-device state (see :mod:`telemetry.record.accumulate`); ``export`` reduces every
-key across the data-parallel group with a constant number of collectives and returns
-AReaL's flat dict as a :class:`~telemetry.model.snapshot.Stats`.
+The one tracker class: AReaL's surface (``areal.utils.stats_tracker.DistributedStatsTracker``:
+``scope``, ``scope_func_wrapper``, ``disable_scope``, ``record_timing``, ``denominator``,
+``stat``, ``scalar``, ``export``) on rltel's core. Keys follow AReaL's rules
+(:mod:`telemetry.record.keys`). A stat is accumulated per call into a fixed-size on-device
+state (see :mod:`telemetry.record.accumulate`); ``export`` reduces every key across the
+data-parallel group with a constant number of collectives and returns AReaL's flat dict
+as a :class:`~telemetry.record.stats.Stats`. A tracker is a
+:class:`~telemetry.record.source.StateSource`, as every other producer.
 """
 
 from __future__ import annotations
 
-import contextvars
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -24,8 +26,10 @@ from telemetry.model.errors import (
 )
 from telemetry.model.snapshot import Point, StatReduce
 from telemetry.record import accumulate, checks, export, kernels, phase
-from telemetry.record.layout import State, StateLayout
-from telemetry.record.points import point_for
+from telemetry.record.keys import KeyScope, timing_key
+from telemetry.record.layout import Reduced
+from telemetry.record.points import tracker_points
+from telemetry.record.source import TRACKER_ID, Collected
 from telemetry.record.stats import Stats
 from telemetry.record.window import Window
 
@@ -34,46 +38,53 @@ ReduceType = StatReduce
 
 
 class DistributedStatsTracker:
-    """One namespace of metrics (``name`` is the first key segment, "" for the default).
+    """One namespace of metrics (``name``, stripped of ``/``, is the first key segment; ""
+    for the default).
 
     Thread-safe; the scope stack is per thread and per asyncio task.
     """
 
     def __init__(self, name: str = "") -> None:
-        self.name = name
+        self._keys = KeyScope(name)
+        self.name = self._keys.name
+        self.source_id = TRACKER_ID + self.name
         self._lock = threading.Lock()
-        self._scope: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
-            f"rltel_scope_{name or 'default'}_{id(self)}", default=()
-        )
         self._window = Window()
         self._bounds: dict[str, tuple[float, ...]] = {}
 
-    # -- keys and scopes -------------------------------------------------------------
+    # -- keys and scopes (AReaL's rules: telemetry.record.keys) -----------------------
 
     def full_key(self, key: str) -> str:
         """``key`` under this tracker's name and the current scope."""
-        return "/".join(part for part in (self.name, *self._scope.get(), key) if part)
+        return self._keys.full(key)
+
+    def scope(self, name: str) -> AbstractContextManager[None]:
+        """Nest keys recorded inside under ``name`` (``/`` stripped from its ends);
+        exception-safe, per thread/task."""
+        return self._keys.scope(name)
+
+    def disable_scope(self) -> AbstractContextManager[None]:
+        """Record bare keys inside (no enclosing scope, no tracker name), as AReaL does;
+        scopes opened inside still nest."""
+        return self._keys.bare()
+
+    def scope_func_wrapper(self, name: str) -> Callable[[Callable], Callable]:
+        """A decorator running the function (or coroutine function) inside ``scope(name)``."""
+        return self._keys.wrapper(name)
 
     @contextmanager
-    def scope(self, name: str) -> Iterator[None]:
-        """Nest keys recorded inside under ``name``; exception-safe, per thread/task."""
-        token = self._scope.set((*self._scope.get(), name))
-        try:
-            yield
-        finally:
-            self._scope.reset(token)
-
-    @contextmanager
-    def record_timing(self, name: str) -> Iterator[None]:
-        """Record the wall time of the block as scalar ``timeperf/<name>`` (seconds)."""
+    def record_timing(self, key: str) -> Iterator[None]:
+        """Record the block's wall time (seconds) as scalar ``timeperf/<key>``: AReaL's key,
+        the same in any scope and any named tracker."""
         start = time.perf_counter()
-        phase.enter(name)
+        phase.enter(key)
         try:
             yield
         finally:
-            phase.leave(name)
-            with self.scope("timeperf"):
-                self.scalar(**{name: time.perf_counter() - start})
+            phase.leave(key)
+            elapsed = time.perf_counter() - start
+            with self._keys.bare():
+                self.scalar(**{timing_key(key): elapsed})
 
     def set_bucket_bounds(self, name: str, bounds: Sequence[float] | None) -> None:
         """Give stat ``name`` (relative to the current scope) explicit histogram buckets.
@@ -283,32 +294,20 @@ class DistributedStatsTracker:
 
     # -- export -----------------------------------------------------------------------
 
-    def collect_states(self, key: str | None = None, reset: bool = True) -> dict[str, State]:
-        """This window's states (keys starting with ``key`` if given), cleared if ``reset``."""
-        return self.collect(key, reset)[0]
-
-    def collect(
-        self, key: str | None = None, reset: bool = True
-    ) -> tuple[dict[str, State], dict[str, object]]:
-        """:meth:`collect_states`, with the per-key reduce groups of the keys that have one."""
+    def collect(self, key: str | None = None, reset: bool = True) -> Collected:
+        """This window's states (keys starting with ``key`` if given), cleared if ``reset``,
+        with the per-key reduce groups of the keys that have one."""
         with self._lock:
             taken = self._window.take(key, reset)
-        return taken.states(), dict(taken.groups)
+        return Collected(taken.states(), dict(taken.groups))
 
-    def build_points_with_layouts(
-        self, reduced: Mapping[str, tuple[StateLayout, np.ndarray]]
-    ) -> list[Point]:
-        """Points for reduced states produced by :meth:`collect_states` on any rank."""
-        points: list[Point] = []
-        for key, (layout, values) in sorted(reduced.items()):
-            point = point_for(key, layout, values, self._bounds.get(key, ()))
-            if point is not None:
-                points.append(point)
-        return points
+    def build_points(self, reduced: Reduced) -> list[Point]:
+        """Points for reduced states collected on any rank."""
+        return tracker_points(reduced, self._bounds)
 
     def reset(self) -> None:
         """Drop everything recorded since the last export."""
-        self.collect_states()
+        self.collect()
 
     def export(
         self,
@@ -326,7 +325,7 @@ class DistributedStatsTracker:
         AReaL.
         """
         return export.export_sources(
-            [self], type(self), key, reduce_group, reset, key_sync_group=key_sync_group
+            [self], key, reduce_group, reset, key_sync_group=key_sync_group
         )
 
 

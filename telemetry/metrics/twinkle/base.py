@@ -1,13 +1,15 @@
 """The Twinkle ``Metric`` base: declared sum/min/max states, one coalesced DP reduction.
 
 A metric declares every number it needs in ``__init__`` with :meth:`Metric.add_state`
-(its name and reduce op, as torchmetrics' ``add_state``), keeps them as float64 tensor
-states on the device of its inputs (never a mean), and updates them with
+(its name and reduce op, as torchmetrics' ``add_state``; the declaration is the one every
+producer makes, :class:`telemetry.record.declared.DeclaredStates`), keeps them as float64
+tensor states on the device of its inputs (never a mean), and updates them with
 :meth:`Metric._update`. ``calculate()`` reduces the states updated in the window across
-its ``process_group`` with :func:`telemetry.record.reduce.reduce_states` (3 collectives
-whatever the number of states), divides afterwards, and resets. ``attach()`` registers the
-metric as a :class:`telemetry.record.source.StateSource`, so the same states join the
-tracker's ``export_all`` reduction and the results come out as gauges of the same export.
+its ``process_group`` with :func:`telemetry.record.reduce.reduce_states` (3
+collectives whatever the number of states), divides afterwards, and resets. A metric is a
+:class:`telemetry.record.source.StateSource`: ``attach()`` registers it, so the same states
+join the tracker's ``export_all`` reduction and the results come out as gauges of the same
+export.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,8 +26,10 @@ import torch.distributed as dist
 
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import Gauge, Point
-from telemetry.record.layout import ReduceOp, State, StateKind, StateLayout
+from telemetry.record.declared import DeclaredStates
+from telemetry.record.layout import Reduced, ReduceOp, State
 from telemetry.record.reduce import reduce_states
+from telemetry.record.source import Collected
 
 
 def field(obj: Any, name: str) -> Any:
@@ -64,25 +67,17 @@ def _global_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
-@cache
-def _layout(op: ReduceOp, n: int) -> StateLayout:
-    return StateLayout(StateKind.CUSTOM, (op,) * n)
-
-
 @dataclass(frozen=True, slots=True)
-class StateSpec:
-    """A declared state: its reduce op, size, and how an update changes it.
+class UpdateRule:
+    """How an update changes a declared state (its op and size are its declaration's).
 
-    Until its first update in a window a state holds its default, the identity of
-    ``reduce``, and stays out of the reduction (a rank that never updated it has no say).
+    Until its first update in a window a state holds its default, the identity of its
+    op, and stays out of the reduction (a rank that never updated it has no say).
     ``replace``: each update replaces the value (the latest; ranks hold the same one, so
-    ``MAX`` across ranks keeps it); otherwise updates fold in by ``reduce``. ``per_rank``:
+    ``MAX`` across ranks keeps it); otherwise updates fold in by the op. ``per_rank``:
     a replaced vector that every rank contributes to its own slot of a gathered vector.
-    ``size`` is the number of elements, ``None`` where each update sets it.
     """
 
-    reduce: ReduceOp
-    size: int | None = 1
     replace: bool = False
     per_rank: bool = False
 
@@ -124,7 +119,9 @@ class Metric(ABC):
         self.process_group = process_group
         self.prefix = prefix
         self.name = name or _snake(type(self).__name__)
-        self._specs: dict[str, StateSpec] = {}
+        self.source_id = f"twinkle/{self.name}"
+        self._states = DeclaredStates(f"twinkle/{self.name}/")
+        self._rules: dict[str, UpdateRule] = {}
         self._values: dict[str, torch.Tensor] = {}  # the states updated in this window
 
     # -- states -----------------------------------------------------------------------------
@@ -150,13 +147,12 @@ class Metric(ABC):
         Raises:
             ValueError: ``name`` is declared already, or the options do not fit.
         """
-        if name in self._specs:
-            raise ValueError(f"{self.name}/{name}: state declared twice")
         if per_rank and (reduce is not ReduceOp.MAX or not replace):
             raise ValueError(f"{self.name}/{name}: a per-rank state is a replaced MAX state")
         if not replace and size is None:
             raise ValueError(f"{self.name}/{name}: a folded state needs a size")
-        self._specs[name] = StateSpec(ReduceOp(reduce), size, replace, per_rank)
+        self._states.add_state(name, reduce, size=size)
+        self._rules[name] = UpdateRule(replace, per_rank)
 
     def _update(self, name: str, value: torch.Tensor | float) -> None:
         """Fold ``value`` into state ``name`` by its reduce op, or replace it (hot path:
@@ -165,25 +161,27 @@ class Metric(ABC):
         Raises:
             InvalidValueError: ``name`` was not declared, or ``value`` has the wrong size.
         """
-        spec = self._specs.get(name)
-        if spec is None:
+        rule = self._rules.get(name)
+        if rule is None:
             raise InvalidValueError(
                 f"{self.name}/{name}: state {name!r} of {type(self).__name__} was not declared "
-                f"(add_state in __init__); declared: {', '.join(sorted(self._specs)) or 'none'}"
+                f"(add_state in __init__); declared: {', '.join(sorted(self._rules)) or 'none'}"
             )
+        declared = self._states[name]
         value = torch.as_tensor(value, dtype=torch.float64).detach().reshape(-1)
-        if spec.size is not None and value.numel() != spec.size:
+        if declared.size is not None and value.numel() != declared.size:
             raise InvalidValueError(
-                f"{self.name}/{name}: state has {spec.size} elements, update has {value.numel()}"
+                f"{self.name}/{name}: state has {declared.size} elements, "
+                f"update has {value.numel()}"
             )
         state = self._values.get(name)
-        if spec.replace:
+        if rule.replace:
             state = value
         elif state is None:  # the identity folded with value, on value's device
             state = value.clone()
-        elif spec.reduce is ReduceOp.SUM:
+        elif declared.reduce is ReduceOp.SUM:
             state = state + value.to(state.device)
-        elif spec.reduce is ReduceOp.MIN:
+        elif declared.reduce is ReduceOp.MIN:
             state = torch.minimum(state, value.to(state.device))
         else:
             state = torch.maximum(state, value.to(state.device))
@@ -234,14 +232,15 @@ class Metric(ABC):
 
     def calculate(self) -> dict[str, float]:
         """Reduce over ``process_group`` (collective when set), compute floats, reset."""
-        states = self._collect(prefix="")
+        states = self._collect()
         if self.process_group is None:
             reduced = {
-                k: t.detach().cpu().numpy().astype(np.float64) for k, (_, t) in states.items()
+                k: (layout, t.detach().cpu().numpy().astype(np.float64))
+                for k, (layout, t) in states.items()
             }
         else:
             reduced = reduce_states(states, self.process_group)
-        result = self._finalize(reduced)
+        result = self._finalize(self._states.values(reduced))
         self.reset()
         return result
 
@@ -259,29 +258,31 @@ class Metric(ABC):
 
     # -- StateSource protocol --------------------------------------------------------------
 
-    def collect_states(self) -> dict[str, State]:
-        """States under ``twinkle/<name>/<state>`` for the tracker's coalesced reduction."""
-        return self._collect(prefix=f"twinkle/{self.name}/")
+    def collect(self, key: str | None = None, reset: bool = True) -> Collected:
+        """States under ``twinkle/<name>/<state>`` for the tracker's coalesced reduction;
+        ``reset`` starts a new window. ``key`` is a tracker's filter: ignored."""
+        states = self._collect()
+        if reset:
+            self.reset()
+        return Collected(states)
 
-    def build_points(self, reduced: Mapping[str, np.ndarray]) -> list[Point]:
+    def build_points(self, reduced: Reduced) -> list[Point]:
         """One gauge per output key (``prefix + key``), from the reduced states."""
-        head = f"twinkle/{self.name}/"
-        mine = {k[len(head) :]: v for k, v in reduced.items() if k.startswith(head)}
-        return [Gauge(self.prefix + k, float(v)) for k, v in self._finalize(mine).items()]
+        finalized = self._finalize(self._states.values(reduced))
+        return [Gauge(self.prefix + k, float(v)) for k, v in finalized.items()]
 
-    def _collect(self, prefix: str) -> dict[str, State]:
+    def _collect(self) -> dict[str, State]:
         self._on_collect()
-        out: dict[str, State] = {}
+        values: dict[str, torch.Tensor] = {}
         rank, world = _global_rank_world()
         for name, tensor in self._values.items():
-            spec = self._specs[name]
-            if spec.per_rank:
+            if self._rules[name].per_rank:
                 n = tensor.numel()
                 full = torch.full((n * world,), -np.inf, dtype=torch.float64, device=tensor.device)
                 full[rank * n : (rank + 1) * n] = tensor
                 tensor = full
-            out[prefix + name] = (_layout(spec.reduce, tensor.numel()), tensor)
-        return out
+            values[name] = tensor
+        return self._states.states(values)
 
     # -- subclass hooks ------------------------------------------------------------------------
 

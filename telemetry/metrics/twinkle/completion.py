@@ -97,7 +97,7 @@ class CompletionRewardMetric(Metric):
             if len(set(sizes.values())) > 1:
                 raise InvalidValueError(f"{self.name}: named rewards differ in length: {sizes}")
             for key, values in named.items():
-                if f"rewards/{key}:n" not in self._specs:  # a reward name seen the first time
+                if f"rewards/{key}:n" not in self._states:  # a reward name seen the first time
                     self._add_moments(f"rewards/{key}")
                 self._moments(f"rewards/{key}", values)
             total = torch.stack(list(named.values())).sum(0) if named else None

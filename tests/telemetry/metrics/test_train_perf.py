@@ -85,7 +85,7 @@ class FakeEventTiming:
 
 def local_seconds(perf: TrainPerf) -> tuple[float, float]:
     """This rank's own (window, total) seconds, read through the StateSource protocol."""
-    state = perf.collect_states()[STATE_KEY][1]
+    state = perf.collect(reset=False).states[STATE_KEY][1]
     return float(state[3]), float(state[6])
 
 

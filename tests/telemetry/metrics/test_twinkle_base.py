@@ -90,14 +90,14 @@ def test_declarations_are_checked():
 
 def test_every_metric_declares_its_states_in_init():
     grpo = GRPOMetric(top_k_kl=2)
-    assert {"n", "new_sum", "kl_sum", "clip_n", "top_kl"} <= set(grpo._specs)
-    assert grpo._specs["top_kl"].per_rank
+    assert {"n", "new_sum", "kl_sum", "clip_n", "top_kl"} <= set(grpo._states)
+    assert grpo._rules["top_kl"].per_rank and grpo._states["top_kl"].size is None
     loss = LossMetric()
-    assert loss._specs["grad_norm"].replace and loss._specs["tokens"].reduce is ReduceOp.SUM
+    assert loss._rules["grad_norm"].replace and loss._states["tokens"].reduce is ReduceOp.SUM
     rewards = CompletionRewardMetric()
-    assert rewards._specs["reward:min"].reduce is ReduceOp.MIN
+    assert rewards._states["reward:min"].reduce is ReduceOp.MIN
     rewards.accumulate(None, rewards={"format": [1.0, 0.0]})  # a named reward: its moments
-    assert rewards._specs["rewards/format:max"].reduce is ReduceOp.MAX
+    assert rewards._states["rewards/format:max"].reduce is ReduceOp.MAX
 
 
 def _collectives_per_calculate(rank: int, world: int) -> tuple[dict, int]:

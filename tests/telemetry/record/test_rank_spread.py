@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 from telemetry.model.snapshot import Gauge
 from telemetry.record import rank_spread
-from telemetry.record.layout import PerRank, ReduceOp, StateKind, StateLayout
+from telemetry.record.layout import SCALAR_LAYOUT, PerRank, ReduceOp, StateKind, StateLayout
 from telemetry.record.reduce import reduce_with_spread
 from tests.distributed import run_ranks
 
@@ -88,12 +88,35 @@ def test_tracked_patterns_and_points():
         rank_spread.untrack_ranks("ppo_actor/update/*")
     assert not rank_spread.tracked("ppo_actor/update/loss")
     spread = {"seconds": rank_spread.RankSpread(1.0, 3.0, 5)}
-    points = rank_spread.spread_points("train_perf", spread)
+    points = rank_spread.spread_points("train_perf", spread, TRAIN_PERF)
     assert points == [
         Gauge("train_perf/seconds/rank_min", 1.0, unit="s"),
         Gauge("train_perf/seconds/rank_max", 3.0, unit="s"),
         Gauge("train_perf/seconds/slowest_rank", 5.0),
     ]
+
+
+TRAIN_PERF = StateLayout(
+    StateKind.CUSTOM,
+    (ReduceOp.SUM, ReduceOp.SUM, ReduceOp.MAX),
+    (PerRank("tokens", 1, present=0), PerRank("seconds", 2, present=0, unit="s")),
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "suffix", "unit"),
+    [
+        ("timeperf/step", "", "s"),  # a timing: the key's unit (stats.key_unit)
+        ("ppo_actor/timeperf/update", "", "s"),
+        ("ppo_actor/step_seconds", "", ""),  # not a timing: no unit, as the key itself
+        ("train_perf", "tokens", ""),  # a quantity without a unit of its own: the key's
+        ("train_perf", "seconds", "s"),  # the unit its PerRank declares
+    ],
+)
+def test_a_spread_has_its_quantitys_unit_else_the_keys(key, suffix, unit):
+    layout = TRAIN_PERF if suffix else SCALAR_LAYOUT
+    points = rank_spread.spread_points(key, {suffix: rank_spread.RankSpread(1.0, 2.0, 0)}, layout)
+    assert [p.unit for p in points] == [unit, unit, ""]
 
 
 def test_per_rank_series_and_the_top_k_points():
@@ -106,7 +129,7 @@ def test_per_rank_series_and_the_top_k_points():
         chronic=((1, 7), (0, 2)),
         exports=9,
     )
-    points = rank_spread.spread_points("timeperf/x", {"": spread})
+    points = rank_spread.spread_points("timeperf/x", {"": spread}, SCALAR_LAYOUT)
     assert [(p.key, p.value, p.unit) for p in points[3:]] == [
         ("timeperf/x/top_k/place_1/rank", 1.0, ""),
         ("timeperf/x/top_k/place_1/value", 3.0, "s"),
@@ -144,7 +167,7 @@ def test_the_view_reaches_prometheus_as_one_family_per_name_labelled_by_place():
     spread = rank_spread.RankSpread(
         1.0, 3.0, 1, values=(1.0, 3.0), top=((1, 3.0), (0, 1.0)), chronic=((1, 4),), exports=4
     )
-    points = rank_spread.spread_points("train_perf", {"seconds": spread})
+    points = rank_spread.spread_points("train_perf", {"seconds": spread}, TRAIN_PERF)
     sink = PrometheusSink(PrometheusConfig(port=0), serve=False)
     try:
         sink.export(Snapshot(tuple(points)))

@@ -142,7 +142,7 @@ def _raw_states(rank: int, world: int):
     }
     if rank == world - 1:
         states["last_only"] = (layout, torch.tensor([5.0, -1.0, 9.0], dtype=torch.float64))
-    return {k: v.tolist() for k, v in reduce_states(states, dist.group.WORLD).items()}
+    return {k: v.tolist() for k, (_, v) in reduce_states(states, dist.group.WORLD).items()}
 
 
 def test_raw_state_ops_and_identity_for_missing_keys():
@@ -156,7 +156,7 @@ def test_single_process_has_no_collectives():
     layout = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM,))
     before = collectives_issued()
     out = reduce_states({"a": (layout, torch.tensor([2.0], dtype=torch.float64))})
-    assert out["a"].tolist() == [2.0]
+    assert out["a"][0] is layout and out["a"][1].tolist() == [2.0]
     assert collectives_issued() == before
 
 
@@ -243,7 +243,7 @@ def _timing_on_rank_one_only(rank: int, world: int):
     tracker = DistributedStatsTracker()
     if rank == 1:
         tracker.scalar(**{"timeperf/step": 2.0})
-    states = tracker.collect_states()
+    states = tracker.collect().states
     reduced, spreads = reduce_with_spread(states, dist.group.WORLD, spread=lambda key: True)
     return {k: v.tolist() for k, (_, v) in reduced.items()}, {
         k: {q: (s.low, s.high, s.slowest_rank) for q, s in by.items()} for k, by in spreads.items()

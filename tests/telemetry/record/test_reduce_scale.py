@@ -85,7 +85,7 @@ def close(got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> bool:
 
 
 def plain(reduced: dict) -> dict[str, bytes]:
-    return {key: values.tobytes() for key, values in reduced.items()}
+    return {key: values.tobytes() for key, (_, values) in reduced.items()}
 
 
 def _scale(rank: int, world: int) -> dict:

@@ -300,7 +300,7 @@ def test_state_is_constant_size_and_not_a_clone(tracker):
     for _ in range(5):
         tracker.denominator(valid=mask)
         tracker.stat(a=torch.randn(64, 1024), b=torch.randn(64, 1024), denominator="valid")
-    states = tracker.collect_states(reset=False)
+    states = tracker.collect(reset=False).states
     assert {k: v[1].numel() for k, v in states.items()} == {"a": 4, "b": 4, "valid": 1}
 
 

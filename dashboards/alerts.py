@@ -38,6 +38,9 @@ STUCK_RANK_STEPS = 3
 """A rank is stuck after this many median steps without progress (and the job's floor,
 ``heartbeat.stall_floor_s``)."""
 STUCK_RANK_FOR = "1m"
+GPU_MEMORY_FREE_MIN = 0.05
+"""A rank's GPU with less than this share of its memory free (NVML) for 5m: no headroom."""
+HARDWARE_FOR = "5m"
 
 
 def _rule(
@@ -101,6 +104,7 @@ def alert_rules() -> dict:
             {"name": "rltel-moe-balance", "interval": "1m", "rules": _moe()},
             {"name": "rltel-pipeline", "interval": "30s", "rules": _pipeline()},
             {"name": "rltel-heartbeat", "interval": "15s", "rules": _heartbeat()},
+            {"name": "rltel-hardware", "interval": "30s", "rules": _hardware()},
         ]
     }
 
@@ -193,6 +197,31 @@ def _pipeline() -> list[dict]:
         _rule("RltelCollectorRejectingPoints", f"increase({POINTS_REJECTED}[10m]) > 0", "0m",
               "warning", "pipeline", "Collector {{ $labels.instance }} rejects data points",
               "{{ $value }} data points could not be mapped in 10m (see the collector log)."),
+    ]  # fmt: skip
+
+
+def _hardware() -> list[dict]:
+    """GPU memory headroom and clock throttling per rank (NVML readings at export)."""
+    run = "{{ $labels.experiment }}/{{ $labels.trial }}"
+    free = c.GPU_MEMORY_FREE.name
+    return [
+        _rule("RLGpuMemoryHeadroomLow", f"{free} < {GPU_MEMORY_FREE_MIN}", HARDWARE_FOR,
+              "warning", "training",
+              f"GPU memory of rank {{{{ $labels.rank }}}} under {GPU_MEMORY_FREE_MIN:.0%} free "
+              f"for {HARDWARE_FOR} ({run})",
+              "hardware/gpu/memory_free_ratio of rank {{ $labels.rank }} = {{ $value }}: the "
+              "next larger batch or sequence runs out of memory."),
+        _rule("RLGpuThermalThrottling", f"{c.GPU_THROTTLE_THERMAL.name} > 0", HARDWARE_FOR,
+              "warning", "training",
+              f"GPU of rank {{{{ $labels.rank }}}} throttled for heat for {HARDWARE_FOR} ({run})",
+              "NVML reports thermal slowdown on rank {{ $labels.rank }}: its clocks are held "
+              "down and every rank waits for it at the collectives (cooling, a failing fan)."),
+        _rule("RLGpuPowerThrottling", f"{c.GPU_THROTTLE_POWER.name} > 0", HARDWARE_FOR,
+              "warning", "training",
+              f"GPU of rank {{{{ $labels.rank }}}} held at its power cap for {HARDWARE_FOR} "
+              f"({run})",
+              "NVML reports power capping or power-brake slowdown on rank {{ $labels.rank }}: "
+              "its clocks are held down and every rank waits for it at the collectives."),
     ]  # fmt: skip
 
 

@@ -116,6 +116,17 @@ SPREAD_PATTERN = (
     ".+_chronic_(rank|top_k_exports|exports)|.+_per_rank(_seconds)?|" + SLOWEST_RANK_PATTERN
 )
 
+# hardware/gpu/: each rank's NVML readings at export (telemetry/metrics/hardware.py), as
+# per-rank gauges. Read only where NVML reads a GPU, so no producer emits them on a CPU-only
+# machine (DEVICE_ONLY); the GPU test of tests/telemetry/metrics/test_hardware.py checks the
+# readings against nvidia-smi and alerts_test.yml pins the rules on them.
+_RANK = (("rank", 0),)
+GPU_MEMORY_FREE = Metric("hardware/gpu/memory_free_ratio/per_rank", "gauge", attributes=_RANK)
+GPU_THROTTLE_THERMAL = Metric("hardware/gpu/throttle_thermal/per_rank", "gauge", attributes=_RANK)
+GPU_THROTTLE_POWER = Metric("hardware/gpu/throttle_power/per_rank", "gauge", attributes=_RANK)
+DEVICE_ONLY = (GPU_MEMORY_FREE, GPU_THROTTLE_THERMAL, GPU_THROTTLE_POWER)
+"""Metrics the alert rules read that only a GPU produces."""
+
 # moe_balance/: per layer (and expert) gauges; AReaL keys moe_balance/layer_<id>/...
 MAX_OVER_IDEAL = Metric("moe_balance/max_over_ideal", "gauge", "1", attributes=_LAYER)
 LOAD_PERCENT = Metric("moe_balance/load_percent", "gauge", "%", attributes=(*_LAYER, ("expert", 0)))

@@ -25,7 +25,7 @@ PORT_OPTIONS = {
     "collector.receiver.": "--otlp-port",
     "collector.sinks.prometheus.": "--prometheus-port",
 }
-"""The start of a bind error's key -> the option that overrides that port."""
+"""A section whose ``port`` a bind error names -> the option that overrides that port."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,7 +70,8 @@ def _with_ports(
 def _config_error(exc: ConfigError) -> int:
     """Print one line naming the key (and the option that sets it); the exit status 2."""
     message = str(exc)
-    options = [option for key, option in PORT_OPTIONS.items() if message.startswith(key)]
+    named = message.split(" ", 1)[0]  # the key(s) the error names: a port's gets its option
+    options = [option for key, option in PORT_OPTIONS.items() if f"{key}port" in named]
     hint = f" ({options[0]} overrides it)" if options else ""
     print(f"{PROG}: error: {message}{hint}", file=sys.stderr)
     return 2

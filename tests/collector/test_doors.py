@@ -11,9 +11,11 @@ import socket
 import grpc
 import psutil
 import pytest
+import yaml
 
 from collector.auth import MAX_PEERS, BearerCheck, peer_host
 from tests.collector.conftest import samples, scrape
+from tests.collector.test_cli import collector, error_line
 from tests.collector.test_server import gauges_request, status_of
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
@@ -140,3 +142,18 @@ def test_the_peers_remembered_are_bounded(caplog):
 )
 def test_a_peer_is_its_address_without_the_port(peer, host):
     assert peer_host(peer) == host
+
+
+def test_a_bad_tls_file_is_one_line_naming_its_key_without_a_port_hint(tmp_path):
+    garbage = tmp_path / "cert.pem"
+    garbage.write_text("garbage\n")
+    config = tmp_path / "collector.yaml"
+    tls = {"cert_file": str(garbage), "key_file": str(garbage)}
+    config.write_text(yaml.safe_dump({"collector": {"receiver": {"port": 0, "tls": tls}}}))
+    result = collector("--config", str(config))
+    line = error_line(result)  # the reason in brackets is OpenSSL's
+    assert line.startswith(
+        "rltel collector: error: collector.receiver.tls.cert_file is not a PEM certificate "
+        f"file: {str(garbage)!r} ("
+    )
+    assert "overrides it" not in line  # not a port: no --otlp-port hint

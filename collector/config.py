@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 from pydantic import Field, SecretStr, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic.dataclasses import dataclass
 
+from collector.scrape_config import ScrapeConfig, ScrapeTarget
 from telemetry.config import (
     SCHEMA,
     ConsoleConfig,
@@ -232,12 +233,13 @@ class SinksConfig(SinkSections):
 
 @dataclass(frozen=True, config=SCHEMA)
 class CollectorConfig:
-    """The whole collector: ``receiver``, ``auth``, ``limits``, ``sinks``."""
+    """The whole collector: ``receiver``, ``auth``, ``limits``, ``sinks``, ``scrape``."""
 
     receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sinks: SinksConfig = field(default_factory=SinksConfig)
+    scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
 
 
 def default_config() -> CollectorConfig:
@@ -283,6 +285,8 @@ __all__ = [
     "ReceiverConfig",
     "RemoteWriteConfig",
     "RequestLimits",
+    "ScrapeConfig",
+    "ScrapeTarget",
     "SinksConfig",
     "TlsConfig",
     "default_config",

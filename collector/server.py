@@ -44,6 +44,8 @@ from collector.admission import PARSE_EXPANSION, HeavyGate, Hold
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge
+from collector.scrape import FAMILIES as SCRAPE_FAMILIES
+from collector.scrape import PipelineDeliver, Scraper
 from collector.selfmetrics import FAMILIES, SelfMetrics
 from collector.sinks import RunSinkFactory, shared_sinks
 from exporters.prometheus import PrometheusSink
@@ -118,6 +120,11 @@ class CollectorServer:
         self.port: int | None = None
         if self.prometheus is not None:
             self.prometheus.register(self.self_metrics(), FAMILIES)
+        self.scraper: Scraper | None = None
+        if config.scrape.targets or config.scrape.targets_file:
+            self.scraper = Scraper(config.scrape, PipelineDeliver(pipeline))
+            if self.prometheus is not None:
+                self.prometheus.register(self.scraper.health, SCRAPE_FAMILIES)
 
     @property
     def endpoint(self) -> str:
@@ -186,6 +193,8 @@ class CollectorServer:
         for service in ("", SERVICE):
             self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         logger.info("rltel collector: OTLP/gRPC on %s", self.endpoint)
+        if self.scraper is not None:
+            self.scraper.start()
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop accepting, finish calls in flight, drain the sink queues, close every sink.
@@ -199,6 +208,8 @@ class CollectorServer:
             grace = min(5.0, timeout_s / 4)
             self._server.stop(grace).wait(grace + 1.0)
             self._server = None
+        if self.scraper is not None:
+            self.scraper.stop(min(5.0, timeout_s / 4))
         self.pipeline.shutdown(timeout_s)
 
     def _export(self, data: bytes, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:

@@ -6,6 +6,8 @@ Thresholds are module constants (the dashboards draw them too); metric names com
 
 from __future__ import annotations
 
+from collector.scrape.figures import AVERAGED, RATES, SUMMED
+from collector.scrape.health import PREFIX as SCRAPE_PREFIX
 from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
 from dashboards import catalog as c
 from telemetry.heartbeat.families import FLOOR as HEARTBEAT_FLOOR
@@ -34,6 +36,14 @@ OVERFLOW_POINTS = "rltel_prometheus_overflow_points_total"
 """The Prometheus sink's own counter of points folded into overflow series."""
 SINK_DROPPED = f"{COLLECTOR_PREFIX}sink_dropped_total"
 POINTS_REJECTED = f"{COLLECTOR_PREFIX}points_rejected_total"
+KV_CACHE_FULL = 0.95
+"""A rollout engine's KV-cache usage (1 = full) at or above this for ``KV_CACHE_FOR``."""
+KV_CACHE_FOR = "5m"
+WAITING_GROWING = 32.0
+"""Waiting requests of one engine at or above this, and more than 10 minutes before."""
+ENGINE_THROUGHPUT_DROP_RATIO = 0.5
+"""A run's generation tokens/s over 5m at or below this times its level 10-40m before."""
+ENGINES_INTERVAL = "30s"
 STUCK_RANK_STEPS = 3
 """A rank is stuck after this many median steps without progress (and the job's floor,
 ``heartbeat.stall_floor_s``)."""
@@ -103,6 +113,7 @@ def alert_rules() -> dict:
             {"name": "rltel-rl-progress", "interval": PROGRESS_INTERVAL, "rules": _progress()},
             {"name": "rltel-moe-balance", "interval": "1m", "rules": _moe()},
             {"name": "rltel-pipeline", "interval": "30s", "rules": _pipeline()},
+            {"name": "rltel-engines", "interval": ENGINES_INTERVAL, "rules": _engines()},
             {"name": "rltel-heartbeat", "interval": "15s", "rules": _heartbeat()},
             {"name": "rltel-hardware", "interval": "30s", "rules": _hardware()},
         ]
@@ -256,4 +267,40 @@ def _heartbeat() -> list[dict]:
               "rank {{ $labels.rank }} on host {{ $labels.host }} has been in "
               "`{{ $labels.phase }}` for {{ $value | printf \"%.0f\" }} s; the median step is "
               f"{median} s."),
+    ]  # fmt: skip
+
+
+def _engines() -> list[dict]:
+    """Rollout engines (vLLM, SGLang) the collector scrapes: KV cache, queue, target, tokens/s."""
+    where = "{{ $labels.instance }} ({{ $labels.experiment }}/{{ $labels.trial }})"
+    by = "by (experiment, trial, instance)"
+    kv = " or ".join(f"max {by} ({name})" for name in AVERAGED["kv_cache_usage"])
+    waiting = " or ".join(
+        f"({name} >= {WAITING_GROWING} and delta({name}[10m]) > 0)"
+        for name in SUMMED["waiting_requests"]
+    )
+    run = "by (experiment, trial)"
+    tokens = [f"{name}_total" for name in RATES["generation_tokens_per_s"]]
+    now = " or ".join(f"sum {run} (rate({name}[5m]))" for name in tokens)
+    before = " or ".join(f"sum {run} (rate({name}[30m] offset 10m))" for name in tokens)
+    return [
+        _rule("RolloutEngineKVCacheFull", f"({kv}) >= {KV_CACHE_FULL}", KV_CACHE_FOR,
+              "warning", "engines", f"KV cache of rollout engine {where} nearly full",
+              f"KV-cache usage {{{{ $value }}}} for {KV_CACHE_FOR}: requests queue or are "
+              "preempted; add engines or lower the concurrency."),
+        _rule("RolloutEngineWaitingGrowing", waiting, "5m", "warning", "engines",
+              f"Waiting requests of rollout engine {where} keep growing",
+              '{{ $value | printf "%.0f" }} requests wait, more than 10m before: the engine '
+              "cannot keep up with the rollout load."),
+        _rule("RolloutEngineTargetDown", f"{SCRAPE_PREFIX}up == 0", "1m", "warning", "engines",
+              f"Rollout engine target {where} down",
+              "The collector cannot scrape {{ $labels.target }} (rltel_scrape_failures_total "
+              "gives the reason): the engine is down, slow or serves no metrics."),
+        _rule("RolloutEngineThroughputDrop",
+              f"({now}) <= {ENGINE_THROUGHPUT_DROP_RATIO} * ({before}) and ({before}) > 0",
+              "5m", "warning", "engines",
+              "Rollout generation tokens/s dropped "
+              "({{ $labels.experiment }}/{{ $labels.trial }})",
+              "The run's engines generate {{ $value | printf \"%.1f\" }} tokens/s over 5m, at "
+              f"or below {ENGINE_THROUGHPUT_DROP_RATIO:.0%} of their level 10-40m before."),
     ]  # fmt: skip

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from dashboards import alerts, boards, pipeline_board
+from dashboards import alerts, boards, engines_board, pipeline_board
 
 HERE = Path(__file__).resolve().parent
 GRAFANA_DIR = HERE / "grafana"
@@ -26,6 +26,7 @@ BOARDS = {
     "moe_balance": boards.moe_balance,
     "rl_health": boards.rl_health,
     "pipeline": pipeline_board.pipeline,
+    "engines": engines_board.engines,
 }
 """File stem -> dashboard builder."""
 

@@ -121,6 +121,7 @@ FIELD_DOCS: dict[str, str] = {
     "CollectorConfig.auth": "bearer-token check",
     "CollectorConfig.limits": "bounds on memory, series and concurrency",
     "CollectorConfig.sinks": "the StatsLogger's sink sections, with the collector's defaults",
+    "CollectorConfig.scrape": "Prometheus endpoints (vLLM, SGLang) scraped into their runs",
     "ReceiverConfig.host": "bind address; beyond loopback is an explicit choice",
     "ReceiverConfig.port": "OTLP/gRPC port",
     "ReceiverConfig.max_message_bytes": "largest request accepted",
@@ -196,6 +197,8 @@ def _range(info: Any) -> str:
 
 
 def _default(info: Any) -> str:
+    if info.is_required():
+        return "required"
     if info.default_factory is not None and dataclasses.is_dataclass(info.default_factory):
         return "–"
     value = info.default if info.default_factory is None else info.default_factory()

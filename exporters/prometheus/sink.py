@@ -152,7 +152,7 @@ class PrometheusSink(Sink):
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """One exposition as an HTTP response would carry it: ``(body, content_type)``."""
-        encoder, content_type = choose_encoder(accept)
+        encoder, content_type = choose_encoder(_keeping_names(accept))
         if content_type.startswith("application/openmetrics-text"):
             return encoder(_OpenMetricsView(self.registry)), content_type
         return encoder(self.registry), content_type
@@ -230,6 +230,22 @@ class _OpenMetricsView:
 
 def _without_le(labels: dict[str, str]) -> frozenset:
     return frozenset((k, v) for k, v in labels.items() if k != "le")
+
+
+def _keeping_names(accept: str) -> str:
+    """``accept`` with ``escaping=allow-utf-8`` on every OpenMetrics entry that asks for none.
+
+    Every family name here is a valid Prometheus name already
+    (:func:`~exporters.prometheus.naming.sanitize`), and prometheus_client's default escaping
+    for such a request (Prometheus 2 sends it) turns the ``:`` of names such as vLLM's
+    ``vllm:num_requests_running`` into ``_``.
+    """
+    parts = accept.split(",")
+    for i, part in enumerate(parts):
+        media = part.split(";")[0].strip()
+        if media == "application/openmetrics-text" and "escaping=" not in part:
+            parts[i] = part + ";escaping=allow-utf-8"
+    return ",".join(parts)
 
 
 def _handler(sink: PrometheusSink) -> type[BaseHTTPRequestHandler]:

@@ -8,8 +8,10 @@ code, with values the test sets.
 
 - vLLM: ``vllm/v1/metrics/loggers.py`` at vllm-project/vllm commit
   ``005a810bc40faa25b8870fbc8559c3462581eee3`` (``PrometheusStatLogger``: labels
-  ``model_name`` and ``engine``; ``vllm:kv_cache_usage_perc``, ``vllm:prefix_cache_*``,
-  ``vllm:time_per_output_token_seconds`` for the inter-token latency).
+  ``model_name`` and ``engine``; ``vllm:kv_cache_usage_perc``, ``vllm:prefix_cache_*`` and
+  their deprecated ``vllm:gpu_*`` twins, ``vllm:time_per_output_token_seconds`` for the
+  inter-token latency). Later vLLM releases serve ``vllm:inter_token_latency_seconds`` next
+  to it with the same buckets; ``Engine("vllm", itl=True)`` serves both.
 - SGLang: ``python/sglang/srt/metrics/collector.py`` at sgl-project/sglang commit
   ``93d04878cfb9b08645fae7b11bd340ee33b34acf`` (``SchedulerMetricsCollector`` and
   ``TokenizerMetricsCollector``; the label names are those SGLang's own metrics tests pass:
@@ -59,8 +61,11 @@ class Engine:
     """One engine's metrics; ``kind`` is ``"vllm"`` or ``"sglang"``; ``engines`` DP engines
     (vLLM's ``engine`` label); ``extra_series`` more gauge series (``rltel_test:extra``)."""
 
-    def __init__(self, kind: str, engines: int = 1, extra_series: int = 0) -> None:
+    def __init__(
+        self, kind: str, engines: int = 1, extra_series: int = 0, itl: bool = False
+    ) -> None:
         self.kind = kind
+        self.itl = itl
         self.engines = engines
         self.extra_series = extra_series
         self.restart()
@@ -99,13 +104,21 @@ class Engine:
             "running": gauge("vllm:num_requests_running"),
             "waiting": gauge("vllm:num_requests_waiting"),
             "kv": gauge("vllm:kv_cache_usage_perc"),
+            "gpu_kv": gauge("vllm:gpu_cache_usage_perc"),
             "prefix_queries": counter("vllm:prefix_cache_queries"),
             "prefix_hits": counter("vllm:prefix_cache_hits"),
+            "gpu_prefix_queries": counter("vllm:gpu_prefix_cache_queries"),
+            "gpu_prefix_hits": counter("vllm:gpu_prefix_cache_hits"),
             "prompt": counter("vllm:prompt_tokens"),
             "generation": counter("vllm:generation_tokens"),
             "ttft": histogram("vllm:time_to_first_token_seconds", VLLM_TTFT_BUCKETS),
-            "itl": histogram("vllm:time_per_output_token_seconds", VLLM_TPOT_BUCKETS),
+            "tpot": histogram("vllm:time_per_output_token_seconds", VLLM_TPOT_BUCKETS),
             "e2e": histogram("vllm:e2e_request_latency_seconds", VLLM_LATENCY_BUCKETS),
+            **(
+                {"itl": histogram("vllm:inter_token_latency_seconds", VLLM_TPOT_BUCKETS)}
+                if self.itl
+                else {}
+            ),
         }
 
     def _sglang(self, registry: CollectorRegistry) -> dict:

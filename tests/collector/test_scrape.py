@@ -130,6 +130,9 @@ def test_vllm_series_keep_name_type_labels_and_buckets(collector):
     assert {dict(k)["le"]: v for k, v in ours.items()} == served
     assert served["0.08"] == 3.0 and served["+Inf"] == 5.0
     assert "vllm:generation_tokens_created" not in families  # the counter's start time
+    prometheus_2 = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+    body, _ = collector.prometheus.render(prometheus_2)  # OpenMetrics keeps the ':' too
+    assert b"\nvllm:generation_tokens_total{" in body
 
 
 def test_vllm_figures_rates_hit_rate_and_quantiles(collector):
@@ -149,7 +152,7 @@ def test_vllm_figures_rates_hit_rate_and_quantiles(collector):
         engine.get("prefix_hits", 0).inc(100)
         for value in (0.015, 0.015, 0.03, 0.03, 0.05, 0.07, 0.09, 0.2, 0.2, 3.0):
             engine.get("ttft", 0).observe(value)
-        engine.get("itl", 1).observe(0.02)
+        engine.get("tpot", 1).observe(0.02)
         engine.get("e2e", 1).observe(12.0)
         before_second = time.monotonic()
         assert loop.scrape_once()

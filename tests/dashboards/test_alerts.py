@@ -58,7 +58,7 @@ def test_stack_doc_table_lists_every_alert():
     readme = (PROM_DIR.parents[1] / "docs" / "stack.md").read_text()
     table = readme[readme.index("| Alert | Fires when |") :]
     table = table[: table.index("\n\n")]
-    listed = set(re.findall(r"\b(?:RL|MoE|Rltel)[A-Za-z]+", table))
+    listed = set(re.findall(r"\b(?:RL|MoE|Rltel|RolloutEngine)[A-Za-z]+", table))
     assert listed == {rule["alert"] for rule in _rules(yaml.safe_load(RULES.read_text()))}
 
 
@@ -73,6 +73,7 @@ def test_rules_are_labelled_and_documented():
             "reward",
             "moe",
             "pipeline",
+            "engines",
         ), rule["alert"]
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
 
@@ -87,6 +88,9 @@ THRESHOLDS = {
     "REWARD_DROP_FRACTION": "RLRewardCollapse",
     "GRAD_NORM_SPIKE_FACTOR": "RLGradNormSpike",
     "STALL_AFTER": "RLTrainingStalled",
+    "KV_CACHE_FULL": "RolloutEngineKVCacheFull",
+    "WAITING_GROWING": "RolloutEngineWaitingGrowing",
+    "ENGINE_THROUGHPUT_DROP_RATIO": "RolloutEngineThroughputDrop",
 }
 """Threshold constant -> the alert whose promtool tests pin it (at: fires, just short: quiet)."""
 MOVED = {"STALL_AFTER": ("10m30s", "9m30s")}

@@ -10,6 +10,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.scrape import FAMILIES as SCRAPE_FAMILIES
+from collector.scrape import Converter, figures
 from collector.selfmetrics import FAMILIES as COLLECTOR_FAMILIES
 from dashboards import build
 from dashboards import catalog as c
@@ -18,7 +20,8 @@ from exporters.prometheus import SELF_METRICS, PrometheusSink
 from exporters.prometheus.naming import sample_names
 from telemetry.config import PrometheusConfig
 from telemetry.heartbeat import FAMILIES as HEARTBEAT_FAMILIES
-from telemetry.model.snapshot import Counter, Gauge, Histogram
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot
+from tests.collector.engines import Engine
 from tests.dashboards.producers import produced_points, snapshot
 
 BOARDS = {name: build.GRAFANA_DIR / f"{name}.json" for name in build.BOARDS}
@@ -69,7 +72,19 @@ def catalog_names() -> set[str]:
     names = {"up"}
     for metric in (*c.ALL, *c.DEVICE_ONLY):
         names.update(sample_names(metric.name, metric.kind))
-    return names | own_names()
+    return names | own_names() | engine_names()
+
+
+def engine_names() -> set[str]:
+    """vLLM's and SGLang's series the scrape receiver reads (they reach Prometheus as served)."""
+    gauges = (*figures.SUMMED.values(), *figures.AVERAGED.values(), figures.HIT_RATE_GAUGES)
+    names = {name for group in gauges for name in group}
+    counters = (*figures.RATES.values(), *figures.HIT_RATIOS)
+    names |= {f"{name}_total" for group in counters for name in group}
+    for group in figures.LATENCIES.values():
+        for name in group:
+            names.update(sample_names(name, "histogram"))
+    return names
 
 
 def own_names() -> set[str]:
@@ -77,7 +92,7 @@ def own_names() -> set[str]:
     names = set()
     for name, kind in SELF_METRICS.items():
         names.update(sample_names(name, kind))
-    for name, kind in COLLECTOR_FAMILIES.items():
+    for name, kind in {**COLLECTOR_FAMILIES, **SCRAPE_FAMILIES}.items():
         names.update(sample_names(f"{name}_total" if kind == "counter" else name, kind))
     for name, kind in HEARTBEAT_FAMILIES.items():  # served beside the sink by the heartbeat
         names.update(sample_names(name, kind))
@@ -308,10 +323,13 @@ def test_sink_exposes_every_name_the_dashboards_and_alerts_use(points):
     sink = PrometheusSink(PrometheusConfig(enabled=True), serve=False)
     try:
         assert sink.export(snapshot(points, "t1")).value == "success"
+        for engine in (Engine("vllm", itl=True), Engine("sglang")):  # as the receiver sees them
+            scraped = Converter().convert(engine.exposition().decode())
+            assert sink.export(Snapshot(scraped.points)).value == "success"
         body, _ = sink.render()
     finally:
         sink.shutdown()
-    served = ("rltel_collector_", "rltel_heartbeat_")
+    served = ("rltel_collector_", "rltel_heartbeat_", "rltel_scrape_")
     exposed = {"up"} | {n for n in own_names() if n.startswith(served)}
     exposed |= {m.name for m in c.DEVICE_ONLY}  # read from a GPU only: no CPU producer
     for family in text_string_to_metric_families(body.decode()):

@@ -39,6 +39,7 @@ from dashboards import build
 from dashboards import catalog as c
 from telemetry.logger import StatsLogger
 from tests.dashboards import servers
+from tests.dashboards.engine_references import ENGINE_REFERENCES, EngineRun, engine_runs
 from tests.dashboards.grafana_vars import interpolate, label_values_query
 from tests.dashboards.producers import StepInputs, TrainingRun
 from tests.dashboards.references import (
@@ -58,6 +59,7 @@ STEPS = 10
 SCRAPE_INTERVAL = "1s"
 RATE_SCRAPES = 4
 """Grafana's ``$__rate_interval``: 4 scrape intervals (more only for long time ranges)."""
+REFERENCES = {**REFERENCES, **ENGINE_REFERENCES}
 CHOSEN_VALUES = {"experiment": [EXPERIMENT], "trial": [CHOSEN], "layer": [str(LAYER)]}
 BOARDS = {n: json.loads((build.GRAFANA_DIR / f"{n}.json").read_text()) for n in build.BOARDS}
 VARIABLES = {name: board["templating"]["list"] for name, board in BOARDS.items()}
@@ -131,9 +133,13 @@ def _sent(logger: StatsLogger) -> Sent:
 
 
 def _send_steps(
-    collector: CollectorServer, target: servers.FrozenTarget, loggers: dict[str, StatsLogger]
+    collector: CollectorServer,
+    target: servers.FrozenTarget,
+    loggers: dict[str, StatsLogger],
+    engines: list[EngineRun],
 ) -> History:
-    """Commit :data:`STEPS` steps of every run; each one delivered, published and scraped."""
+    """Commit :data:`STEPS` steps of every run; each one delivered, published and scraped
+    (each run's rollout engine scraped into the collector at each step too)."""
     runs = {trial: TrainingRun() for trial in loggers}
     history: list[Step] = []
     for step in range(STEPS):
@@ -143,6 +149,8 @@ def _send_steps(
             logger.commit(0, step, step, exported[trial])
         for logger in loggers.values():
             assert logger.fanout.force_flush(10)
+        for engine in engines:
+            engine.advance(step)
         assert collector.pipeline.force_flush(10)
         timeperf = exported[CHOSEN]["timeperf/train_step"]
         history.append(Step(inputs, timeperf, tuple(_sent(lg) for lg in loggers.values())))
@@ -205,6 +213,9 @@ def scraped(tmp_path_factory) -> Iterator[Scraped]:
         target = stack.enter_context(servers.FrozenTarget())
         collector = _collector(tmp)
         stack.callback(collector.stop, 10)
+        engines = engine_runs(collector)
+        for engine in engines:
+            stack.callback(engine.close)
         loggers = {}
         for trial in (CHOSEN, DECOY):
             loggers[trial] = StatsLogger(
@@ -220,7 +231,7 @@ def scraped(tmp_path_factory) -> Iterator[Scraped]:
         config = servers.prometheus_config(target.address, None, rules, fast=True)
         prometheus = stack.enter_context(servers.prometheus(tmp, config))
         target.wait_scraped(30)
-        history = _send_steps(collector, target, loggers)
+        history = _send_steps(collector, target, loggers, engines)
         yield Scraped(prometheus, history, _evaluations(prometheus, history))
 
 

@@ -362,3 +362,15 @@ def test_scrape_config_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"collector\.scrape\.targets .*more than once"):
         scrape_config({"targets": [target, target]})
     assert scrape_config({"targets": [target]}).targets[0].role == "rollout-engine"
+
+
+def test_newer_vllm_inter_token_latency_wins_over_time_per_output_token(collector):
+    engine = Engine("vllm", itl=True)  # later vLLM releases serve both names
+    with serving(engine) as server:
+        loop = collector.loop(server.url)
+        assert loop.scrape_once()
+        engine.get("itl").observe(0.02)  # (0.01, 0.025]: p50 at 0.0175
+        engine.get("tpot").observe(0.3)  # (0.2, 0.3]: p50 at 0.25
+        assert loop.scrape_once()
+    second = collector.figures()[1]
+    assert _figure(second, "inter_token_latency_p50") == pytest.approx(0.0175)

@@ -176,7 +176,7 @@ class TargetLoop:
         except ScrapeError as exc:
             self._health.failed(url, exc.reason, time.monotonic() - began, str(exc))
             return False
-        except ValueError as exc:
+        except (ValueError, ArithmeticError) as exc:  # not the text format, or counts past int
             self._health.failed(url, "bad_text", time.monotonic() - began, str(exc))
             return False
         now = time.monotonic()

@@ -157,8 +157,9 @@ class Engine:
 
 class EngineServer:
     """Serves ``engine``'s exposition on ``/metrics``; ``mode`` ``"ok"``, ``"garbage"`` (an
-    HTML page), ``"hang"`` (accepts, then answers nothing until :meth:`close`) or
-    ``"trickle"`` (answers, then a byte every 0.1 s until :meth:`close`)."""
+    HTML page), ``"infinite"`` (a histogram counting +Inf), ``"hang"`` (accepts, then answers
+    nothing until :meth:`close`) or ``"trickle"`` (answers, then a byte every 0.1 s until
+    :meth:`close`)."""
 
     def __init__(self, engine: Engine | None = None, mode: str = "ok") -> None:
         self.engine = engine
@@ -201,6 +202,8 @@ def _handler(owner: EngineServer) -> type[BaseHTTPRequestHandler]:
                 return
             if owner.mode == "garbage":
                 body = b"<html><body><h1>502 Bad Gateway</h1></body></html>\n"
+            elif owner.mode == "infinite":  # parses, but no bucket count can be +Inf
+                body = b'# TYPE h histogram\nh_bucket{le="1"} +Inf\nh_bucket{le="+Inf"} +Inf\n'
             else:
                 body = owner.engine.exposition()
             self.send_response(200)

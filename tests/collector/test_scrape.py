@@ -260,7 +260,13 @@ def test_quantile_is_prometheus_histogram_quantile():
 
 @pytest.mark.parametrize(
     ("mode", "reason"),
-    [("garbage", "bad_text"), ("hang", "timeout"), ("trickle", "timeout"), ("closed", "down")],
+    [
+        ("garbage", "bad_text"),
+        ("infinite", "bad_text"),
+        ("hang", "timeout"),
+        ("trickle", "timeout"),
+        ("closed", "down"),
+    ],
 )
 def test_a_failing_target_is_counted_and_logged_once_per_change(collector, caplog, mode, reason):
     caplog.set_level(logging.WARNING, logger="collector.scrape.health")

@@ -132,6 +132,7 @@ class TargetLoop:
         self._max_bytes = max_bytes
         self._converter = Converter()
         self._last_ok: float | None = None
+        self._errors = 0  # scrapes in a row that raised (a bug): logged at the first
         self._stop = threading.Event()
         self.resource: Attributes = (
             ("service.name", target.role),
@@ -162,8 +163,11 @@ class TargetLoop:
             began = time.monotonic()
             try:
                 self.scrape_once()
-            except Exception:  # a bug costs one scrape, never the collector
-                logger.exception("scrape %s failed", self.target.url)
+                self._errors = 0
+            except Exception:  # a bug costs one scrape, never the collector; logged once
+                self._errors += 1
+                if self._errors == 1:
+                    logger.exception("scrape %s failed (once until a scrape ends)", self.target.url)
             self._stop.wait(max(0.0, self.target.interval_s - (time.monotonic() - began)))
 
     def scrape_once(self) -> bool:

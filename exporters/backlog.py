@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -31,8 +32,8 @@ class Flush:
         self.done = threading.Event()
 
 
-Queued = tuple["Snapshot", "Charge | None"]
-"""A queued snapshot and the charge it holds."""
+Queued = tuple["Snapshot", "Charge | None", "int | None"]
+"""A queued snapshot, the charge it holds and its journal sequence number (None: none)."""
 
 
 class Backlog:
@@ -57,9 +58,16 @@ class Backlog:
         self.closed = False
         self.deadline: float | None = None
 
-    def offer(self, snapshot: Snapshot, charge: Charge | None, reserved: bool) -> bool:
+    def offer(
+        self,
+        snapshot: Snapshot,
+        charge: Charge | None,
+        reserved: bool,
+        write: Callable[[Snapshot], int | None] | None = None,
+    ) -> bool:
         """Queue ``snapshot`` (into a slot of :meth:`reserve` if ``reserved``); False when
-        full or closed. A queued snapshot holds ``charge``."""
+        full or closed. A queued snapshot holds ``charge``; ``write`` (the journal's
+        append) is called once it is taken, in queue order, and gives its sequence number."""
         with self.cond:
             if reserved and self._reserved > 0:
                 self._reserved -= 1
@@ -69,10 +77,19 @@ class Backlog:
             if not refused:
                 if charge is not None:
                     charge.hold()
-                self._items.append((snapshot, charge))
+                seq = write(snapshot) if write is not None else None
+                self._items.append((snapshot, charge, seq))
                 self.depth += 1
                 self.cond.notify()
         return not refused
+
+    def restore(self, items: Iterable[Queued]) -> None:
+        """Queue ``items`` (an earlier process's journal) whatever the size bound."""
+        with self.cond:
+            for item in items:
+                self._items.append(item)
+                self.depth += 1
+            self.cond.notify()
 
     def reserve(self, n: int, degraded: bool) -> int | None:
         """Take ``n`` slots; None when they are not free or the backlog is closed.

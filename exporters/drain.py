@@ -21,6 +21,7 @@ from exporters.calls import Busy, Stalled, TimedCaller, reraise_at_exit
 from exporters.tally import Tally
 
 if TYPE_CHECKING:
+    from exporters.journal import Checkpoints
     from telemetry.model.snapshot import Snapshot
 
 __all__ = ["Drain"]
@@ -44,6 +45,7 @@ class Drain:
 
     Attributes:
         give_up: the sink was failing when the queue closed: the overflow keeps the rest.
+        acks: with a journal, told of every journaled snapshot the worker is done with.
     """
 
     def __init__(
@@ -65,6 +67,8 @@ class Drain:
         self.caller = caller
         self.name = name
         self.give_up = False
+        self.acks: Checkpoints | None = None
+        self.flush_failures = 0  # force_flush calls that raised in a row
 
     def run(self) -> None:
         """Drain until the backlog is closed and empty or past its deadline; never raises."""
@@ -94,25 +98,39 @@ class Drain:
             if isinstance(item, Flush):
                 self._flush(item)
                 continue
-            snapshot, charge = item
+            snapshot, charge, seq = item
             try:
                 self._deliver(snapshot)
             finally:
                 if charge is not None:
                     charge.done()
+            if seq is not None and self.acks is not None:
+                self.acks.done(seq, self.backlog.depth == 0)
 
     def _flush(self, marker: Flush) -> None:
         try:
-            marker.ok = bool(
-                self.caller.call(lambda: self.sink.force_flush(marker.timeout_s), marker.timeout_s)
-            )
-        except Busy:
-            pass  # an abandoned export is still running; the flush fails
-        except BaseException as exc:
-            reraise_at_exit(exc)
-            logger.warning("sink %s: force_flush raised %s: %s", self.name, type(exc).__name__, exc)
+            marker.ok = self.flush_sink(marker.timeout_s)
         finally:
             marker.done.set()
+
+    def flush_sink(self, timeout_s: float) -> bool:
+        """The sink's ``force_flush`` under the call timeout; False when it failed (logged
+        at the first of a run of failures and when they end, with their count)."""
+        try:
+            ok = bool(self.caller.call(lambda: self.sink.force_flush(timeout_s), timeout_s))
+        except Busy:
+            return False  # an abandoned export is still running; the flush fails
+        except BaseException as exc:
+            reraise_at_exit(exc)
+            self.flush_failures += 1
+            if self.flush_failures == 1:
+                why = f"{type(exc).__name__}: {exc}"
+                logger.warning("sink %s: force_flush raised %s (repeats counted)", self.name, why)
+            return False
+        if ok and self.flush_failures:
+            logger.info("sink %s: flushed again after %d failures", self.name, self.flush_failures)
+            self.flush_failures = 0
+        return ok
 
     def _deliver(self, snapshot: Snapshot | None) -> None:
         """Export ``snapshot`` (None: the overflow's oldest entry), retrying FAILURE answers.
@@ -138,15 +156,23 @@ class Drain:
                 self._failure(f"returned {result}")  # permanent; an overflow dropped its entry
                 return
             since = self.tally.failing()
+            # An endpoint that asked for a delay (retry pushback) is up but busy: what is in
+            # hand waits in memory for it; only a full queue spills then.
+            busy = self._pushback() is not None
             if self.overflow is not None:
-                if self.backlog.closed:  # the sink is failing at close: the overflow keeps it
-                    self.give_up = True
+                # Closed or not, an overflow sink retries until the drain deadline (the
+                # endpoint may come back), or until the queue's shutdown ends the sink.
+                if self.give_up:
                     return self.spill_queue(snapshot)
-                if snapshot is not None and time.monotonic() - since >= policy.spill_after_s:
+                if (
+                    not busy
+                    and snapshot is not None
+                    and time.monotonic() - since >= policy.spill_after_s
+                ):
                     return self.spill_queue(snapshot)
             elif attempt >= policy.max_retries:
                 return self._give_up_on(snapshot, why, kind)
-            waited = self._wait_backoff(delay, snapshot)
+            waited = self._wait_backoff(delay, snapshot, busy)
             if waited == _SPILLED:
                 return
             if waited == _GIVE_UP:
@@ -192,9 +218,15 @@ class Drain:
         if self.tally.failed(kind):
             logger.warning("sink %s: export failed: %s (further failures counted)", self.name, why)
 
-    def _wait_backoff(self, delay: float, held: Snapshot | None) -> str:
+    def stop(self) -> None:
+        """The queue's shutdown is about to end the sink: call it no more, spill or drop."""
+        with self.backlog.cond:
+            self.give_up = True
+            self.backlog.cond.notify_all()
+
+    def _wait_backoff(self, delay: float, held: Snapshot | None, busy: bool = False) -> str:
         """Sleep ``delay`` (at least the sink's retry pushback) unless the drain deadline
-        comes first; spill when it is due."""
+        comes first or :meth:`stop` is called; spill when it is due."""
         if self.policy.jitter:
             delay *= random.uniform(0.5, 1.0)
         pushback = self._pushback()
@@ -202,12 +234,12 @@ class Drain:
             delay = max(delay, pushback)
         end = time.monotonic() + delay
         while True:
-            if self.overflow is not None and self._spill_due(held):
+            if self.overflow is not None and self._spill_due(held, busy):
                 self.spill_queue(held)
                 if held is not None:
                     return _SPILLED
             deadline = self.backlog.deadline
-            if deadline is not None and end > deadline:
+            if self.give_up or (deadline is not None and end > deadline):
                 return _GIVE_UP
             now = time.monotonic()
             if now >= end:
@@ -223,14 +255,15 @@ class Drain:
             logger.exception("sink %s: retry_after failed", self.name)
             return None
 
-    def _spill_due(self, held: Snapshot | None) -> bool:
-        """The queue is half full, or failures last and something waits in memory."""
+    def _spill_due(self, held: Snapshot | None, busy: bool = False) -> bool:
+        """The queue is half full, or failures last (the endpoint not ``busy``: no retry
+        pushback) and something waits in memory."""
         depth = self.backlog.depth
         if depth >= max(1, self.policy.queue_size // 2):
             return True
         since = self.tally.failing_since
         prolonged = since is not None and time.monotonic() - since >= self.policy.spill_after_s
-        return prolonged and (depth > 0 or held is not None)
+        return prolonged and not busy and (depth > 0 or held is not None)
 
     def spill_queue(self, held: Snapshot | None = None) -> None:
         """Move ``held``, then every queued snapshot, in order, to the overflow.
@@ -242,8 +275,8 @@ class Drain:
         with self.backlog.spill_lock:
             moved = self.backlog.take_snapshots()
             if held is not None:
-                moved.insert(0, (held, None))
-            for snapshot, charge in moved:
+                moved.insert(0, (held, None, None))
+            for snapshot, charge, _ in moved:
                 try:
                     overflow.spill(snapshot)
                 except Exception:  # a bug of ours: the snapshot is lost, never silently

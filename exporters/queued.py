@@ -26,6 +26,7 @@ from exporters.base import Delivery, QueueHooks, Sink
 from exporters.calls import TimedCaller, reraise_at_exit
 from exporters.charge import Charge
 from exporters.drain import Drain
+from exporters.journal import Checkpoints, Journal
 from exporters.tally import SinkStats, Tally
 from telemetry.model.snapshot import Snapshot
 
@@ -82,6 +83,7 @@ class QueuedSink:
         )
         self.hooks = sink if isinstance(sink, QueueHooks) else None
         self.overflow = self.hooks.overflow if self.hooks is not None else None
+        self.journal: Journal | None = None
         self._start()
         self._forked = False
         if self.hooks is not None:
@@ -113,6 +115,23 @@ class QueuedSink:
         self._worker: threading.Thread | None = None
         self._shutdown_done = self._sink_shut = False
 
+    def journal_to(self, journal: Journal) -> None:
+        """Write every snapshot taken from now on to ``journal`` first (the collector's
+        durable queue), and queue what an earlier process left there unacknowledged.
+
+        The journal is acknowledged as the sink holds what it exported: after its
+        ``force_flush`` and, for a sink with a ``settle_s`` attribute, that many seconds.
+        """
+        self.journal = journal
+        settle_s = float(getattr(self.sink, "settle_s", 0.0))
+        self._drain.acks = Checkpoints(
+            journal, lambda: self._drain.flush_sink(self.policy.timeout_s), settle_s
+        )
+        pending, journal.pending = journal.pending, []
+        if pending:
+            self._backlog.restore((snapshot, None, seq) for seq, snapshot in pending)
+            self._ensure_worker()
+
     # -- caller side -------------------------------------------------------------------
 
     def submit(
@@ -127,7 +146,8 @@ class QueuedSink:
         """
         if self._in_fork():
             return False  # the sink belongs to the parent: not even its counters
-        if self._backlog.offer(snapshot, charge, reserved):
+        write = self.journal.append if self.journal is not None else None
+        if self._backlog.offer(snapshot, charge, reserved, write):
             self._ensure_worker()
             return True
         self._tally.add(dropped=1)
@@ -139,11 +159,15 @@ class QueuedSink:
 
         An empty queue always takes one request, however large. A degraded sink takes
         everything and reserves nothing (0): what its queue cannot hold is dropped and
-        counted, so a failing sink never makes the collector refuse.
+        counted, so a failing sink never makes the collector refuse. A healthy sink whose
+        journal is full takes nothing (None).
         """
         if self._in_fork():
             return None
-        return self._backlog.reserve(n, self._degraded())
+        degraded = self._degraded()
+        if self.journal is not None and not degraded and self.journal.full:
+            return None
+        return self._backlog.reserve(n, degraded)
 
     def release(self, n: int) -> None:
         """Give back reserved slots that were not filled."""
@@ -195,6 +219,7 @@ class QueuedSink:
             if worker.is_alive() and not self._caller.stalled:
                 # End the call in flight, so that the worker spills or counts what it holds
                 # before this returns (an abandoned call would make the sink's shutdown fail).
+                self._drain.stop()
                 self._shutdown_sink(deadline)
                 worker.join(max(0.0, deadline - time.monotonic()))
         with self._backlog.cond:
@@ -242,7 +267,7 @@ class QueuedSink:
         for item in left:
             if isinstance(item, Flush):
                 item.done.set()
-        for snapshot, charge in snapshots:
+        for snapshot, charge, _ in snapshots:
             if charge is not None:
                 charge.done()
             self._drain.discard(snapshot)
@@ -259,3 +284,8 @@ class QueuedSink:
         except BaseException as exc:  # a sink's shutdown failing must not reach the caller
             reraise_at_exit(exc)
             logger.warning("sink %s: shutdown raised %s: %s", self.name, type(exc).__name__, exc)
+        else:
+            if self._drain.acks is not None:
+                self._drain.acks.final()
+        if self.journal is not None:
+            self.journal.close()

@@ -36,7 +36,7 @@ class Tally:
         self._lock = threading.Lock()
         self._exported = self._failed = self._dropped = self._retried = self._timed_out = 0
         self._last_latency: float | None = None
-        self._kind = ""  # what the last failure raised ("" when it answered)
+        self._kinds: set[str] = set()  # what the current run of failures raised so far
         self.streak = 0
         self.failing_since: float | None = None
 
@@ -58,12 +58,15 @@ class Tally:
 
     def failed(self, kind: str = "") -> bool:
         """Count one failed snapshot; True when it starts a run of failures, or fails in a
-        new way (``kind``: what it raised), so that it is worth a log line."""
+        way new to this run (``kind``: what it raised), so that it is worth a log line: a
+        run of failures logs once per way it fails, however they alternate."""
         with self._lock:
             self._failed += 1
             self.streak += 1
-            new = self.streak == 1 or kind != self._kind
-            self._kind = kind
+            if self.streak == 1:
+                self._kinds = set()
+            new = kind not in self._kinds
+            self._kinds.add(kind)
         return new
 
     def failing(self) -> float:

@@ -535,21 +535,24 @@ def test_recovery_resets_the_failure_run_so_the_next_failure_degrades_and_is_log
     queued.shutdown(WAIT_S)
 
 
-def test_each_new_kind_of_failure_is_logged(caplog):
-    errors = [KeyError("k"), ValueError("v"), ValueError("w"), KeyError("again")]
+def test_a_run_of_failures_logs_once_per_way_it_fails_then_its_end_with_the_count(caplog):
+    caplog.set_level(logging.INFO, logger="exporters.queued")
+    errors = [KeyError("k"), ValueError("v")] * 6  # alternating, a line per step before
 
     class Raising(Gated):
         def export(self, snapshot, timeout_s=10.0):
-            raise errors.pop(0)
+            if errors:
+                raise errors.pop(0)
+            return ExportResult.SUCCESS
 
     queued = QueuedSink(Raising(), timeout_s=WAIT_S)
-    for step in range(4):
+    for step in range(13):
         assert queued.submit(snap(step))
     assert queued.force_flush(WAIT_S)
+    assert caplog.text.count("export failed") == 2, caplog.text
     assert "raised KeyError: 'k'" in caplog.text and "raised ValueError: v" in caplog.text
-    assert "raised ValueError: w" not in caplog.text  # the same kind again: only counted
-    assert "raised KeyError: 'again'" in caplog.text  # another kind than the last: logged
-    assert queued.stats().failed == 4
+    assert "recovered after 12 failures" in caplog.text
+    assert queued.stats().failed == 12 and queued.stats().exported == 1
     queued.shutdown(WAIT_S)
 
 

@@ -1,0 +1,133 @@
+"""The durable queue's journal: written before the answer, replayed in order by the next
+process, deleted once the sink holds it; a queued sink behind it, across a restart."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from exporters import journal as journal_module
+from exporters.base import ExportResult, InMemorySink
+from exporters.journal import Checkpoints, Journal
+from exporters.queued import QueuedSink
+from telemetry.model.snapshot import Gauge, Histogram, Snapshot, StatReduce, Step
+
+
+def snap(step: int) -> Snapshot:
+    points = (
+        Gauge("train/loss", step + 0.5, count=3),
+        Histogram("train/len", 4, 10.0, 1.0, 4.0, (2.0,), (1, 3), StatReduce.AVG_MIN_MAX),
+    )
+    return Snapshot(points, Step(0, step, step), (("rltel.experiment", "e"),), 7, "train")
+
+
+def test_what_an_earlier_process_did_not_ack_comes_back_in_order(tmp_path):
+    first = Journal(tmp_path, limit_bytes=1 << 20)
+    seqs = [first.append(snap(step)) for step in range(5)]
+    first.sync()
+    assert seqs == [0, 1, 2, 3, 4]
+    first.ack(1)  # the sink holds steps 0 and 1; the process dies without closing
+    second = Journal(tmp_path, limit_bytes=1 << 20)
+    assert [(seq, s.step.global_step) for seq, s in second.pending] == [(2, 2), (3, 3), (4, 4)]
+    assert second.pending[0][1] == snap(2)  # the snapshot itself, every field
+    assert second.append(snap(5)) == 5  # numbering goes on after the earlier process's
+
+
+def test_a_torn_record_at_the_tail_is_skipped_and_later_appends_still_read(tmp_path):
+    first = Journal(tmp_path, limit_bytes=1 << 20)
+    for step in range(3):
+        first.append(snap(step))
+    (segment,) = tmp_path.glob("*.seg")
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) - 5])  # the last write cut by a kill
+    second = Journal(tmp_path, limit_bytes=1 << 20)
+    assert [s.step.global_step for _, s in second.pending] == [0, 1]
+    assert second.unreadable == 1
+    second.append(snap(9))  # into a segment of its own
+    third = Journal(tmp_path, limit_bytes=1 << 20)
+    assert [s.step.global_step for _, s in third.pending] == [0, 1, 9]
+
+
+def test_segments_go_once_acked_and_full_holds_at_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(journal_module, "SEGMENT_BYTES", 1)  # one record per segment
+    journal = Journal(tmp_path, limit_bytes=3 * len(_record_bytes(tmp_path)))
+    for step in range(3):
+        assert not journal.full
+        journal.append(snap(step))
+    assert journal.full  # at the limit exactly
+    assert len(list(tmp_path.glob("*.seg"))) == 3
+    journal.ack(1)
+    assert len(list(tmp_path.glob("*.seg"))) == 1 and not journal.full
+    journal.ack(2)  # the open segment stays until it is closed
+    journal.close()
+    assert list(tmp_path.glob("*.seg")) == [] and journal.bytes == 0
+
+
+def _record_bytes(tmp_path) -> bytes:
+    probe = Journal(tmp_path / "probe", limit_bytes=1 << 20)
+    probe.append(snap(0))
+    probe.close()
+    (segment,) = (tmp_path / "probe").glob("*.seg")
+    return segment.read_bytes()
+
+
+def test_a_failed_write_is_raised_by_the_next_sync(tmp_path, monkeypatch):
+    journal = Journal(tmp_path, limit_bytes=1 << 20)
+    journal.append(snap(0))
+
+    def full_disk(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    assert journal.append(snap(1)) is None
+    with pytest.raises(OSError, match="No space"):
+        journal.sync()
+    journal.sync()  # raised once: the next request may succeed
+
+
+def test_checkpoints_ack_after_a_flush_and_the_settle_time(tmp_path):
+    journal = Journal(tmp_path, limit_bytes=1 << 20)
+    for step in range(4):
+        journal.append(snap(step))
+    flushes: list[int] = []
+    checkpoints = Checkpoints(journal, lambda: flushes.append(1) or True, settle_s=3600, every=2)
+    checkpoints.done(0, idle=False)
+    assert flushes == []
+    checkpoints.done(1, idle=False)  # every 2: flushed, but not settled for an hour
+    assert flushes == [1] and Journal(tmp_path, 1 << 20).pending[0][0] == 0
+    checkpoints.final()  # the sink was shut down cleanly: everything done is held
+    assert [seq for seq, _ in Journal(tmp_path, 1 << 20).pending] == [2, 3]
+
+
+class Gate(InMemorySink):
+    """Exports only while ``open`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = threading.Event()
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        self.open.wait(30)
+        return super().export(snapshot, timeout_s)
+
+
+def test_a_queued_sink_replays_what_its_journal_holds_before_anything_new(tmp_path):
+    stuck = Gate()  # the first process's sink never exports: the process is "killed"
+    first = QueuedSink(stuck, queue_size=10)
+    first.journal_to(Journal(tmp_path, 1 << 20))
+    for step in range(3):
+        assert first.submit(snap(step))
+    first.journal.sync()
+
+    sink = InMemorySink()
+    second = QueuedSink(sink, queue_size=10)
+    second.journal_to(Journal(tmp_path, 1 << 20))
+    assert second.submit(snap(3))
+    assert second.force_flush(30)
+    assert [s.step.global_step for s in sink.snapshots] == [0, 1, 2, 3]
+    second.shutdown(10)  # held: the journal is emptied
+    assert Journal(tmp_path, 1 << 20).pending == []
+    stuck.open.set()
+    first.shutdown(10)

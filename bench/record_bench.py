@@ -8,7 +8,11 @@ record+export to ``x.sum()`` over the same tensors, for 1 and 2 gloo ranks. The 
 is plain ATen on the caller's thread (rltel compiles nothing), so a cold start differs
 from a warm one only by first-use allocations: the first step is reported on its own,
 measured in a fresh process with an empty ``TORCHINDUCTOR_CACHE_DIR``. Last, the
-resident memory growth over 200 steps after the first.
+resident memory growth over 200 steps after the first. Then the same step inside
+``record_timing`` with and without a heartbeat thread beating every 50 ms (200x the default
+rate) into a real TCPStore and reading it back, as rank 0 does: the ratio of the step's
+median wall and CPU time, on over off, in alternating blocks, beside off over off (the
+run-to-run noise of the same blocks).
 
     python bench/record_bench.py
 """
@@ -176,6 +180,54 @@ def first_step_in_fresh_process() -> float:
     return float(done.stdout.split()[-1])
 
 
+def heartbeat_ratio(blocks: int = 6, steps: int = 15) -> dict[str, float]:
+    """Median step time with the heartbeat thread off (ms) and the ratios on/off and, as
+    the noise floor, off/off (two interleaved sets of blocks without it), in wall and this
+    thread's CPU time, over ``blocks`` rounds of three alternating blocks of ``steps``."""
+    from datetime import timedelta
+
+    from telemetry import stats_tracker
+    from telemetry.heartbeat import Heartbeat, StoreBoard
+
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=30))
+    batches = make_step()
+
+    def step() -> None:
+        with stats_tracker.record_timing("ppo_actor/update"):
+            record_step(stats_tracker, batches)
+        stats_tracker.export_all(reduce_group=None)
+
+    modes = ("off", "on", "off again")
+    samples: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
+    for block in range(3 * blocks):
+        mode = modes[block % 3]
+        beat = None
+        if mode == "on":
+            beat = Heartbeat(StoreBoard(store, 1, "trainer", 5.0), 0, "bench", 0.05, reader=True)
+        for i in range(steps + 1):
+            took = timed(step)
+            if i:  # the first step of a block settles the thread start
+                samples[mode].append(took)
+        if beat is not None:
+            beat.close()
+    beat = Heartbeat(StoreBoard(store, 8, "trainer", 5.0), 0, "bench", 3600.0, reader=True)
+    for rank in range(8):  # rank 0 reads back 8 ranks' beats
+        beat._board.publish(beat.progress.beat(rank, "bench"))
+    beat_cpu = timed(lambda: [beat._beat(False) for _ in range(200)])[1] / 200
+    beat.close()
+    wall = {mode: statistics.median(w for w, _ in got) for mode, got in samples.items()}
+    cpu = {mode: statistics.median(c for _, c in got) for mode, got in samples.items()}
+    return {
+        "step_ms": wall["off"] * 1e3,
+        "wall": wall["on"] / wall["off"],
+        "cpu": cpu["on"] / cpu["off"],
+        "noise_wall": wall["off again"] / wall["off"],
+        "noise_cpu": cpu["off again"] / cpu["off"],
+        "beat_cpu_us": beat_cpu * 1e6,
+    }
+
+
 def main() -> None:
     print(
         f"kernel: eager ATen (no compiler); torch {torch.__version__}; 1 thread per rank; "
@@ -210,6 +262,13 @@ def main() -> None:
         f"RSS over 200 steps after the first (median of steps 1-20 -> 181-200): "
         f"{first / 2**20:.1f} -> {last / 2**20:.1f} MiB (growth {(last - first) / 2**20:+.2f} "
         f"MiB), peak {peak / 2**20:.1f} MiB"
+    )
+    hb = heartbeat_ratio()
+    print(
+        f"heartbeat every 50 ms (TCPStore, read back), step of {hb['step_ms']:.1f} ms: on/off "
+        f"wall {hb['wall']:.3f}x, cpu {hb['cpu']:.3f}x; off/off (noise) wall "
+        f"{hb['noise_wall']:.3f}x, cpu {hb['noise_cpu']:.3f}x; one beat of rank 0 (8 ranks "
+        f"read back): {hb['beat_cpu_us']:.0f} us of its thread's CPU"
     )
 
 

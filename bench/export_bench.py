@@ -108,7 +108,7 @@ def commit_latency(label: str, endpoint: str, up: Receiver | None) -> None:
     with tempfile.TemporaryDirectory() as root:
         stats = StatsLogger(
             {"fileroot": root, "otlp": {"endpoint": endpoint, "timeout": 2.0}},
-            otlp_options={"backoff_s": 0.05, "max_backoff_s": 0.5, "spool_after_s": 0.2},
+            otlp_options={"backoff_s": 0.05, "max_backoff_s": 0.5},
         )
         latencies = []
         for step in range(COMMITS):

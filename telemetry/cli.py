@@ -1,4 +1,4 @@
-"""The ``rltel`` command: ``rltel demo``, ``rltel collector`` and ``rltel report``.
+"""The ``rltel`` command: ``rltel demo``, ``rltel collector``, ``rltel report``, ``rltel spool``.
 
 A missing library never ends a command in a traceback: ``rltel demo`` checks its sinks'
 libraries before it starts a rank, and any command whose import fails prints one line
@@ -17,6 +17,7 @@ COMMANDS = {
     "demo": "run a 2-rank RL training job through the whole pipeline",
     "collector": "run the OTLP/gRPC collector, fanning out to the sinks",
     "report": "draw figures and an HTML page from runs' TensorBoard event files",
+    "spool": "send OTLP spools left on disk to a collector (rltel spool flush DIR --endpoint)",
 }
 PYNVML_DEPRECATION = "The pynvml package is deprecated"
 DEMO_LIBRARIES = ("wandb", "swanlab", "tensorboard")
@@ -64,6 +65,10 @@ def _run(command: str, argv: list[str]) -> int:
         from telemetry.report.cli import main as report_main
 
         return report_main(argv)
+    if command == "spool":
+        from telemetry.spool_cli import main as spool_main
+
+        return spool_main(argv)
     from collector.__main__ import main as collector_main
 
     return collector_main(argv)

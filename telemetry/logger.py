@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from exporters.fanout import FanOut
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
@@ -31,6 +31,12 @@ from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, Snapshot, Step,
 from telemetry.progress import progress_line
 from telemetry.record.stats import Stats, points_from_flat
 from telemetry.record.typed_keys import points_for
+
+if TYPE_CHECKING:
+    from exporters.otlp.flush import FlushReport
+
+if TYPE_CHECKING:
+    from exporters.otlp.flush import FlushReport
 
 __all__ = ["CLOSED_METRIC", "ROLES", "STEP_METRIC", "StatsLogger"]
 
@@ -250,6 +256,40 @@ class StatsLogger:
             )
         self._last_commit_step = step
 
+    @staticmethod
+    def flush_spool(
+        config: StatsLoggerConfig | Mapping[str, Any] | str | Path | None = None,
+        directory: str | Path | None = None,
+        *,
+        endpoint: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> FlushReport:
+        """Send the OTLP spool that processes with ``config`` (as :class:`StatsLogger` takes
+        it) left behind, committing nothing: ``rltel spool flush``. See
+        :func:`exporters.otlp.flush.flush_run_spool` for the arguments; ``ConfigError``
+        names a bad key or the missing endpoint."""
+        from exporters.otlp.flush import flush_run_spool
+
+        loaded, _ = load_experiment(config)
+        return flush_run_spool(loaded, directory, endpoint=endpoint, timeout_s=timeout_s)
+
+    @staticmethod
+    def flush_spool(
+        config: StatsLoggerConfig | Mapping[str, Any] | str | Path | None = None,
+        directory: str | Path | None = None,
+        *,
+        endpoint: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> FlushReport:
+        """Send the OTLP spool that processes with ``config`` (as :class:`StatsLogger` takes
+        it) left behind, committing nothing: ``rltel spool flush``. See
+        :func:`exporters.otlp.flush.flush_run_spool` for the arguments; ``ConfigError``
+        names a bad key or the missing endpoint."""
+        from exporters.otlp.flush import flush_run_spool
+
+        loaded, _ = load_experiment(config)
+        return flush_run_spool(loaded, directory, endpoint=endpoint, timeout_s=timeout_s)
+
     def health(self) -> dict[str, Any]:
         """Each sink's queue counters (``sinks``) and, with OTLP, its sender's (``otlp``);
         nothing in a forked child (it logs nothing)."""
@@ -276,10 +316,15 @@ class StatsLogger:
         if self.otlp is not None:
             health = self.otlp.health()
             if health["spool_points"] or health["points_dropped"]:
+                from exporters.otlp import spool_root
+
                 logger.warning(
-                    "otlp: closed with %d points spooled for the next run, %d dropped",
+                    "otlp: closed with %d points spooled for the next run, %d dropped; "
+                    "to send the spool now: rltel spool flush %s --endpoint %s",
                     health["spool_points"],
                     health["points_dropped"],
+                    spool_root(self.config),
+                    self.config.otlp.endpoint,
                 )
 
 

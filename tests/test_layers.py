@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "telemetry.progress",
             "telemetry.cli",
             "telemetry.cli_args",
+            "telemetry.spool_cli",
             "telemetry.demo",
             "telemetry.report",
             "telemetry.heartbeat",

@@ -9,10 +9,14 @@ along, and the window starts at the previous snapshot. The batch is cut into req
 at most ``max_points_per_request``; a retry resumes at the first request not delivered.
 
 The :class:`~exporters.otlp.spool.Spool` is the queue's overflow (:class:`SpoolOverflow`):
-when the queue fills past half, or the endpoint stays down past ``spool_after_s``, or at
-close with the endpoint down, requests go to disk in order and are replayed from there,
-before anything queued later, once the endpoint is back (a spool left by an earlier
-process first). Beyond the spool's limit points are dropped and counted.
+from the first failed request (and whenever the queue fills past half), the snapshot in
+hand and everything queued go to disk in order, and so does each snapshot submitted while
+the endpoint stays down, so a process killed during an outage loses at most the snapshot
+it was handing over. Requests are replayed from disk, before anything queued later, once
+the endpoint is back (a spool left by an earlier process first); ``rltel spool flush``
+replays a spool without a process that commits (:mod:`exporters.otlp.flush`). At close
+the queue keeps retrying until its deadline and spools only what is left then. Beyond
+the spool's limit points are dropped and counted.
 """
 
 from __future__ import annotations
@@ -62,13 +66,12 @@ class OtlpSink(Sink, QueueHooks):
         start_unix_nano: the sender's start: health counters and running totals start here.
         backoff_s: first retry delay; doubles per failure up to ``max_backoff_s``, jittered.
         max_backoff_s: the longest delay between two attempts.
-        spool_after_s: how long failures last before queued snapshots move to the spool.
 
     ``queue_size``, ``timeout_s`` and ``max_points_per_request`` are ``otlp``'s, validated
     by its schema (:class:`~telemetry.config.OtlpConfig`).
 
     Raises:
-        ConfigError: a backoff or spool delay is out of range.
+        ConfigError: a backoff delay is out of range.
     """
 
     name = "otlp"
@@ -88,10 +91,9 @@ class OtlpSink(Sink, QueueHooks):
         start_unix_nano: int | None = None,
         backoff_s: float = 0.2,
         max_backoff_s: float = 5.0,
-        spool_after_s: float = 2.0,
     ) -> None:
-        if backoff_s <= 0 or max_backoff_s < backoff_s or spool_after_s < 0:
-            raise ConfigError("otlp: need 0 < backoff_s <= max_backoff_s and spool_after_s >= 0")
+        if backoff_s <= 0 or max_backoff_s < backoff_s:
+            raise ConfigError("otlp: need 0 < backoff_s <= max_backoff_s")
         # One call sends every request of a snapshot; a request starts only while a whole
         # request deadline still fits in the call's (see export).
         self.delivery = Delivery(
@@ -100,7 +102,7 @@ class OtlpSink(Sink, QueueHooks):
             backoff_s=backoff_s,
             max_backoff_s=max_backoff_s,
             jitter=True,
-            spill_after_s=spool_after_s,
+            spill_after_s=0.0,  # the spool takes over from the first failed request
         )
         self.timeout_s = timeout_s
         self.max_points = max_points_per_request
@@ -109,7 +111,12 @@ class OtlpSink(Sink, QueueHooks):
         self.cumulative = cumulative
         self.start_unix_nano = time.time_ns() if start_unix_nano is None else start_unix_nano
         self.sender = OtlpSender(
-            endpoint, insecure=insecure, tls=tls, headers=headers, timeout_s=timeout_s
+            endpoint,
+            insecure=insecure,
+            tls=tls,
+            headers=headers,
+            timeout_s=timeout_s,
+            down_hint=down_hint(endpoint, spool),
         )
         self._lock = threading.Lock()
         self._pending: tuple[Snapshot, list[Batch]] | None = None  # requests not yet sent
@@ -249,6 +256,19 @@ class OtlpSink(Sink, QueueHooks):
                 point = replace(point, value=total / count if count else 0.0, count=count)
             points.append(point)
         return replace(snapshot, points=tuple(points)), skipped
+
+
+def down_hint(endpoint: str, spool: Spool | None) -> str:
+    """What the first failed request of an outage logs: where the data goes meanwhile, and
+    the command that sends a spool left behind by a process that ended before the endpoint
+    came back."""
+    if spool is None:
+        return "retrying; without a spool an outage longer than the queue loses data"
+    where = spool.directory
+    return (
+        f"spooling to {where} and retrying; if this process ends before it is back, "
+        f"send the spool with: rltel spool flush {where} --endpoint {endpoint}"
+    )
 
 
 class SpoolOverflow(Overflow):

@@ -9,6 +9,7 @@ points counted; the spool never grows past its limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from exporters.otlp.streak import Streak
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce, Step
 from telemetry.otlp.encode import Batch, plain_attribute
 
@@ -53,6 +55,8 @@ class Spool:
         self.dropped_points = 0
         self.dropped_batches = 0
         self._next_seq = 0
+        self._full = Streak()  # appends refused for the byte limit, in a row
+        self._unwritable = Streak()  # appends whose write failed (a full disk), in a row
         for path in sorted(self.directory.glob("*.json")):
             seq, points = _parse_name(path)
             if seq is None:
@@ -82,33 +86,71 @@ class Spool:
             return self._points
 
     def append(self, batch: Batch) -> bool:
-        """Write ``batch`` at the tail; False (points counted as dropped) when over the limit."""
+        """Write ``batch`` at the tail; False (points counted as dropped) when over the limit
+        or when the write fails (a full disk). Either is logged once when it starts and once
+        when an append succeeds again, with what it dropped."""
         data = batch_to_json(batch).encode()
         with self._lock:
-            if self._bytes + len(data) > self.limit_bytes:
-                self.dropped_points += batch.num_points
-                self.dropped_batches += 1
-                return False
+            full = self._bytes + len(data) > self.limit_bytes
             seq = self._next_seq
-            self._next_seq += 1
+            self._next_seq += not full
+        if full:
+            self._drop(batch, self._full)
+            if self._full.failed(batch.num_points):
+                logger.warning(
+                    "otlp spool: %s is at its limit of %d bytes (otlp.spool_limit_bytes); "
+                    "new batches are dropped and counted in points_dropped",
+                    self.directory,
+                    self.limit_bytes,
+                )
+            return False
         path = self.directory / f"{seq:012d}-{batch.num_points}.json"
         tmp = path.with_suffix(".tmp")
         try:
             tmp.write_bytes(data)
             os.replace(tmp, path)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            logger.warning("otlp spool: cannot write %s: %s", path, exc)
-            with self._lock:
-                self.dropped_points += batch.num_points
-                self.dropped_batches += 1
+            _remove(tmp)
+            self._drop(batch, self._unwritable)
+            if self._unwritable.failed(batch.num_points):
+                logger.warning(
+                    "otlp spool: cannot write %s: %s; batches are dropped and counted in "
+                    "points_dropped until a write succeeds",
+                    path,
+                    exc,
+                )
             return False
         with self._lock:
             self._entries.append((path, len(data), batch.num_points))
             self._bytes += len(data)
             self._points += batch.num_points
             self.spooled_points += batch.num_points
+        self._recovered()
         return True
+
+    def _drop(self, batch: Batch, cause: Streak) -> None:
+        with self._lock:
+            self.dropped_points += batch.num_points
+            self.dropped_batches += 1
+        other = self._unwritable if cause is self._full else self._full
+        self._log_end(other)
+
+    def _recovered(self) -> None:
+        self._log_end(self._full)
+        self._log_end(self._unwritable)
+
+    def _log_end(self, streak: Streak) -> None:
+        end = streak.succeeded()
+        if end is not None:
+            now = "has room again" if streak is self._full else "takes writes again"
+            logger.warning(
+                "otlp spool: %s %s; %d batches (%d points) were dropped meanwhile%s",
+                self.directory,
+                now,
+                end.failures,
+                end.points,
+                end.over(),
+            )
 
     def peek(self) -> Batch | None:
         """The oldest batch, or None when empty; unreadable entries are dropped and counted."""
@@ -134,6 +176,12 @@ class Spool:
             path, size, points = self._entries.popleft()
             self._bytes -= size
             self._points -= points
+        path.unlink(missing_ok=True)
+
+
+def _remove(path: Path) -> None:
+    """Remove a torn temporary file if possible (a later start removes what is left)."""
+    with contextlib.suppress(OSError):
         path.unlink(missing_ok=True)
 
 

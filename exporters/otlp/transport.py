@@ -27,6 +27,7 @@ from exporters.otlp.grpc_exporter import (
     channel_credentials,
     silence_exporter_log_on,
 )
+from exporters.otlp.streak import Streak
 from telemetry.config import OtlpTlsConfig
 from telemetry.model.snapshot import Histogram
 from telemetry.otlp.encode import Batch, encode_batch
@@ -80,6 +81,8 @@ class OtlpSender:
         tls: ``otlp.tls``: the CA and client cert/key files of a TLS channel.
         headers: gRPC metadata sent with every request (never logged).
         timeout_s: deadline of one request.
+        down_hint: what the warning at the first failed request of an outage adds (what
+            happens to the data meanwhile); the outage's end is logged with its count.
     """
 
     def __init__(
@@ -90,7 +93,10 @@ class OtlpSender:
         tls: OtlpTlsConfig | None = None,
         headers: dict | None = None,
         timeout_s: float = 10.0,
+        down_hint: str = "retrying",
     ) -> None:
+        self.endpoint = endpoint
+        self.down_hint = down_hint
         self._recorder = StatusRecorder()
         self._exporter = RecordingExporter(
             self._recorder,
@@ -107,7 +113,9 @@ class OtlpSender:
         self._latency = LatencyWindow()  # latencies since the last take_latency()
         self.last_latency_s: float | None = None
         self.retry_after_s: float | None = None  # the server's pushback after a FAILURE
-        self._failing = False
+        self.last_failure: str | None = None  # the status name of the last FAILURE
+        self._outage = Streak()  # failed requests since the last delivered one
+        self._refusals = Streak()  # requests dropped for good since the last delivered one
         self._auth_logged_at: float | None = None
         self._closed = False
 
@@ -135,9 +143,7 @@ class OtlpSender:
         try:
             result = self._exporter.export(encode_batch(batch))
         except Exception as exc:  # encoding or exporter bug: retrying cannot help
-            logger.warning("otlp: dropping %d points: %s", batch.num_points, exc)
-            self._bump("points_failed", batch.num_points)
-            return ExportResult.PERMANENT_FAILURE
+            return self._refused(batch, f"cannot send: {exc}")
         if result is MetricExportResult.SUCCESS:
             latency = time.monotonic() - start
             with self._lock:
@@ -145,23 +151,50 @@ class OtlpSender:
                 self._counts["requests_exported"] += 1
                 self._latency.add(latency)
                 self.last_latency_s = latency
-            if self._failing:
-                logger.warning("otlp: collector reachable again, delivering backlog")
-            self._failing = False
+            ended = self._outage.succeeded()
+            if ended is not None:
+                logger.warning(
+                    "otlp: %s takes requests again after %d failed attempts%s",
+                    self.endpoint,
+                    ended.failures,
+                    ended.over(),
+                )
+            ended = self._refusals.succeeded()
+            if ended is not None:
+                logger.warning(
+                    "otlp: %s takes requests again; %d requests (%d points) were dropped before%s",
+                    self.endpoint,
+                    ended.failures,
+                    ended.points,
+                    ended.over(),
+                )
             self._auth_logged_at = None
             return ExportResult.SUCCESS
         code = self._recorder.code
         if self._closed or code in AUTH_CODES or code in RETRYABLE_CODES:
             self.retry_after_s = self._recorder.retry_after_s
             self._bump("retries", 1)
+            first = self._outage.failed(batch.num_points)
+            name = code.name if code is not None else "closed"
+            self.last_failure = name
             if code in AUTH_CODES:
                 self._log_auth(code)
-            elif not self._failing and not self._closed:
-                logger.warning("otlp: export failed (%s); retrying, then spooling", code)
-            self._failing = True
+            elif first and not self._closed:
+                logger.warning(
+                    "otlp: export to %s failed (%s); %s", self.endpoint, name, self.down_hint
+                )
             return ExportResult.FAILURE
-        logger.warning("otlp: export rejected (%s); dropping %d points", code, batch.num_points)
+        return self._refused(batch, f"export rejected ({code.name if code else 'no status'})")
+
+    def _refused(self, batch: Batch, why: str) -> ExportResult:
+        """Count a request dropped for good; log the first of a run of them."""
         self._bump("points_failed", batch.num_points)
+        if self._refusals.failed(batch.num_points):
+            logger.warning(
+                "otlp: %s; dropping %d points (further drops counted in points_failed)",
+                why,
+                batch.num_points,
+            )
         return ExportResult.PERMANENT_FAILURE
 
     def _log_auth(self, code: grpc.StatusCode) -> None:

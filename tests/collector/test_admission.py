@@ -145,7 +145,7 @@ def test_sustained_overload_every_ok_reaches_the_sink_every_refusal_is_retryable
 def test_otlp_sink_with_spool_loses_nothing_through_an_overloaded_collector(tmp_path):
     slow = SlowSink(0.01)
     server = serve([slow], {"queue_size": 2, "retry_after_s": 0.05})  # senders honour it
-    fast = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05, "timeout_s": 5.0}
+    fast = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 5.0}
 
     def sender(i: int):
         spool = Spool(tmp_path / f"spool{i}", limit_bytes=10**8)

@@ -22,7 +22,7 @@ from telemetry.record.stats import Stats
 from tests.distributed import run_ranks
 from tests.telemetry.otlp_receiver import Receiver, metrics_of, resource_of, step_of
 
-FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05}
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05}
 DELTA, CUMULATIVE = 1, 2
 
 
@@ -213,7 +213,7 @@ import sys, time
 from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 stats = StatsLogger(
     {"fileroot": sys.argv[1], "otlp": {"endpoint": sys.argv[2]}},
-    otlp_options={"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05},
+    otlp_options={"backoff_s": 0.01, "max_backoff_s": 0.05},
 )
 for step in range(20):
     stats.commit(0, step, step, {"x": float(step)})

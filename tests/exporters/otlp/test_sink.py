@@ -19,7 +19,7 @@ from telemetry.config import OtlpConfig, StatsLoggerConfig
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.distributed import free_port
 
-FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05, "timeout_s": 2.0}
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 2.0}
 USER = 3  # user points per snapshot
 WIRE = USER + HEALTH_POINTS
 STEPS = 60

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -211,3 +212,44 @@ def test_an_unknown_point_kind_is_refused(kind):
     text = FORMAT_1_ENTRY.replace('"kind":"gauge"', f'"kind":"{kind}"')
     with pytest.raises(ValueError, match="unknown point kind"):
         batch_from_json(text)
+
+
+def warnings_of(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_full_disk_is_logged_once_when_writes_fail_and_once_when_they_work_again(tiny_fs, caplog):
+    spool = Spool(tiny_fs / "spool", limit_bytes=10**9)
+    step = 0
+    while spool.append(batch(step, n=200)):  # until the 2 MiB filesystem is full
+        step += 1
+    for more in range(1, 30):
+        assert not spool.append(batch(step + more, n=200))
+    assert spool.dropped_batches == 30 and spool.dropped_points == 30 * 200
+    failed = warnings_of(caplog)
+    assert len(failed) == 1 and "cannot write" in failed[0] and "No space left" in failed[0]
+    for _ in range(3):
+        spool.pop()  # delivered: room on disk again
+    assert spool.append(batch(1000, n=200))
+    recovered = warnings_of(caplog)[1:]
+    assert recovered == [
+        f"otlp spool: {spool.directory} takes writes again; 30 batches "
+        "(6000 points) were dropped meanwhile"
+    ]
+    assert not list(spool.directory.glob("*.tmp"))  # no torn entry left behind
+
+
+def test_the_byte_limit_is_logged_once_when_reached_and_once_when_there_is_room(tmp_path, caplog):
+    first, second = (len(batch_to_json(batch(step)).encode()) for step in (0, 1))
+    limit = first + second + first // 2  # two batches fit, a third does not
+    spool = Spool(tmp_path, limit_bytes=limit)
+    assert spool.append(batch(0)) and spool.append(batch(1))
+    for step in range(2, 12):
+        assert not spool.append(batch(step))
+    (full,) = warnings_of(caplog)
+    assert f"limit of {limit} bytes" in full and "otlp.spool_limit_bytes" in full
+    spool.pop()
+    assert spool.append(batch(12))
+    assert warnings_of(caplog)[1:] == [
+        f"otlp spool: {tmp_path} has room again; 10 batches (30 points) were dropped meanwhile"
+    ]

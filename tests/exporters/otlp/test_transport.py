@@ -13,13 +13,16 @@ import time
 import grpc
 import pytest
 
+from exporters.base import ExportResult
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool, batch_to_json
+from exporters.otlp.transport import OtlpSender
 from exporters.queued import QueuedSink
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.otlp.encode import Batch
 from tests.telemetry.otlp_receiver import Receiver, metrics_of, point_count, step_of
 
-FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "spool_after_s": 0.05, "timeout_s": 2.0}
+FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 2.0}
 WIRE = 3 + HEALTH_POINTS  # points per request of batch(step): 3 gauges, the sender's health
 
 
@@ -332,3 +335,31 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
     health = transport.health()
     assert health["points_exported"] == 30 * WIRE and health["points_dropped"] == 0
     assert len(spool) == 0
+
+
+def test_an_outage_and_a_run_of_refusals_are_each_logged_when_they_start_and_end(caplog):
+    caplog.set_level(logging.INFO, logger="exporters.otlp")
+    receiver = Receiver()  # down
+    sender = OtlpSender(receiver.endpoint, timeout_s=2.0)
+    request = Batch(batch(0), 0, 1, False)  # 3 points
+    try:
+        for _ in range(20):
+            assert sender.send(request) is ExportResult.FAILURE
+        with receiver:
+            receiver.fail_with(grpc.StatusCode.INVALID_ARGUMENT, 5)
+            for _ in range(5):
+                assert sender.send(request) is ExportResult.PERMANENT_FAILURE
+            assert sender.send(request) is ExportResult.SUCCESS
+            assert sender.send(request) is ExportResult.SUCCESS
+    finally:
+        sender.close()
+    endpoint = receiver.endpoint
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("exporters.otlp")]
+    assert ours == [
+        f"otlp: export to {endpoint} failed (UNAVAILABLE); retrying",
+        "otlp: export rejected (INVALID_ARGUMENT); dropping 3 points "
+        "(further drops counted in points_failed)",
+        f"otlp: {endpoint} takes requests again after 20 failed attempts",
+        f"otlp: {endpoint} takes requests again; 5 requests (15 points) were dropped before",
+    ]
+    assert sender.counts()["retries"] == 20 and sender.counts()["points_failed"] == 15

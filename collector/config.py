@@ -167,6 +167,8 @@ class CollectorConsoleConfig(ConsoleConfig):
 
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 COLLECTOR_LABEL, CLUSTER_LABEL = "collector", "cluster"
+COLLECTOR_JOB = "rltel-collector"
+"""The ``job`` of the collector's own series (its scrape job; remote write uses it too)."""
 
 
 @dataclass(frozen=True, config=SCHEMA)
@@ -180,11 +182,22 @@ class RemoteWriteConfig:
         cluster: the ``cluster`` external label.
         external_labels: further labels added to every series (a series' own label wins).
         timeout_s: one HTTP request's timeout.
-        interval_s: every live series is written again this often (the scrape interval a
-            scraping Prometheus would use), so unchanged series stay current.
-        max_pending_samples: samples kept for the receiver while it is unreachable; past
-            it the oldest are dropped and counted.
+        interval_s: series not written for this long are written again at the current
+            time (the scrape interval a scraping Prometheus would use), so unchanged series
+            stay current; the collector's own metrics are written this often.
+        max_pending_samples: the one bound on what waits for the receiver (an outage's
+            backlog; the batch being sent comes on top); past it the oldest writes are
+            dropped, logged once and counted, and every series' current total is written
+            again. A trainer step of 632 samples (40 masked stats with 8 buckets, 70
+            scalars and counters) a second fills the default in 791 s (about 80 MiB).
         max_batch_samples: samples per HTTP request at most (backlog sent in batches).
+        max_sample_age_s: a write older than this when its turn comes is dropped and
+            counted (``too_old``) instead of sent: receivers refuse samples past their
+            accepted age, and the whole request with them (Prometheus: 1 h behind its
+            newest sample; Mimir and Thanos Receive: their out-of-order window).
+        self_metrics: also write the collector's own metrics (``rltel_collector_*``, the
+            sink's counters and ``up``, as ``job="rltel-collector"``), so dashboards and
+            alerts run on the shared store alone.
         series_limit, expire_seconds: as in the ``prometheus`` section.
     """
 
@@ -197,6 +210,8 @@ class RemoteWriteConfig:
     interval_s: StrictFloat = Field(default=15.0, gt=0)
     max_pending_samples: StrictInt = Field(default=500_000, ge=1)
     max_batch_samples: StrictInt = Field(default=10_000, ge=1)
+    max_sample_age_s: StrictFloat = Field(default=3000.0, gt=0)
+    self_metrics: StrictBool = True
     series_limit: StrictInt = Field(default=2000, ge=1)
     expire_seconds: StrictFloat = Field(default=600.0, gt=0)
 

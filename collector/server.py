@@ -49,6 +49,8 @@ from collector.scrape import PipelineDeliver, Scraper
 from collector.selfmetrics import FAMILIES, SelfMetrics
 from collector.sinks import RunSinkFactory, shared_sinks
 from exporters.prometheus import PrometheusSink
+from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
+from exporters.remote_write import RemoteWriteSink
 from telemetry.cli_args import port_in_use
 from telemetry.model.errors import ConfigError
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
@@ -125,6 +127,12 @@ class CollectorServer:
             self.scraper = Scraper(config.scrape, PipelineDeliver(pipeline))
             if self.prometheus is not None:
                 self.prometheus.register(self.scraper.health, SCRAPE_FAMILIES)
+        for sink in (queued.sink for queued in pipeline.shared.queued):
+            if isinstance(sink, RemoteWriteSink):  # its counters on /metrics, its state on
+                sink.add_source(self.self_metrics())  # /healthz; our metrics remote-written
+                if self.prometheus is not None:
+                    self.prometheus.register(sink.health, REMOTE_WRITE_FAMILIES)
+                    self.prometheus.add_check(sink.health.problem)
 
     @property
     def endpoint(self) -> str:

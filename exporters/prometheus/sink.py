@@ -1,7 +1,9 @@
 """The Prometheus sink: a custom collector on its own registry, served over HTTP.
 
 ``GET /metrics`` answers in the Prometheus text format, or in OpenMetrics 1.0 when the
-``Accept`` header asks for it (gzip when accepted); ``GET /healthz`` answers ``ok``.
+``Accept`` header asks for it (gzip when accepted); ``GET /healthz`` answers ``ok``, or
+``degraded:`` and one line per problem that a check (:meth:`PrometheusSink.add_check`)
+reports (still 200: the process serves; a restart would lose what a degraded sink holds).
 OpenMetrics forbids ``_sum`` on histograms with negative bucket bounds, so that format
 omits ``_count``/``_sum`` of those series (``_bucket{le="+Inf"}`` still gives the count);
 the text format always has them.
@@ -83,6 +85,7 @@ class PrometheusSink(Sink):
         self.registry.register(_SinkCollector(self))
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._checks: list[Callable[[], str | None]] = []
         if serve:
             self._serve()
 
@@ -108,6 +111,17 @@ class PrometheusSink(Sink):
             with self._lock:
                 self._store.reserve(dict(names))
         self.registry.register(collector)
+
+    def add_check(self, check: Callable[[], str | None]) -> None:
+        """Report ``check()``'s problem, when it returns one, on ``/healthz``."""
+        self._checks.append(check)
+
+    def health(self) -> bytes:
+        """The ``/healthz`` body: ``ok``, or ``degraded:`` and the checks' problems."""
+        problems = [problem for problem in (check() for check in self._checks) if problem]
+        if not problems:
+            return b"ok\n"
+        return "\n".join(["degraded:", *problems, ""]).encode()
 
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
         """Fold ``snapshot`` into the exposed series; never raises (closed: PERMANENT)."""
@@ -255,7 +269,7 @@ def _handler(sink: PrometheusSink) -> type[BaseHTTPRequestHandler]:
                 return
             path = self.path.split("?", 1)[0]
             if path == "/healthz":
-                self._reply(200, b"ok\n", "text/plain; charset=utf-8")
+                self._reply(200, sink.health(), "text/plain; charset=utf-8")
             elif path in ("/metrics", "/"):
                 try:
                     body, content_type = sink.render(self.headers.get("Accept", ""))

@@ -2,6 +2,7 @@
 
 from collector.config import RemoteWriteConfig
 from exporters.registry import SinkFactory
+from exporters.remote_write.health import FAMILIES
 from exporters.remote_write.sink import RemoteWriteSink
 
 FACTORY = SinkFactory(
@@ -12,4 +13,4 @@ FACTORY = SinkFactory(
     shared=True,
 )
 
-__all__ = ["FACTORY", "RemoteWriteConfig", "RemoteWriteSink"]
+__all__ = ["FACTORY", "FAMILIES", "RemoteWriteConfig", "RemoteWriteSink"]

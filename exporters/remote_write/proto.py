@@ -48,19 +48,19 @@ WriteRequest = message_factory.GetMessageClass(
     _POOL.FindMessageTypeByName("prometheus.WriteRequest")
 )
 
-Series = tuple[Sequence[tuple[str, str]], float]
-"""One sample: its labels (``__name__`` included, sorted by name) and its value."""
+Sample = tuple[Sequence[tuple[str, str]], float, int]
+"""One sample: its labels (``__name__`` included, sorted by name), value and timestamp (ms)."""
 
 
-def encode(series: Iterable[Series], timestamp_ms: int) -> tuple[bytes, int]:
-    """A serialized WriteRequest of one sample per series at ``timestamp_ms``, and its size.
+def encode(samples: Iterable[Sample]) -> tuple[bytes, int]:
+    """A serialized WriteRequest of one time series per sample, and its number of samples.
 
     Returns:
         ``(bytes, number of samples)``.
     """
     request = WriteRequest()
     n = 0
-    for labels, value in series:
+    for labels, value, timestamp_ms in samples:
         ts = request.timeseries.add()
         for name, text in labels:
             ts.labels.add(name=name, value=text)

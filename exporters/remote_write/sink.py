@@ -1,17 +1,25 @@
 """The remote-write sink: the Prometheus sink's series, pushed to a remote-write receiver.
 
 Each snapshot is folded into a :class:`~exporters.prometheus.store.SeriesStore` (the same
-names, labels and histogram companions as the exposition), and the series it touched are
-written with one sample each, timestamped at export (strictly increasing per sink, so a
-receiver never sees two values of a series at one millisecond). A refresher thread writes
-every live series each ``interval_s``, as a scrape would, so unchanged series stay current.
+names, labels and cumulative histograms as the exposition), and the series it touched are
+encoded with their cumulative values at the snapshot's commit time
+(:class:`~exporters.remote_write.timeline.Timeline`: in order per series). ``export``
+returns once the write is in the backlog; a sender thread delivers the backlog in order,
+in batches, so an outage delays samples without changing their timestamps, and the
+collector's queue in front of this sink never fills because of the receiver.
 
-Writes wait in a backlog bounded by ``max_pending_samples`` (oldest dropped and counted)
-and are sent in order, in batches: 2xx delivers, 429/5xx/connection errors are retried with
-backoff within the export's deadline (while the receiver stays down, once per call, so
-snapshots move into the backlog) and again on the next export or refresh; other 4xx are
-dropped as permanent. ``export`` answers FAILURE while its write is not delivered; the
-fan-out retries it (the snapshot is folded in once). ``shutdown`` drains with a deadline.
+The backlog is the one bound: ``max_pending_samples`` waiting (the batch being sent, at
+most ``max_batch_samples``, comes on top); past it the oldest writes are dropped. 429, 5xx
+and connection errors are retried with backoff, the same batch until it is delivered;
+another 4xx drops the batch; a write older than ``max_sample_age_s`` when its turn comes is
+dropped unsent (a receiver refuses the whole request for one sample past its accepted age).
+Every drop is counted and makes the next refresh write every series' current total, so
+cumulative series re-converge.
+
+A refresher thread writes, every ``interval_s``, the series idle for that long (as a scrape
+would, so unchanged series stay current), and the collector's own metrics (its sources:
+the sink's counters, ``up``, and what the server adds with :meth:`add_source`).
+``shutdown`` drains with a deadline and counts what is left.
 """
 
 from __future__ import annotations
@@ -21,37 +29,48 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 
-from collector.config import CLUSTER_LABEL, COLLECTOR_LABEL, RemoteWriteConfig
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from collector.config import CLUSTER_LABEL, COLLECTOR_JOB, COLLECTOR_LABEL, RemoteWriteConfig
 from exporters.base import ExportResult, Sink
 from exporters.prometheus.store import SeriesStore
 from exporters.remote_write import client, proto
+from exporters.remote_write.health import DOWN, LinkHealth
+from exporters.remote_write.timeline import Timeline
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
 BACKOFF_S, MAX_BACKOFF_S = 0.1, 2.0
-DEADLINE_SHARE = 0.8  # of an export's timeout: the rest is margin before the fan-out abandons it
+DEADLINE_SHARE = 0.8  # of a flush's timeout: the rest is margin before the queue abandons it
+RESENT = "re-sent as current totals by the next refresh"
 
 
 class _Write:
-    """One encoded write waiting in the backlog (compared by identity)."""
+    """One encoded write waiting in the backlog."""
 
-    __slots__ = ("payload", "samples")
+    __slots__ = ("newest_ms", "payload", "samples")
 
-    def __init__(self, payload: bytes, samples: int) -> None:
-        self.payload, self.samples = payload, samples
+    def __init__(self, payload: bytes, samples: int, newest_ms: int) -> None:
+        self.payload, self.samples, self.newest_ms = payload, samples, newest_ms
 
 
 class RemoteWriteSink(Sink):
     """Writes the collector's series to a Prometheus remote-write endpoint.
 
     Args:
-        config: an enabled ``remote_write`` section (its schema requires ``url`` then): url,
-            external labels, timeouts, backlog bound, refresh interval.
+        config: an enabled ``remote_write`` section (its schema requires ``url`` then).
         clock: monotonic seconds (series expiry).
-        wall: Unix seconds (sample timestamps).
+        wall: Unix seconds (timestamps of snapshots without one, refreshes, sample age).
+        summary_s: seconds between two log summaries while the receiver is degraded.
+
+    Attributes:
+        health: the sample counters and link state (:meth:`LinkHealth.collect` gives the
+            ``rltel_collector_remote_write_*`` families, :meth:`LinkHealth.problem` the
+            ``/healthz`` line).
     """
 
     name = "remote_write"
@@ -62,6 +81,7 @@ class RemoteWriteSink(Sink):
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        summary_s: float = 60.0,
     ) -> None:
         self.config = config
         self._wall = wall
@@ -72,152 +92,231 @@ class RemoteWriteSink(Sink):
             **config.external_labels,
         }
         self.external_labels = dict(sorted(external.items()))
-        self._store_lock = threading.Lock()  # store, backlog, counters: never held for I/O
-        self._send_lock = threading.Lock()  # one sender at a time, in backlog order
+        self._own_labels = {"job": COLLECTOR_JOB, "instance": external[COLLECTOR_LABEL]}
+        self._timeline = Timeline(self.external_labels)
+        self._lock = threading.Lock()  # store, timeline, backlog: never held for I/O
+        self._cond = threading.Condition(self._lock)
         self._backlog: deque[_Write] = deque()
-        self._pending = 0
-        self._last_ms = 0
-        self._applied: Snapshot | None = None
-        self._down = False  # the last POST failed retryably: try once per call, no backoff
-        self.dropped_samples = self.rejected_samples = self.retries = 0
+        self._pending = 0  # samples in the backlog and in the batch being sent
+        self._sending = 0  # samples of the batch being sent
+        self._resync = False
+        self.health = LinkHealth(config.url or "", lambda: self._pending, summary_s)
+        self._sources: list[Collector] = [self.health, _Up()] if config.self_metrics else []
         self._closed = False
+        self._drain_until: float | None = None  # set by shutdown: the sender's deadline
+        self._abandoned = False  # shutdown counted what was left; the sender must not
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._refresh_loop, name="rltel-remote-write", daemon=True
+        self._sender = threading.Thread(
+            target=self._send_loop, name="rltel-remote-write-send", daemon=True
         )
-        self._thread.start()
+        self._refresher = threading.Thread(
+            target=self._refresh_loop, name="rltel-remote-write-refresh", daemon=True
+        )
+        self._sender.start()
+        self._refresher.start()
+
+    def add_source(self, source: Collector) -> None:
+        """Write ``source``'s families every ``interval_s`` too (``job="rltel-collector"``,
+        ``instance`` the collector label), when ``self_metrics`` is on."""
+        if self.config.self_metrics:
+            self._sources.append(source)
 
     # -- sink contract -----------------------------------------------------------------
 
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
-        """Fold ``snapshot`` in (once, also when retried) and write the series it touched."""
-        deadline = time.monotonic() + timeout_s * DEADLINE_SHARE
+        """Fold ``snapshot`` in and queue the series it touched at its commit time."""
+        del timeout_s
         if self._closed:
             return ExportResult.PERMANENT_FAILURE
-        with self._store_lock:
-            if snapshot is not self._applied:
-                since = self._store.clock()
-                try:
-                    self._store.apply(snapshot)
-                except Exception as exc:  # a malformed snapshot cannot succeed on retry
-                    logger.warning("remote_write sink: snapshot rejected: %s", exc)
-                    return ExportResult.PERMANENT_FAILURE
-                self._applied = snapshot
-                self._enqueue(self._store.collect(since))
-        return self._send(deadline)
+        at_ms = snapshot.time_unix_nano // 1_000_000 or int(self._wall() * 1000)
+        with self._lock:
+            since = self._store.clock()
+            try:
+                self._store.apply(snapshot)
+            except Exception as exc:  # a malformed snapshot cannot succeed on retry
+                logger.warning("remote_write sink: snapshot rejected: %s", exc)
+                return ExportResult.PERMANENT_FAILURE
+            self._enqueue(self._timeline.stamp(self._store.collect(since), at_ms))
+        return ExportResult.SUCCESS
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
-        """Send the backlog; True when nothing is left."""
-        return self._send(time.monotonic() + timeout_s) is ExportResult.SUCCESS
+        """True once everything given so far is delivered (or dropped).
+
+        Waits at most ``DEADLINE_SHARE`` of ``timeout_s``, and not at all while the receiver
+        is down: the queue in front flushes after exports (the durable queue
+        acknowledges its journal so, keeping what is undelivered on disk), and an outage
+        must not hold it up.
+        """
+        with self._cond:
+            self._cond.wait_for(
+                lambda: not self._pending or self.health.state == DOWN, timeout_s * DEADLINE_SHARE
+            )
+            return not self._pending
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Stop refreshing, send the backlog until ``timeout_s``, drop what is left."""
+        """Stop refreshing, send the backlog until ``timeout_s``, drop and count the rest."""
         if self._closed:
             return
         self._closed = True
         deadline = time.monotonic() + timeout_s
         self._stop.set()
-        self._send(deadline)
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-        with self._store_lock:
-            if self._pending:
-                logger.warning(
-                    "remote_write sink: %d samples undelivered at shutdown", self._pending
-                )
-            self.dropped_samples += self._pending
+        with self._cond:
+            self._drain_until = deadline
+            self._cond.notify_all()
+        self._sender.join(max(0.0, deadline - time.monotonic()))
+        self._refresher.join(max(0.0, deadline - time.monotonic()))
+        with self._cond:
+            left, self._pending = self._pending, 0
+            self._abandoned = True
             self._backlog.clear()
-            self._pending = 0
+            self._cond.notify_all()
+        if left:
+            self.health.dropped("shutdown", left, "undelivered at shutdown")
 
     @property
     def pending_samples(self) -> int:
         """Samples waiting for the receiver."""
-        with self._store_lock:
-            return self._pending
+        return self._pending
 
     # -- backlog -----------------------------------------------------------------------
 
-    def _enqueue(self, families: Iterable) -> None:
-        """Encode the samples of ``families`` as one write; called under the store lock."""
-        now_ms = max(int(self._wall() * 1000), self._last_ms + 1)
-        payload, n = proto.encode(self._series(families), now_ms)
-        if not n:
+    def _enqueue(self, samples: list[proto.Sample]) -> None:
+        """Encode ``samples`` as one write at the backlog's tail; called under the lock."""
+        late = self._timeline.late
+        if late:
+            self._timeline.late = 0
+            self.health.late(late)
+        if not samples:
             return
-        self._last_ms = now_ms
-        self._backlog.append(_Write(payload, n))
+        payload, n = proto.encode(samples)
+        self._backlog.append(_Write(payload, n, max(ts for _, _, ts in samples)))
         self._pending += n
-        while self._pending > self.config.max_pending_samples and len(self._backlog) > 1:
-            dropped = self._backlog.popleft()
-            self._pending -= dropped.samples
-            self.dropped_samples += dropped.samples
-            if self.dropped_samples == dropped.samples:
-                logger.warning("remote_write sink: backlog full, oldest samples dropped (counted)")
+        dropped = 0
+        bound = self.config.max_pending_samples + self._sending
+        while self._pending > bound and len(self._backlog) > 1:
+            oldest = self._backlog.popleft().samples
+            self._pending -= oldest
+            dropped += oldest
+        if dropped:
+            self._resync = True
+            self.health.dropped(
+                "backlog_full",
+                dropped,
+                f"backlog full (max_pending_samples={self.config.max_pending_samples}): "
+                f"oldest writes dropped; {RESENT}",
+            )
+        self._cond.notify_all()
 
-    def _series(self, families: Iterable) -> Iterator[proto.Series]:
-        external = self.external_labels
-        for family in families:
-            for sample in family.samples:
-                labels = {**external, **sample.labels, "__name__": sample.name}
-                yield sorted(labels.items()), float(sample.value)
+    def _take(self) -> list[_Write]:
+        """The next batch, taken off the backlog (too old writes dropped); under the lock."""
+        oldest_ms = int(self._wall() * 1000) - int(self.config.max_sample_age_s * 1000)
+        batch, samples, too_old = [], 0, 0
+        while self._backlog:
+            write = self._backlog[0]
+            if write.newest_ms < oldest_ms:
+                too_old += self._backlog.popleft().samples
+                continue
+            if batch and samples + write.samples > self.config.max_batch_samples:
+                break
+            batch.append(self._backlog.popleft())
+            samples += write.samples
+        self._sending = samples
+        if too_old:
+            self._pending -= too_old
+            self._resync = True
+            self.health.dropped(
+                "too_old",
+                too_old,
+                f"older than max_sample_age_s={self.config.max_sample_age_s:g} "
+                f"(the receiver would refuse them); {RESENT}",
+            )
+            self._cond.notify_all()
+        return batch
 
-    def _send(self, deadline: float, wait: bool = True) -> ExportResult:
-        """Send the backlog in order until it is empty, refused or the deadline passes."""
-        timeout = max(0.0, deadline - time.monotonic()) if wait else 0.0
-        if not self._send_lock.acquire(timeout=timeout):
-            return ExportResult.FAILURE
+    def _done(self, samples: int, resync: bool) -> bool:
+        """The batch of ``samples`` left: sent, or refused (``resync``); False when shutdown
+        gave it up first."""
+        with self._cond:
+            if self._abandoned:
+                return False
+            self._pending -= samples
+            self._sending = 0
+            self._resync = self._resync or resync
+            self._cond.notify_all()
+            return True
+
+    # -- sender ------------------------------------------------------------------------
+
+    def _send_loop(self) -> None:
         try:
-            return self._send_locked(deadline)
-        finally:
-            self._send_lock.release()
+            self._send_all()
+        except Exception:  # a bug of ours: log it; shutdown counts what is left
+            logger.exception("remote_write sink: sender failed")
 
-    def _send_locked(self, deadline: float) -> ExportResult:
-        delay, result, was_down = BACKOFF_S, ExportResult.SUCCESS, self._down
+    def _send_all(self) -> None:
+        batch: list[_Write] = []
+        delay = BACKOFF_S
         while True:
-            with self._store_lock:
-                batch, samples = [], 0
-                for write in self._backlog:
-                    if batch and samples + write.samples > self.config.max_batch_samples:
+            with self._cond:
+                if self._abandoned:
+                    return
+                while not batch:
+                    batch = self._take()
+                    if batch:
                         break
-                    batch.append(write)
-                    samples += write.samples
-            if not batch:
-                return result
-            remaining = deadline - time.monotonic()
+                    if self._drain_until is not None:
+                        return
+                    self._cond.wait()
+                until = self._drain_until
+            remaining = self.config.timeout_s if until is None else until - time.monotonic()
             if remaining <= 0.01:
-                return ExportResult.FAILURE
+                return  # shutdown's deadline: what is left is counted there
+            samples = sum(write.samples for write in batch)
             payload = b"".join(write.payload for write in batch)
             outcome, detail = client.post(
-                self.config.url, payload, min(self.config.timeout_s, remaining)
+                self.config.url or "", payload, min(self.config.timeout_s, remaining)
             )
             if outcome is ExportResult.FAILURE:
-                if not self._down:
-                    logger.warning("remote_write sink: %s; retrying", detail)
-                self._down = True
-                if was_down or delay > deadline - time.monotonic():
-                    return ExportResult.FAILURE
-                time.sleep(delay)
-                with self._store_lock:
-                    self.retries += 1
+                self.health.failed(detail, retry=True)
+                with self._cond:
+                    self._cond.notify_all()  # a flush waiting for delivery stops waiting
+                    self._cond.wait_for(lambda: self._abandoned, delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 continue
-            delay, self._down = BACKOFF_S, False
-            with self._store_lock:
-                sent = {id(write) for write in batch}
-                while self._backlog and id(self._backlog[0]) in sent:
-                    self._pending -= self._backlog.popleft().samples
-                if outcome is ExportResult.PERMANENT_FAILURE:
-                    self.rejected_samples += samples
-            if outcome is ExportResult.PERMANENT_FAILURE:
-                logger.warning("remote_write sink: %d samples refused: %s", samples, detail)
-                result = ExportResult.PERMANENT_FAILURE
+            if not self._done(samples, resync=outcome is not ExportResult.SUCCESS):
+                return  # shutdown counted this batch as dropped already
+            if outcome is ExportResult.SUCCESS:
+                self.health.delivered(samples)
+            else:
+                self.health.refused(samples, detail)
+            batch, delay = [], BACKOFF_S
 
     # -- refresher ---------------------------------------------------------------------
 
     def _refresh_loop(self) -> None:
         while not self._stop.wait(self.config.interval_s):
             try:
-                with self._store_lock:
-                    self._store.expire()
-                    self._enqueue(self._store.collect())
-                self._send(time.monotonic() + self.config.timeout_s, wait=False)
+                self.refresh()
             except Exception:  # a bug of ours must not end the refresher
                 logger.exception("remote_write sink: refresh failed")
+
+    def refresh(self) -> None:
+        """Queue, at the current time, the series idle for ``interval_s`` (every series after
+        a drop) and the sources' families."""
+        now_ms = int(self._wall() * 1000)
+        own = [family for source in self._sources for family in source.collect()]
+        with self._lock:
+            self._store.expire()
+            idle_ms = None if self._resync else int(self.config.interval_s * 1000)
+            self._resync = False
+            samples = self._timeline.idle(self._store.collect(), now_ms, idle_ms)
+            samples += self._timeline.idle(own, now_ms, None, self._own_labels)
+            self._timeline.forget_unseen()
+            self._enqueue(samples)
+
+
+class _Up:
+    """``up`` = 1 of the collector (what a scrape of it would record)."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("up", "1: the collector is running and writing", 1.0)

@@ -1,28 +1,36 @@
-"""Two collectors remote-write into one real Prometheus; a receiver outage loses nothing.
+"""Two ``rltel collector`` processes, each fed over OTLP by a trainer's StatsLogger,
+remote-write into one real Prometheus through a 20 s and a 60 s receiver outage.
 
-Prometheus runs with ``--web.enable-remote-write-receiver`` on a free loopback port (stopped
-by PID); the collectors are in-process :class:`CollectorServer` s fed through their pipeline.
+Prometheus runs with ``--web.enable-remote-write-receiver`` on a free loopback port and is
+stopped and started again on the same port and storage. Afterwards every committed step is
+in Prometheus at its commit time, each second of the run holds samples (``query_range`` at
+1 s), the histograms equal each collector's ``/metrics``, nothing was dropped, and the
+collectors' own metrics are in the shared store. About 100 s of wall time: the outages.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
-from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
-from collector.config import from_dict
-from collector.server import CollectorServer
-from telemetry.model.snapshot import Counter, Gauge, Snapshot
-from telemetry.otlp.encode import encode
+from tests.collector.conftest import samples, scrape
+from tests.collector.test_integration import CollectorProcess
 from tests.dashboards import servers
 from tests.distributed import free_port
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(300)
+
+STEP_S = 0.25  # one commit per trainer per STEP_S
+OUTAGES_S = (20.0, 60.0)
+NODES = ("node-a", "node-b")
 
 
 @contextmanager
@@ -41,98 +49,224 @@ def receiver(tmp_path: Path, port: int) -> Iterator[str]:
         yield url
 
 
-def collector(url: str, name: str, **remote_write) -> CollectorServer:
-    config = from_dict(
-        {
-            "receiver": {"port": 0},
-            "sinks": {
-                "prometheus": {"enabled": False},
-                "remote_write": {
-                    "enabled": True,
-                    "url": url + "/api/v1/write",
-                    "collector": name,
-                    "cluster": "test",
-                    "interval_s": 3600.0,
-                    **remote_write,
-                },
-            },
+class Trainer(threading.Thread):
+    """Commits a step with a masked loss histogram every ``STEP_S`` to each collector's
+    StatsLogger (one trainer each) until stopped; records each commit's time window."""
+
+    def __init__(self, endpoints: dict[str, str]) -> None:
+        super().__init__(name="trainer", daemon=True)
+        from telemetry.logger import StatsLogger
+
+        self.loggers = {
+            node: StatsLogger(
+                {"experiment_name": f"exp-{node}", "trial_name": "t", "otlp": {"endpoint": ep}}
+            )
+            for node, ep in endpoints.items()
         }
-    )
-    return CollectorServer(config)
+        self.commits: dict[str, list[tuple[int, int, int]]] = {n: [] for n in endpoints}
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        import torch
+
+        from telemetry import stats_tracker
+
+        try:
+            step, next_at = 1, time.monotonic()
+            while not self.stop.wait(max(0.0, next_at - time.monotonic())):
+                for node, logger in self.loggers.items():
+                    mask = torch.arange(8) % (step % 3 + 2) != 0
+                    stats_tracker.denominator(mask=mask)
+                    stats_tracker.stat(loss=torch.arange(8.0) * step, denominator="mask")
+                    stats = stats_tracker.export_all()
+                    before = time.time_ns() // 1_000_000
+                    logger.commit(0, step, step, stats)
+                    self.commits[node].append((step, before, time.time_ns() // 1_000_000))
+                step, next_at = step + 1, next_at + STEP_S
+        except BaseException as exc:  # asserted on the main thread
+            self.error = exc
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(30)
+        for logger in self.loggers.values():
+            logger.close(30)
 
 
-def feed(server: CollectorServer, experiment: str, loss: float, tokens: float) -> None:
-    resource = (("service.name", "trainer"), ("rltel.experiment", experiment))
-    snapshot = Snapshot((Gauge("loss", loss), Counter("tokens", tokens)), resource=resource)
-    for data in encode(snapshot):
-        server.pipeline.consume(server.pipeline.decoder.read(encode_metrics(data)))
-
-
-def query(url: str, expr: str) -> list[dict]:
-    return servers.api(url, "query", query=expr)["result"]
-
-
-def wait_for(check, timeout_s: float = 15.0):
+def wait_for(check, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             result = check()
             if result:
                 return result
-        except (OSError, AssertionError):
+        except (OSError, AssertionError, KeyError):
             pass
         if time.monotonic() > deadline:
-            return check()
-        time.sleep(0.2)
+            raise AssertionError(f"{what}: not within {timeout_s} s")
+        time.sleep(0.25)
 
 
-def test_two_collectors_write_into_one_prometheus_kept_apart_by_external_labels(tmp_path):
-    with receiver(tmp_path, free_port()) as url:
-        one, two = collector(url, "node-a"), collector(url, "node-b")
-        try:
-            feed(one, "exp-a", 1.5, 100.0)
-            feed(two, "exp-b", 2.5, 200.0)
-            assert one.pipeline.force_flush(10) and two.pipeline.force_flush(10)
-            losses = wait_for(lambda: len(query(url, "loss")) == 2 and query(url, "loss"))
-            tokens = query(url, "tokens_total")
-        finally:
-            one.pipeline.shutdown(5)
-            two.pipeline.shutdown(5)
-    by_collector = {r["metric"]["collector"]: r for r in losses}
-    assert set(by_collector) == {"node-a", "node-b"}
-    assert by_collector["node-a"]["metric"]["experiment"] == "exp-a"
-    assert float(by_collector["node-a"]["value"][1]) == 1.5
-    assert float(by_collector["node-b"]["value"][1]) == 2.5
-    assert {r["metric"]["cluster"] for r in losses} == {"test"}
-    totals = {r["metric"]["collector"]: float(r["value"][1]) for r in tokens}
-    assert totals == {"node-a": 100.0, "node-b": 200.0}
+def remote_write(node: str, url: str) -> dict:
+    return {
+        "remote_write": {
+            "enabled": True,
+            "url": url + "/api/v1/write",
+            "collector": node,
+            "cluster": "test",
+            "interval_s": 5.0,
+        }
+    }
 
 
-def test_a_receiver_outage_loses_nothing_within_the_backlog_bound(tmp_path):
+def test_two_collector_processes_keep_commit_times_through_20s_and_60s_outages(tmp_path):
     port = free_port()
-    with receiver(tmp_path, port) as url:
-        server = collector(url, "node-a", interval_s=0.5, max_pending_samples=10_000)
-        feed(server, "exp", 1.0, 10.0)
-        assert server.pipeline.force_flush(10)
-    try:  # Prometheus is stopped: these writes wait in the sink's backlog
-        for value in (2.0, 3.0, 4.0):
-            feed(server, "exp", value, value * 10)
-            time.sleep(0.05)
-        sink = server.pipeline.shared.queued[0].sink
-        wait_for(lambda: sink.pending_samples > 0, 5)
-        assert sink.pending_samples > 0
-        with receiver(tmp_path, port) as url:  # same port and storage
-            # delivered by the refresher (no new snapshot needed)
-            wait_for(lambda: sink.pending_samples == 0, 15)
-            feed(server, "exp", 5.0, 50.0)
-            assert server.pipeline.force_flush(10)
-            samples = wait_for(lambda: query(url, 'loss{collector="node-a"}[10m]'))
-            tokens = query(url, 'tokens_total{collector="node-a"}')
+    url = f"http://127.0.0.1:{port}"
+    collectors = {}
+    for node in NODES:
+        (tmp_path / node).mkdir()
+        collectors[node] = CollectorProcess(tmp_path / node, remote_write(node, url))
+    trainer = Trainer({node: c.endpoint for node, c in collectors.items()})
+    degraded: list[str] = []
+
+    def outage(seconds: float) -> None:  # the receiver is down for ``seconds``
+        until = time.monotonic() + seconds
+        reported = wait_for(lambda: _degraded(collectors["node-a"]), seconds, "/healthz")
+        degraded.append(reported)
+        time.sleep(max(0.0, until - time.monotonic()))  # the scenario's length
+
+    try:
+        with receiver(tmp_path, port):
+            trainer.start()
+            start_s = time.time()
+            time.sleep(3.0)  # the scenario's length, as every sleep here
+        outage(OUTAGES_S[0])
+        with receiver(tmp_path, port):
+            time.sleep(5.0)
+        outage(OUTAGES_S[1])
+        with receiver(tmp_path, port):
+            trainer.stop.set()
+            trainer.join(30)
+            for node, collector in collectors.items():
+                last = trainer.commits[node][-1][0]
+                wait_for(lambda n=node, c=collector, s=last: _flushed(url, n, c, s), 60, node)
+            scraped = {node: scrape(c.metrics_url) for node, c in collectors.items()}
+            end_s = time.time()
+            steps = {
+                node: servers.api(url, "query", query=f'rltel_step{{collector="{node}"}}'
+                                  f"[{math.ceil(end_s - start_s) + 5}s]", time=end_s)["result"]
+                for node in NODES
+            }  # fmt: skip
+            per_second = {
+                node: servers.api(url, "query_range", query=f'count_over_time(rltel_step'
+                                  f'{{collector="{node}"}}[1s])', start=math.ceil(start_s) + 1,
+                                  end=math.floor(end_s) - 1, step=1)["result"]
+                for node in NODES
+            }  # fmt: skip
+            shared = {
+                node: servers.api(url, "query", query=f'{{collector="{node}",'
+                                  f'__name__=~"loss_.*|up|rltel_collector_.*"}}', time=end_s)
+                for node in NODES
+            }  # fmt: skip
+            trainer.close()
+            for collector in collectors.values():  # while the receiver takes their last writes
+                collector.terminate()
     finally:
-        server.pipeline.shutdown(5)
-    values = [float(v) for _, v in samples[0]["values"]]
-    assert {1.0, 2.0, 3.0, 4.0, 5.0} <= set(values)
-    assert values == sorted(values)  # written in order
-    assert float(tokens[0]["value"][1]) == 50.0
-    assert sink.dropped_samples == 0 and sink.rejected_samples == 0
-    assert server.pipeline.shared.stats()["remote_write"].dropped == 0
+        trainer.close()
+        for collector in collectors.values():
+            if collector.proc.poll() is None:
+                collector.terminate()
+    assert trainer.error is None, trainer.error
+    assert all(text.startswith("degraded:\nremote_write ") for text in degraded), degraded
+    for node in NODES:
+        _every_step_at_its_commit_time(trainer.commits[node], steps[node])
+        _no_empty_second(trainer.commits[node], per_second[node])
+        _shared_store_equals_metrics(node, shared[node]["result"], scraped[node])
+
+
+def _degraded(collector: CollectorProcess) -> str | None:
+    url = collector.metrics_url.replace("/metrics", "/healthz")
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return text if text.startswith("degraded:") else None
+
+
+def _flushed(url: str, node: str, collector: CollectorProcess, last: int) -> bool:
+    """The last step is in Prometheus and the collector holds nothing more."""
+    stored = servers.api(url, "query", query=f'rltel_step{{collector="{node}"}}')["result"]
+    pending = samples(scrape(collector.metrics_url), "rltel_collector_remote_write_samples_pending")
+    return float(stored[0]["value"][1]) == last and sum(pending.values()) == 0
+
+
+def _every_step_at_its_commit_time(commits: list, result: list) -> None:
+    """Each step's first sample lies in its commit's time window; values never go back."""
+    (series,) = result
+    stored = [(round(float(ts) * 1000), float(value)) for ts, value in series["values"]]
+    assert [v for _, v in stored] == sorted(v for _, v in stored)
+    first: dict[int, int] = {}
+    for ts, value in stored:
+        first.setdefault(int(value), ts)
+    missing = [step for step, _, _ in commits if step not in first]
+    assert not missing, f"{len(missing)} of {len(commits)} steps missing: {missing[:10]}"
+    moved = [(s, first[s], lo, hi) for s, lo, hi in commits if not lo <= first[s] <= hi]
+    assert not moved, f"{len(moved)} steps not at their commit time: {moved[:5]}"
+
+
+def _no_empty_second(commits: list, result: list) -> None:
+    """``count_over_time(rltel_step[1s])`` at each second counts exactly the steps committed
+    in it (seconds a commit's time window leaves open are skipped): no gap, no pile-up."""
+    (series,) = result
+    counts = {int(float(ts)): int(float(v)) for ts, v in series["values"]}
+    committed: dict[int, int] = {}
+    unsure: set[int] = set()
+    for _, lo, hi in commits:
+        seconds = _windows(lo, hi)
+        if len(seconds) == 1:
+            committed[seconds[0]] = committed.get(seconds[0], 0) + 1
+        else:
+            unsure.update(seconds)
+    inside = [t for t in range(min(counts), commits[-1][1] // 1000) if t not in unsure]
+    wrong = [(t, counts.get(t, 0), committed.get(t, 0)) for t in inside
+             if counts.get(t, 0) != committed.get(t, 0)]  # fmt: skip
+    assert len(inside) > len(commits) * STEP_S / 2 and not wrong, (
+        f"(second, stored, committed): {wrong[:10]}"
+    )
+
+
+def _windows(lo_ms: int, hi_ms: int) -> list[int]:
+    """The seconds ``t`` whose ``[t - 1 s, t]`` window holds a time in ``[lo_ms, hi_ms]``."""
+    first = -(-lo_ms // 1000)
+    last = hi_ms // 1000 + 1 if hi_ms // 1000 * 1000 >= lo_ms else first
+    return list(range(first, last + 1))
+
+
+def _shared_store_equals_metrics(node: str, stored: list, scraped: dict) -> None:
+    """The loss histograms equal the collector's /metrics; nothing was dropped; the
+    collector's own metrics are in the shared store with the external labels."""
+    by_series = {
+        (r["metric"]["__name__"], tuple(sorted((k, v) for k, v in r["metric"].items()
+                                               if k not in ("__name__", "collector", "cluster")))):
+        float(r["value"][1])
+        for r in stored
+    }  # fmt: skip
+    histogram = {
+        key: value
+        for key, value in scraped.items()
+        if key[0] in ("loss_bucket", "loss_count", "loss_sum")
+    }
+    assert histogram and all(by_series.get(key) == value for key, value in histogram.items()), {
+        key: (value, by_series.get(key)) for key, value in histogram.items()
+    }
+    assert by_series[("up", (("instance", node), ("job", "rltel-collector")))] == 1.0
+    own = {name for name, _ in by_series if name.startswith("rltel_collector_")}
+    assert {
+        "rltel_collector_snapshots_total",
+        "rltel_collector_remote_write_samples_sent_total",
+    } <= own
+    assert {r["metric"]["cluster"] for r in stored} == {"test"}
+    dropped = samples(scraped, "rltel_collector_remote_write_samples_dropped_total")
+    assert sum(dropped.values()) == 0, dropped
+    assert (
+        sum(samples(scraped, "rltel_collector_remote_write_samples_rejected_total").values()) == 0
+    )
+    assert sum(samples(scraped, "rltel_collector_remote_write_retries_total").values()) > 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -28,15 +31,19 @@ SNAPSHOT = Snapshot(
 
 
 class Receiver:
-    """Answers each POST with the next status of ``statuses`` (the last one repeats)."""
+    """Answers each POST with the next status of ``statuses`` (the last one repeats), each
+    once ``gate`` is set."""
 
     def __init__(self, statuses: list[int]) -> None:
         self.statuses = statuses
+        self.gate = threading.Event()
+        self.gate.set()
         self.requests: list[tuple[dict[str, str], list]] = []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
+                receiver.gate.wait(30)
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 decoded = proto.decode(client.decompress(body))
                 receiver.requests.append((dict(self.headers), decoded))
@@ -79,10 +86,33 @@ def _sink(url: str, **kw) -> RemoteWriteSink:
     return RemoteWriteSink(config)
 
 
+def _delivered(sink: RemoteWriteSink, timeout_s: float = 20.0) -> bool:
+    """Wait until the backlog is delivered (``force_flush`` does not wait while the receiver
+    is down)."""
+    deadline = time.monotonic() + timeout_s
+    while not sink.force_flush(1.0) and time.monotonic() < deadline:
+        threading.Event().wait(0.05)
+    return sink.pending_samples == 0
+
+
+def _at(snapshot: Snapshot, ms: int) -> Snapshot:
+    return dataclasses.replace(snapshot, time_unix_nano=ms * 1_000_000)
+
+
+def _samples(receiver: Receiver) -> list[tuple[dict[str, str], float, int]]:
+    return [
+        (labels, value, ts)
+        for _, series in receiver.requests
+        for labels, samples in series
+        for value, ts in samples
+    ]
+
+
 def test_wire_format_names_and_external_labels(receiver):
     sink = _sink(receiver.url, external_labels={"region": "eu"})
     try:
         assert sink.export(SNAPSHOT) is ExportResult.SUCCESS
+        assert sink.force_flush(10)
     finally:
         sink.shutdown()
     headers, series = receiver.requests[0]
@@ -105,58 +135,148 @@ def test_wire_format_names_and_external_labels(receiver):
     assert "target_info" in by_name
 
 
-def test_only_touched_series_are_written_with_increasing_timestamps(receiver):
+def test_samples_carry_their_commit_time_and_only_touched_series_are_written(receiver):
     sink = _sink(receiver.url)
     other = Snapshot((Gauge("loss", 0.7),), resource=(("service.name", "other"),))
+    t = int(time.time() * 1000) - 10_000
     try:
-        sink.export(SNAPSHOT)
-        sink.export(other)
+        sink.export(_at(SNAPSHOT, t))
+        sink.export(_at(other, t + 250))
+        assert sink.force_flush(10)
     finally:
         sink.shutdown()
-    second = receiver.requests[1][1]
-    assert {labels["job"] for labels, _ in second} == {"other"}
-    assert receiver.requests[0][1][0][1][0][1] < second[0][1][0][1]
+    stamps = {(labels["job"], labels["__name__"]): ts for labels, _, ts in _samples(receiver)}
+    assert stamps[("trainer", "loss")] == t
+    assert stamps[("trainer", "kl_bucket")] == t
+    assert stamps[("other", "loss")] == t + 250
+    assert {job for job, _ in stamps} == {"trainer", "other"}
+    assert len(_samples(receiver)) == len(stamps) + 1  # kl_bucket: two le values
+
+
+def test_a_sample_committed_before_its_series_last_one_is_written_just_after_it(receiver):
+    sink = _sink(receiver.url)
+    loss = Snapshot((Gauge("loss", 1.0),), resource=RESOURCE)
+    t = int(time.time() * 1000) - 10_000
+    try:
+        sink.export(_at(loss, t))
+        sink.export(_at(dataclasses.replace(loss, points=(Gauge("loss", 2.0),)), t))
+        sink.export(_at(dataclasses.replace(loss, points=(Gauge("loss", 3.0),)), t - 1000))
+        sink.export(_at(dataclasses.replace(loss, points=(Gauge("loss", 4.0),)), t + 3))
+        assert sink.force_flush(10)
+    finally:
+        sink.shutdown()
+    losses = [
+        (value, ts) for labels, value, ts in _samples(receiver) if labels["__name__"] == "loss"
+    ]
+    assert losses == [(1.0, t), (2.0, t + 1), (3.0, t + 2), (4.0, t + 3)]
+    assert sink.health.counts().late == 4  # two loss and two target_info samples moved
 
 
 @pytest.mark.parametrize("receiver", [[400]], indirect=True)
-def test_a_4xx_is_permanent_and_not_retried(receiver):
-    sink = _sink(receiver.url)
+def test_a_refused_write_is_dropped_counted_and_logged_once_then_summarized(receiver, caplog):
+    caplog.set_level(logging.INFO, logger="exporters.remote_write")
+    config = RemoteWriteConfig(enabled=True, url=receiver.url, collector="c1")
+    sink = RemoteWriteSink(config, summary_s=3600.0)
     try:
-        assert sink.export(SNAPSHOT) is ExportResult.PERMANENT_FAILURE
-        assert sink.pending_samples == 0
-        assert sink.force_flush(1.0) is True
+        for i in range(4):
+            snapshot = Snapshot((Gauge("loss", float(i)),), resource=RESOURCE)
+            assert sink.export(snapshot) is ExportResult.SUCCESS
+            assert sink.force_flush(10)
+        sink.health.summary_s = 0.0
+        sink.export(Snapshot((Gauge("loss", 9.0),), resource=RESOURCE))
+        assert sink.force_flush(10)
+        counts = sink.health.counts()
+        problem = sink.health.problem()
     finally:
         sink.shutdown()
-    assert len(receiver.requests) == 1
-    assert sink.rejected_samples > 0 and sink.retries == 0
+    assert len(receiver.requests) == 5 and counts.retries == 0 and counts.sent == 0
+    assert counts.rejected == 10 and counts.dropped["refused"] == 10  # loss, target_info
+    assert counts.pending == 0 and counts.state == "refusing"
+    assert problem is not None and "refusing" in problem
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("exporters.remote")]
+    assert len(lines) == 2, lines
+    assert "refused (HTTP 400" in lines[0] and "a summary follows" in lines[0]
+    assert "refused requests" in lines[1] and "refusing for" in lines[1]
 
 
 @pytest.mark.parametrize("receiver", [[503, 429, 204]], indirect=True)
-def test_5xx_and_429_are_retried_with_backoff_until_delivered(receiver):
+def test_5xx_and_429_are_retried_with_backoff_until_delivered(receiver, caplog):
+    caplog.set_level(logging.INFO, logger="exporters.remote_write")
     sink = _sink(receiver.url)
     try:
         assert sink.export(SNAPSHOT) is ExportResult.SUCCESS
+        assert _delivered(sink)
+        counts = sink.health.counts()
     finally:
         sink.shutdown()
-    assert len(receiver.requests) == 3 and sink.retries == 2
+    assert len(receiver.requests) == 3 and counts.retries == 2
     assert receiver.requests[0][1] == receiver.requests[2][1]  # the same write, resent
+    assert counts.sent == len(receiver.requests[2][1]) and counts.state == "ok"
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("exporters.remote")]
+    assert len(lines) == 2 and "unavailable (HTTP 503" in lines[0]
+    assert "accepted again" in lines[1]
 
 
-def test_unreachable_receiver_keeps_the_backlog_within_its_bound():
+def test_an_unreachable_receiver_bounds_the_backlog_and_logs_the_drops_once(caplog):
     sink = _sink("http://127.0.0.1:9/api/v1/write", max_pending_samples=25)
     try:
-        for i in range(5):
+        for i in range(12):  # 2 samples (loss, target_info) per export
             snapshot = Snapshot((Gauge("loss", float(i)),), resource=RESOURCE)
-            assert sink.export(snapshot, timeout_s=0.2) is ExportResult.FAILURE
-        assert 0 < sink.pending_samples <= 25  # 2 samples (loss, target_info) per export
-        assert sink.dropped_samples == 0
-        sink.export(Snapshot((Gauge("x", 1.0),), resource=RESOURCE), timeout_s=0.2)
-        assert sink.pending_samples <= 25 and sink.dropped_samples == 0
+            assert sink.export(snapshot) is ExportResult.SUCCESS
+        assert sink.pending_samples == 24 and sink.health.counts().dropped["backlog_full"] == 0
+        assert sink.force_flush(10) is False  # at once: the receiver is down
         for i in range(20):
-            sink.export(Snapshot((Gauge("y", float(i)),), resource=RESOURCE), timeout_s=0.01)
-        assert sink.pending_samples <= 25 and sink.dropped_samples > 0
+            sink.export(Snapshot((Gauge("y", float(i)),), resource=RESOURCE))
+            assert sink.pending_samples - sink._sending <= 25  # the batch being sent aside
+        counts = sink.health.counts()
+        waiting = counts.pending - sink._sending
     finally:
-        sink.shutdown(0.1)
+        sink.shutdown(0.2)
+    assert waiting >= 24  # only what did not fit was dropped
+    assert counts.dropped["backlog_full"] == 2 * 32 - counts.pending > 0
+    assert sink.health.counts().dropped["shutdown"] == counts.pending
+    drops = [r.getMessage() for r in caplog.records if "backlog full" in r.getMessage()]
+    assert len(drops) == 1 and "max_pending_samples=25" in drops[0]
+
+
+def test_writes_past_the_accepted_age_are_dropped_unsent_and_counted(receiver):
+    sink = _sink(receiver.url, max_sample_age_s=60.0)
+    now_ms = int(time.time() * 1000)
+    try:
+        sink.export(_at(Snapshot((Gauge("old", 1.0),), resource=RESOURCE), now_ms - 61_000))
+        sink.export(_at(Snapshot((Gauge("new", 2.0),), resource=RESOURCE), now_ms - 59_000))
+        assert sink.force_flush(10)
+        counts = sink.health.counts()
+    finally:
+        sink.shutdown()
+    names = {labels["__name__"] for labels, _, _ in _samples(receiver)}
+    assert "new" in names and "old" not in names
+    assert counts.dropped["too_old"] == 2 and counts.sent == 2
+
+
+def test_after_a_loss_the_refresh_rewrites_every_total_so_histograms_reconverge(receiver):
+    sink = _sink(receiver.url, max_pending_samples=30, interval_s=3600.0)
+    window = Histogram("kl", 2, 3.0, 1.0, 2.0, (1.5,), (1, 1))
+    receiver.gate.clear()  # the receiver holds the first POST: the backlog fills, then drops
+    try:
+        for _ in range(10):  # 8 samples each: kl_bucket x2, _count, _sum, avg/min/max, target
+            sink.export(Snapshot((window,), resource=RESOURCE))
+        receiver.gate.set()
+        assert sink.force_flush(10)
+        assert sink.health.counts().dropped["backlog_full"] > 0
+        before = len(receiver.requests)
+        sink.refresh()  # after a drop: every series, not only idle ones
+        assert sink.force_flush(10)
+    finally:
+        sink.shutdown()
+    last = {
+        (labels["__name__"], labels.get("le")): value
+        for _, series in receiver.requests[before:]
+        for labels, samples in series
+        for value, _ in samples
+    }
+    assert last[("kl_count", None)] == 20 and last[("kl_sum", None)] == 30.0
+    assert last[("kl_bucket", "1.5")] == 10 and last[("kl_bucket", "+Inf")] == 20
 
 
 def test_contract(receiver):
@@ -170,17 +290,37 @@ def test_contract(receiver):
     assert sink.export(SNAPSHOT) is ExportResult.PERMANENT_FAILURE
 
 
-def test_refresh_rewrites_every_live_series(receiver):
+def test_refresh_rewrites_idle_series_and_the_collectors_own_metrics(receiver):
     sink = _sink(receiver.url, interval_s=0.2)
     try:
         sink.export(SNAPSHOT)
+        assert sink.force_flush(10)
         before = len(receiver.requests)
-        threading.Event().wait(0.7)
-        assert len(receiver.requests) > before
-        names = {labels["__name__"] for labels, _ in receiver.requests[-1][1]}
-        assert {"loss", "tokens_total", "kl_bucket", "kl_avg"} <= names
+        wait = threading.Event()
+        while len(receiver.requests) == before and not wait.wait(0.05):
+            pass
+        assert sink.force_flush(10)
     finally:
         sink.shutdown()
+    refreshed = [labels for _, series in receiver.requests[before:] for labels, _ in series]
+    names = {labels["__name__"] for labels in refreshed}
+    assert {"loss", "tokens_total", "kl_bucket", "kl_avg", "up"} <= names
+    assert "rltel_collector_remote_write_samples_sent_total" in names
+    own = [labels for labels in refreshed if labels["__name__"] == "up"]
+    assert own[0]["job"] == "rltel-collector" and own[0]["instance"] == "c1"
+    assert own[0]["collector"] == "c1" and own[0]["cluster"] == "k"
+
+
+def test_self_metrics_off_writes_only_the_series(receiver):
+    sink = _sink(receiver.url, interval_s=3600.0, self_metrics=False)
+    try:
+        sink.export(SNAPSHOT)
+        sink.refresh()
+        assert sink.force_flush(10)
+    finally:
+        sink.shutdown()
+    names = {labels["__name__"] for labels, _, _ in _samples(receiver)}
+    assert "up" not in names and not any(n.startswith("rltel_") for n in names)
 
 
 @pytest.mark.parametrize(

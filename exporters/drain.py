@@ -44,7 +44,8 @@ class Drain:
         name: the sink's name in logs.
 
     Attributes:
-        give_up: the sink was failing when the queue closed: the overflow keeps the rest.
+        give_up: the sink was still failing at the drain deadline, or the queue's shutdown
+            ends the sink (:meth:`stop`): the overflow keeps the rest.
         acks: with a journal, told of every journaled snapshot the worker is done with.
     """
 

@@ -138,6 +138,15 @@ def throughput() -> dict:
             description="train_perf/seconds/rank_min and rank_max: the spread of train_batch "
             "time over ranks in the window; a wide gap means the others wait for one rank.",
         ),
+        row("Hardware"),
+        timeseries(
+            "Peak resident memory per rank",
+            Query(_sel(c.PEAK_RSS_PER_RANK.name), "rank {{rank}}"),
+            unit="bytes",
+            description="hardware/memory/peak_rss_bytes per rank (stats_logger.hardware): the "
+            "process's resident high-water mark over each export window; per phase under "
+            "hardware/phase/<phase>/, GPU readings under hardware/gpu/ where NVML reads one.",
+        ),
     ]
     return dashboard(
         "rltel-throughput",

@@ -121,6 +121,8 @@ SPREAD_PATTERN = (
 # machine (DEVICE_ONLY); the GPU test of tests/telemetry/metrics/test_hardware.py checks the
 # readings against nvidia-smi and alerts_test.yml pins the rules on them.
 _RANK = (("rank", 0),)
+PEAK_RSS_PER_RANK = Metric("hardware/memory/peak_rss_bytes/per_rank", "gauge", attributes=_RANK)
+"""Each rank's resident high-water mark over the export window (read on every machine)."""
 GPU_MEMORY_FREE = Metric("hardware/gpu/memory_free_ratio/per_rank", "gauge", attributes=_RANK)
 GPU_THROTTLE_THERMAL = Metric("hardware/gpu/throttle_thermal/per_rank", "gauge", attributes=_RANK)
 GPU_THROTTLE_POWER = Metric("hardware/gpu/throttle_power/per_rank", "gauge", attributes=_RANK)
@@ -204,6 +206,7 @@ ALL: tuple[Metric, ...] = (
     MAX_OVER_IDEAL,
     LOAD_PERCENT,
     EXPERT_TOKENS,
+    PEAK_RSS_PER_RANK,
     *TRANSPORT,
 )
 """Every metric the dashboards and alert rules read, in one place."""

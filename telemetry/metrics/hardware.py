@@ -44,11 +44,12 @@ class HardwareSource:
     Args:
         phase_memory: keep memory peaks per ``record_timing`` phase.
         nvml: read the GPU through NVML where it loads.
+        register: join ``stats_tracker.export_all`` (False: pass it to ``export_sources``).
     """
 
     source_id = "hardware"
 
-    def __init__(self, phase_memory: bool = True, nvml: bool = True) -> None:
+    def __init__(self, phase_memory: bool = True, nvml: bool = True, register: bool = True) -> None:
         readers: list[ProcessMemory | CudaMemory] = [ProcessMemory()]
         if CudaMemory.in_use():
             readers.append(CudaMemory())
@@ -60,7 +61,9 @@ class HardwareSource:
         if phase_memory:
             phase.add_listener(self._on_phase)
         stats_tracker.rank_series(PATTERN)
-        stats_tracker.register_source(self)
+        self._registered = register
+        if register:
+            stats_tracker.register_source(self)
 
     def _on_phase(self, name: str, entering: bool) -> None:
         try:
@@ -117,4 +120,5 @@ class HardwareSource:
             return
         self._closed = True
         phase.remove_listener(self._on_phase)
-        stats_tracker.unregister_source(self)
+        if self._registered:
+            stats_tracker.unregister_source(self)

@@ -12,6 +12,7 @@ import torch
 from exporters.otlp.sink import OtlpSink
 from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 from telemetry.metrics.advantages import record_advantage_fractions
+from telemetry.metrics.hardware import HardwareSource
 from telemetry.metrics.moe import MoEBalance
 from telemetry.metrics.staleness import record_version_stats
 from telemetry.metrics.train_infer import record_train_infer
@@ -68,7 +69,9 @@ def produced_points(
     with perf.measure(mask), moe.training():
         moe.record(0, torch.tensor([0, 1, 1, 2, 3]), 4)  # max/ideal 1.6: healthy
         moe.record(1, torch.tensor([3, 3, 2, 1, 0]), 4)
-    return export_sources([tracker, perf, moe]).points + transport_points() + logger_points()
+    hardware = HardwareSource(phase_memory=False, nvml=False, register=False)
+    points = export_sources([tracker, perf, moe, hardware]).points
+    return points + transport_points() + logger_points()
 
 
 def moe_points(routing: dict[int, tuple[list[int], int]]) -> tuple[Point, ...]:
@@ -196,6 +199,7 @@ class TrainingRun:
             register=False,
         )
         self.moe = MoEBalance(register=False)
+        self.hardware = HardwareSource(phase_memory=False, nvml=False, register=False)
 
     def step(self, inputs: StepInputs) -> Stats:
         """Record one step and export it (one reduction, as ``export_all``)."""
@@ -225,4 +229,5 @@ class TrainingRun:
             Gauge("noise/level", float(i), attributes=(("shard", i),))
             for i in range(inputs.noise_series)
         )
-        return Stats(export_sources([tracker, self.perf, self.moe]).points + noise)
+        sources = [tracker, self.perf, self.moe, self.hardware]
+        return Stats(export_sources(sources).points + noise)

@@ -50,6 +50,8 @@ class Step:
     inputs: Mapping[str, StepInputs]
     timeperf: float
     """The chosen run's ``timeperf/train_step`` (measured wall time, as exported)."""
+    peak_rss: float
+    """The chosen run's ``hardware/memory/peak_rss_bytes`` of rank 0 (measured, as exported)."""
     sent: tuple[Sent, ...]
 
 
@@ -350,11 +352,20 @@ REFERENCES: dict[tuple[str, str, str], Reference] = {
         ("__name__",),
         lambda w: {
             (f"{key}_slowest_rank",): 0.0
-            for key in ("timeperf_train_step", "train_perf_seconds", "train_perf_tokens")
+            for key in (
+                "timeperf_train_step",
+                "train_perf_seconds",
+                "train_perf_tokens",
+                "hardware_memory_peak_rss_bytes",
+                "hardware_memory_rss_bytes",
+            )
         },
     ),
     ("throughput", "Training time per rank: fastest and slowest", "A"): _last(_seconds),
     ("throughput", "Training time per rank: fastest and slowest", "B"): _last(_seconds),
+    ("throughput", "Peak resident memory per rank", "A"): Reference(
+        ("rank",), lambda w: {("0",): w.end[-1].peak_rss}
+    ),
     # MoE balance
     ("moe_balance", "max_over_ideal: layer x time", "A"): Reference(("layer",), _per_layer),
     ("moe_balance", "Worst layer max_over_ideal", "A"): _sum(

@@ -153,7 +153,9 @@ def _send_steps(
             engine.advance(step)
         assert collector.pipeline.force_flush(10)
         timeperf = exported[CHOSEN]["timeperf/train_step"]
-        history.append(Step(inputs, timeperf, tuple(_sent(lg) for lg in loggers.values())))
+        peak_rss = exported[CHOSEN]["hardware/memory/peak_rss_bytes/rank_0/per_rank"]
+        sent = tuple(_sent(lg) for lg in loggers.values())
+        history.append(Step(inputs, timeperf, peak_rss, sent))
         target.publish(*_exposition(collector.metrics_url))
         target.wait_scraped()
     # A later scrape starts only once the previous one is stored: the last step is in.

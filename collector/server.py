@@ -129,7 +129,7 @@ class CollectorServer:
                 self.prometheus.register(self.scraper.health, SCRAPE_FAMILIES)
         for sink in (queued.sink for queued in pipeline.shared.queued):
             if isinstance(sink, RemoteWriteSink):  # its counters on /metrics, its state on
-                sink.add_source(self.self_metrics())  # /healthz; our metrics remote-written
+                sink.add_source(self.self_metrics(), FAMILIES)  # /healthz; ours remote-written
                 if self.prometheus is not None:
                     self.prometheus.register(sink.health, REMOTE_WRITE_FAMILIES)
                     self.prometheus.add_check(sink.health.problem)

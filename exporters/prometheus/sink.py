@@ -140,29 +140,7 @@ class PrometheusSink(Sink):
         """The families of one scrape, after expiring stale series."""
         with self._lock:
             self._store.expire()
-            families = list(self._store.collect())
-            store = self._store
-            counters = {
-                "snapshots": store.snapshots,
-                "points": store.points,
-                "export_errors": self._errors,
-                "overflow_points": store.overflowed_points,
-                "expired_series": store.expired_series,
-            }
-            gauges = {
-                "series": store.series_count,
-                "metrics_overflowing": sum(bool(f.overflow) for f in store.families.values()),
-                "name_collisions": store.collisions,
-            }
-        for name, value in counters.items():
-            metric = Metric(SELF_PREFIX + name, f"rltel Prometheus sink: {name}", "counter")
-            metric.add_sample(f"{SELF_PREFIX}{name}_total", {}, value)
-            families.append(metric)
-        for name, value in gauges.items():
-            metric = Metric(SELF_PREFIX + name, f"rltel Prometheus sink: {name}", "gauge")
-            metric.add_sample(SELF_PREFIX + name, {}, value)
-            families.append(metric)
-        return families
+            return [*self._store.collect(), *store_families(self._store, self._errors)]
 
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """One exposition as an HTTP response would carry it: ``(body, content_type)``."""
@@ -198,6 +176,33 @@ class PrometheusSink(Sink):
             daemon=True,
         )
         self._thread.start()
+
+
+def store_families(store: SeriesStore, errors: int) -> list[Metric]:
+    """The :data:`SELF_METRICS` of a series store (the Prometheus sink's, or the remote-write
+    sink's); ``errors``: snapshots it rejected. Called under the store's lock."""
+    counters = {
+        "snapshots": store.snapshots,
+        "points": store.points,
+        "export_errors": errors,
+        "overflow_points": store.overflowed_points,
+        "expired_series": store.expired_series,
+    }
+    gauges = {
+        "series": store.series_count,
+        "metrics_overflowing": sum(bool(f.overflow) for f in store.families.values()),
+        "name_collisions": store.collisions,
+    }
+    families = []
+    for name, value in counters.items():
+        metric = Metric(SELF_PREFIX + name, f"rltel Prometheus sink: {name}", "counter")
+        metric.add_sample(f"{SELF_PREFIX}{name}_total", {}, value)
+        families.append(metric)
+    for name, value in gauges.items():
+        metric = Metric(SELF_PREFIX + name, f"rltel Prometheus sink: {name}", "gauge")
+        metric.add_sample(SELF_PREFIX + name, {}, value)
+        families.append(metric)
+    return families
 
 
 def _bind_error(key: str, host: str, port: int, exc: OSError) -> str:

@@ -29,16 +29,18 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from collector.config import CLUSTER_LABEL, COLLECTOR_JOB, COLLECTOR_LABEL, RemoteWriteConfig
 from exporters.base import ExportResult, Sink
+from exporters.prometheus.naming import Kind
+from exporters.prometheus.sink import SELF_METRICS
 from exporters.prometheus.store import SeriesStore
 from exporters.remote_write import client, proto
-from exporters.remote_write.health import DOWN, LinkHealth
+from exporters.remote_write.health import DOWN, FAMILIES, LinkHealth
+from exporters.remote_write.sources import StoreFamilies, Up
 from exporters.remote_write.timeline import Timeline
 from telemetry.model.snapshot import Snapshot
 
@@ -101,7 +103,11 @@ class RemoteWriteSink(Sink):
         self._sending = 0  # samples of the batch being sent
         self._resync = False
         self.health = LinkHealth(config.url or "", lambda: self._pending, summary_s)
-        self._sources: list[Collector] = [self.health, _Up()] if config.self_metrics else []
+        self._sources: list[Collector] = []
+        self._errors = 0  # snapshots the store rejected
+        self.add_source(self.health, FAMILIES)
+        self.add_source(Up(), {"up": "gauge"})
+        self.add_source(StoreFamilies(self._store, self._lock, lambda: self._errors), SELF_METRICS)
         self._closed = False
         self._drain_until: float | None = None  # set by shutdown: the sender's deadline
         self._abandoned = False  # shutdown counted what was left; the sender must not
@@ -115,9 +121,16 @@ class RemoteWriteSink(Sink):
         self._sender.start()
         self._refresher.start()
 
-    def add_source(self, source: Collector) -> None:
+    def add_source(self, source: Collector, names: dict[str, Kind]) -> None:
         """Write ``source``'s families every ``interval_s`` too (``job="rltel-collector"``,
-        ``instance`` the collector label), when ``self_metrics`` is on."""
+        ``instance`` the collector label), when ``self_metrics`` is on.
+
+        Args:
+            source: any object with ``collect()`` yielding families.
+            names: its family names and kinds, kept out of the snapshot metrics' names.
+        """
+        with self._lock:
+            self._store.reserve(names)
         if self.config.self_metrics:
             self._sources.append(source)
 
@@ -134,6 +147,7 @@ class RemoteWriteSink(Sink):
             try:
                 self._store.apply(snapshot)
             except Exception as exc:  # a malformed snapshot cannot succeed on retry
+                self._errors += 1
                 logger.warning("remote_write sink: snapshot rejected: %s", exc)
                 return ExportResult.PERMANENT_FAILURE
             self._enqueue(self._timeline.stamp(self._store.collect(since), at_ms))
@@ -313,10 +327,3 @@ class RemoteWriteSink(Sink):
             samples += self._timeline.idle(own, now_ms, None, self._own_labels)
             self._timeline.forget_unseen()
             self._enqueue(samples)
-
-
-class _Up:
-    """``up`` = 1 of the collector (what a scrape of it would record)."""
-
-    def collect(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily("up", "1: the collector is running and writing", 1.0)

@@ -10,7 +10,9 @@ collectors' own metrics are in the shared store. About 100 s of wall time: the o
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import threading
 import time
 import urllib.request
@@ -28,6 +30,9 @@ from tests.distributed import free_port
 
 pytestmark = pytest.mark.timeout(300)
 
+REPO = Path(__file__).resolve().parents[2]
+PIPELINE_BOARD = REPO / "dashboards/grafana/pipeline.json"
+ALERTS = REPO / "dashboards/prometheus/alerts.yml"
 STEP_S = 0.25  # one commit per trainer per STEP_S
 OUTAGES_S = (20.0, 60.0)
 NODES = ("node-a", "node-b")
@@ -169,6 +174,14 @@ def test_two_collector_processes_keep_commit_times_through_20s_and_60s_outages(t
                                   f'__name__=~"loss_.*|up|rltel_collector_.*"}}', time=end_s)
                 for node in NODES
             }  # fmt: skip
+            board = {
+                expr: servers.api(url, "query", query=expr, time=end_s)["result"]
+                for expr in _collector_queries()
+            }
+            alerts = {
+                expr: servers.api(url, "query", query=expr, time=end_s)["result"]
+                for expr in _collector_alert_inputs()
+            }
             trainer.close()
             for collector in collectors.values():  # while the receiver takes their last writes
                 collector.terminate()
@@ -183,6 +196,27 @@ def test_two_collector_processes_keep_commit_times_through_20s_and_60s_outages(t
         _every_step_at_its_commit_time(trainer.commits[node], steps[node])
         _no_empty_second(trainer.commits[node], per_second[node])
         _shared_store_equals_metrics(node, shared[node]["result"], scraped[node])
+    empty = [expr for expr, result in board.items() if not result]
+    assert len(board) >= 8 and not empty, f"Pipeline panels without data on the store: {empty}"
+    assert alerts.pop('absent(up{job="rltel-collector"})') == []
+    empty = [expr for expr, result in alerts.items() if not result]
+    assert len(alerts) >= 3 and not empty, f"alert inputs missing on the store: {empty}"
+
+
+def _collector_queries() -> list[str]:
+    """The Pipeline dashboard's queries of the collector's own families (not the senders')."""
+    board = json.loads(PIPELINE_BOARD.read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    return [e.replace("$__rate_interval", "1m") for e in exprs if "rltel_otlp_" not in e]
+
+
+def _collector_alert_inputs() -> list[str]:
+    """The ``RltelCollector*`` and series-overflow rules' series (and the absence rule)."""
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    exprs = [r["expr"] for r in rules if r["alert"].startswith(("RltelCollector", "RltelSeries"))]
+    names = {n for e in exprs for n in re.findall(r"\b(rltel_\w+|up)\b", e)}
+    absent = [e for e in exprs if e.startswith("absent(")]
+    return [*absent, *(f'{n}{{job="rltel-collector"}}' for n in sorted(names))]
 
 
 def _degraded(collector: CollectorProcess) -> str | None:

@@ -306,6 +306,7 @@ def test_refresh_rewrites_idle_series_and_the_collectors_own_metrics(receiver):
     names = {labels["__name__"] for labels in refreshed}
     assert {"loss", "tokens_total", "kl_bucket", "kl_avg", "up"} <= names
     assert "rltel_collector_remote_write_samples_sent_total" in names
+    assert "rltel_prometheus_overflow_points_total" in names  # the series store's own
     own = [labels for labels in refreshed if labels["__name__"] == "up"]
     assert own[0]["job"] == "rltel-collector" and own[0]["instance"] == "c1"
     assert own[0]["collector"] == "c1" and own[0]["cluster"] == "k"

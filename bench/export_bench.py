@@ -7,8 +7,13 @@ serialisation alone of the same ``MetricsData`` (``encode_metrics`` + ``Serializ
 the cost any OTLP exporter pays for these points.
 
 Commit latency: ``StatsLogger.commit`` of a 400-key AReaL dict (200 ``k`` with
-``k__count``), collector up and collector down (spooling), p50/p99 over 500 commits.
-Baseline: AReaL's own commit-time work, the dict comprehension dropping ``__count`` keys.
+``k__count``), collector up and collector down (spooling from the first failed request),
+p50/p99 over 500 commits. Baseline: AReaL's own commit-time work, the dict comprehension
+dropping ``__count`` keys.
+
+Write-ahead: what spooling every snapshot before sending it would add per step on the
+queue's thread (one spool entry written and removed for the same commit's request), the
+alternative to spooling from the first failure; same baseline.
 
     python bench/export_bench.py
 """
@@ -27,9 +32,11 @@ import numpy as np
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
+from exporters.otlp.spool import Spool
 from telemetry.logger import StatsLogger
 from telemetry.model.snapshot import Gauge, Histogram, Snapshot, Step
-from telemetry.otlp.encode import encode
+from telemetry.otlp.encode import Batch, encode
+from telemetry.record.typed_keys import points_for
 from tests.telemetry.otlp_receiver import Receiver
 
 POINTS, BUCKETS, ROUNDS, COMMITS = 5000, 16, 5, 500
@@ -100,11 +107,46 @@ def throughput(name: str, snapshot: Snapshot, exporter: OTLPMetricExporter) -> N
     )
 
 
-def commit_latency(label: str, endpoint: str, up: Receiver | None) -> None:
+def areal_dict() -> dict[str, float]:
     data = {}
     for i in range(200):
         data[f"ppo_actor/update/key_{i}"] = float(i)
         data[f"ppo_actor/update/key_{i}__count"] = 64.0
+    return data
+
+
+def baseline_p50_ms(data: dict[str, float]) -> float:
+    base = []
+    for _ in range(COMMITS):
+        start = time.perf_counter()
+        _ = {k: v for k, v in data.items() if not k.endswith("__count")}
+        base.append(time.perf_counter() - start)
+    return float(np.percentile(np.array(base) * 1e3, 50))
+
+
+def write_ahead() -> None:
+    data = areal_dict()
+    snapshot = Snapshot(points_for(data), Step(0, 1, 1), RESOURCE, time.time_ns())
+    batch = Batch(snapshot, 0, 0, False)
+    with tempfile.TemporaryDirectory() as root:
+        spool = Spool(root, 10**9)
+        costs = []
+        for _ in range(COMMITS):
+            start = time.perf_counter()
+            spool.append(batch)
+            spool.pop()
+            costs.append(time.perf_counter() - start)
+    lat = np.array(costs) * 1e3
+    p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
+    base_p50 = baseline_p50_ms(data)
+    print(
+        f"write-ahead per step (spool append + remove) p50 {p50:.3f} ms  p99 {p99:.3f} ms  "
+        f"baseline p50 {base_p50:.3f} ms  ratio p50 {p50 / base_p50:.1f}x"
+    )
+
+
+def commit_latency(label: str, endpoint: str, up: Receiver | None) -> None:
+    data = areal_dict()
     with tempfile.TemporaryDirectory() as root:
         stats = StatsLogger(
             {"fileroot": root, "otlp": {"endpoint": endpoint, "timeout": 2.0}},
@@ -118,14 +160,9 @@ def commit_latency(label: str, endpoint: str, up: Receiver | None) -> None:
             time.sleep(0.001)
         health = stats.health()["otlp"]
         stats.close(5.0)
-    base = []
-    for _ in range(COMMITS):
-        start = time.perf_counter()
-        _ = {k: v for k, v in data.items() if not k.endswith("__count")}
-        base.append(time.perf_counter() - start)
     lat = np.array(latencies) * 1e3
     p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
-    base_p50 = float(np.percentile(np.array(base) * 1e3, 50))
+    base_p50 = baseline_p50_ms(data)
     print(
         f"commit, collector {label:<5} p50 {p50:.3f} ms  p99 {p99:.3f} ms  max {lat.max():.2f} ms  "
         f"baseline p50 {base_p50:.3f} ms  ratio p50 {p50 / base_p50:.1f}x  "
@@ -144,6 +181,7 @@ def main() -> None:
         commit_latency("up", receiver.endpoint, receiver)
     down = Receiver()
     commit_latency("down", down.endpoint, None)
+    write_ahead()
 
 
 if __name__ == "__main__":

@@ -296,10 +296,10 @@ def test_refresh_rewrites_idle_series_and_the_collectors_own_metrics(receiver):
         sink.export(SNAPSHOT)
         assert sink.force_flush(10)
         before = len(receiver.requests)
-        wait = threading.Event()
-        while len(receiver.requests) == before and not wait.wait(0.05):
-            pass
-        assert sink.force_flush(10)
+        deadline = time.monotonic() + 20
+        while len(receiver.requests) == before and time.monotonic() < deadline:
+            threading.Event().wait(0.05)  # the refresher writes within interval_s
+        assert len(receiver.requests) > before and sink.force_flush(10)
     finally:
         sink.shutdown()
     refreshed = [labels for _, series in receiver.requests[before:] for labels, _ in series]

@@ -232,3 +232,19 @@ def test_a_full_disk_under_the_spool_logs_a_bounded_number_of_lines(
     ours = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(ours) <= 4, [r.getMessage() for r in ours]
     assert sum("cannot write" in r.getMessage() for r in ours) == 1
+
+
+def test_rltel_spool_flush_sends_the_headers_of_a_stats_logger_config(tmp_path):
+    receiver = Receiver()
+    spool_dir = spool_left_by_a_run(tmp_path, receiver.endpoint, 2)
+    config = tmp_path / "experiment.yaml"
+    config.write_text(
+        "stats_logger:\n  otlp:\n    endpoint: 127.0.0.1:1\n"
+        "    headers: {authorization: Bearer s3cret}\n"
+    )
+    with receiver:
+        flushed = flush_cli(spool_dir, receiver.endpoint, "--config", str(config))
+    assert flushed.returncode == 0, flushed.stderr
+    assert steps(receiver) == [0, 1, 1]  # to --endpoint, not the config's
+    assert [m.get("authorization") for m in receiver.metadata] == ["Bearer s3cret"] * 3
+    assert "s3cret" not in flushed.stdout + flushed.stderr

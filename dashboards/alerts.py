@@ -11,6 +11,7 @@ from collector.scrape.health import PREFIX as SCRAPE_PREFIX
 from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
 from dashboards import catalog as c
 from telemetry.heartbeat.families import FLOOR as HEARTBEAT_FLOOR
+from telemetry.heartbeat.families import OUTSIDE as HEARTBEAT_OUTSIDE
 from telemetry.heartbeat.families import PREFIX as HEARTBEAT
 
 RL_HEALTH_INTERVAL = "10s"
@@ -241,6 +242,8 @@ def _heartbeat() -> list[dict]:
 
     Every rank waits once one is stuck (at the next collective), so the rule names the
     rank whose phase began first among those that did not exit: the one that stopped.
+    Ranks inside a ``record_timing`` phase come first (the others wait outside one, at the
+    collective), so a waiting rank that left its phase early is never taken for it.
     """
     run = "{{ $labels.experiment }}/{{ $labels.trial }}"
     by = "experiment, trial, role"
@@ -248,6 +251,11 @@ def _heartbeat() -> list[dict]:
     entered = f"{HEARTBEAT}phase_start_timestamp_seconds"
     exited = f"{HEARTBEAT}exited == 1"
     floor = f"max by ({by}) ({HEARTBEAT_FLOOR})"
+    inside = f'{entered}{{phase!="{HEARTBEAT_OUTSIDE}"}}'
+    first = (
+        f"min by ({by}) ({inside} unless on ({by}, rank) {exited}) "
+        f"or min by ({by}) ({entered} unless on ({by}, rank) {exited})"
+    )
     steps = f"{STUCK_RANK_STEPS} * quantile by ({by}) (0.5, {HEARTBEAT}median_step_seconds)"
     median = (
         f'{{{{ with printf "quantile(0.5, {HEARTBEAT}median_step_seconds'
@@ -259,8 +267,7 @@ def _heartbeat() -> list[dict]:
               f"time() - {entered} "
               f"and on ({by}, rank) (time() - {progress} > on ({by}) group_left () "
               f"({steps} > {floor} or {floor})) "
-              f"and on ({by}, rank) ({entered} == on ({by}) group_left () "
-              f"min by ({by}) ({entered} unless on ({by}, rank) {exited})) "
+              f"and on ({by}, rank) ({entered} == on ({by}) group_left () ({first})) "
               f"unless on ({by}, rank) {exited}",
               STUCK_RANK_FOR, "critical", "progress",
               f"Rank {{{{ $labels.rank }}}} stuck in {{{{ $labels.phase }}}} ({run})",

@@ -6,9 +6,14 @@ the latency figure):
 - points/s parsed (protobuf only: the baseline), decoded, decoded + fanned out to the
   Prometheus sink (until the sink applied every snapshot), and to all sinks (Prometheus,
   TensorBoard, console to /dev/null, W&B offline with ``--wandb``);
-- latency from ``Export`` returning to the value being visible on ``/metrics``.
+- latency from ``Export`` returning to the value being visible on ``/metrics``;
+- the durable queue's cost (``--durable``): points/s accepted (the requests' own time,
+  journal writes and fsync included) and delivered (until every sink applied them) with the
+  queue off, on with ``fsync: never`` and on with ``fsync: request`` (the default), to all
+  sinks; each as a ratio to "off" in the same run, for large and for small requests.
 
-Usage: ``python bench/collector_bench.py [--requests 40] [--points 5000] [--wandb]``.
+Usage: ``python bench/collector_bench.py [--requests 40] [--points 5000] [--wandb]
+[--durable]``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -30,6 +36,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.config import LimitsConfig, from_dict
+from collector.durable import DurableState
 from collector.pipeline import Pipeline
 from collector.server import SERVICE, CollectorServer
 from collector.sinks import run_sink_factory
@@ -118,6 +125,46 @@ def throughput(bodies: list[bytes], points: int, all_sinks: bool, wandb: bool) -
         rate(f"parse + decode + all sinks ({names})", points * (len(bodies) - 1), elapsed, base)
 
 
+def durable_cost(bodies: list[bytes], points: int, wandb: bool) -> None:
+    """Points/s accepted and delivered to all sinks, durable queue off / never / request."""
+    base: dict[str, float] = {}
+    for mode in ("off", "never", "request"):
+        with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
+            sinks = {
+                "fileroot": tmp,
+                "prometheus": {"enabled": False},
+                "tensorboard": {"path": os.path.join(tmp, "tb")},
+                "console": {"enabled": True},
+                "wandb": {"mode": "offline" if wandb else "disabled"},
+            }
+            config = from_dict({"sinks": sinks, "limits": {"queue_size": len(bodies) + 1}})
+            prometheus = PrometheusSink(
+                PrometheusConfig(enabled=True, series_limit=10**6), serve=False
+            )
+            pipeline = Pipeline([prometheus], run_sink_factory(config.sinks), config.limits)
+            if mode != "off":
+                state = Path(tmp) / "state"
+                pipeline.recover(DurableState(state, 1 << 40, mode == "request", "bench"))
+            with contextlib.redirect_stdout(devnull):
+                first = ExportMetricsServiceRequest.FromString(bodies[0])
+                pipeline.consume(pipeline.decoder.read(first))
+                assert pipeline.force_flush(600)  # run sinks built before timing
+                start = time.perf_counter()
+                for body in bodies[1:]:
+                    request = ExportMetricsServiceRequest.FromString(body)
+                    pipeline.consume(pipeline.decoder.read(request))
+                accepted = time.perf_counter() - start
+                assert pipeline.force_flush(600)
+                delivered = time.perf_counter() - start
+                pipeline.shutdown(60)
+        total = points * (len(bodies) - 1)
+        for what, seconds in (("accepted", accepted), ("delivered", delivered)):
+            per_s = total / seconds
+            base.setdefault(what, per_s)
+            label = f"durable queue {mode:<7} {what} ({len(bodies) - 1} x {points} points)"
+            print(f"{label:<58} {per_s:>12,.0f} points/s  ({per_s / base[what]:.3f} x off)")
+
+
 def latency(trials: int) -> None:
     config = from_dict({"receiver": {"port": 0}, "sinks": {"prometheus": {"port": 0}}})
     server = CollectorServer(config)
@@ -159,7 +206,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--wandb", action="store_true", help="include W&B offline in all sinks")
     parser.add_argument("--no-all-sinks", action="store_true")
+    parser.add_argument("--durable", action="store_true", help="only the durable queue's cost")
     args = parser.parse_args()
+    if args.durable:
+        for points, requests in ((args.points, args.requests), (100, 10 * args.requests)):
+            bodies = [training_request(step, points) for step in range(1, requests + 1)]
+            durable_cost(bodies, points, args.wandb)
+        return
     bodies = [training_request(step, args.points) for step in range(1, args.requests + 1)]
     print(f"{args.requests} requests x {args.points} points ({len(bodies[0]):,} bytes each)")
     throughput(bodies, args.points, not args.no_all_sinks, args.wandb)

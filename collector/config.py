@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import Field, SecretStr, StrictBool, StrictFloat, StrictInt, StrictStr
@@ -247,13 +247,46 @@ class SinksConfig(SinkSections):
 
 
 @dataclass(frozen=True, config=SCHEMA)
+class DurableConfig:
+    """The durable queue: what the collector accepts is on disk, per sink, before it answers
+    OK, replayed in order after a restart and deleted once the sink holds it.
+
+    Attributes:
+        enabled: journal every sink's snapshots (off: the queues live in memory only, and a
+            killed collector loses what it had acknowledged but not delivered).
+        directory: the state directory; default ``<sinks.fileroot>/.collector-state/<port>``
+            (the receiver's bound port: collectors on other ports never share one).
+        fsync: ``never``: each request's journal entries are written (in the page cache)
+            before the answer, which survives a kill of the collector but not a crash of
+            the machine, like the OTel Collector's file storage (``fsync: false``) and
+            Prometheus's WAL; ``request``: also fsynced once per journal per request, which
+            survives a crash of the machine at a measured cost (docs/BENCHMARKS.md).
+        limit_bytes: one sink's journal at most; past it requests are refused (retryable)
+            until the sink catches up.
+    """
+
+    enabled: StrictBool = True
+    directory: OptStr = None
+    fsync: Literal["never", "request"] = "never"
+    limit_bytes: StrictInt = Field(default=1024 * 1024 * 1024, ge=1)
+
+    def state_dir(self, fileroot: str, port: int) -> Path:
+        """The state directory of a collector whose receiver is bound to ``port``."""
+        if self.directory is not None:
+            return Path(self.directory)
+        return Path(fileroot) / ".collector-state" / str(port)
+
+
+@dataclass(frozen=True, config=SCHEMA)
 class CollectorConfig:
-    """The whole collector: ``receiver``, ``auth``, ``limits``, ``sinks``, ``scrape``."""
+    """The whole collector: ``receiver``, ``auth``, ``limits``, ``sinks``, ``durable``,
+    ``scrape``."""
 
     receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sinks: SinksConfig = field(default_factory=SinksConfig)
+    durable: DurableConfig = field(default_factory=DurableConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
 
 
@@ -295,6 +328,7 @@ __all__ = [
     "AuthConfig",
     "CollectorConfig",
     "ConfigError",
+    "DurableConfig",
     "LimitsConfig",
     "PipelineLimits",
     "ReceiverConfig",

@@ -13,11 +13,14 @@ delays the others or the gRPC response. Accepted means kept (:mod:`collector.adm
 a request is decoded with its temporality changes staged, then admitted only if every
 healthy sink's queue has room for its snapshots and the memory budget for their decoded
 size; only then is the state committed and the snapshots queued. Otherwise
-:class:`Overloaded` (retryable) is raised and nothing of the request is kept.
+:class:`Overloaded` (retryable) is raised and nothing of the request is kept. Accepted
+means durable (:meth:`Pipeline.recover`, :mod:`collector.durable`): the snapshots are in
+every sink's journal before the request is answered, and a new process replays them.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +28,8 @@ from dataclasses import dataclass
 
 from collector.admission import Hold, MemoryBudget, decoded_bytes
 from collector.config import LimitsConfig
-from collector.runs import Runs
+from collector.durable import DurableState
+from collector.runs import Runs, RunUnavailable
 from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
@@ -33,7 +37,9 @@ from exporters.prometheus.sink_queues import run_label
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.decode import Decoder, DecodeResult, Request
 
-REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large")
+logger = logging.getLogger(__name__)
+
+REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large", "durable", "sinks_down")
 
 
 class Overloaded(Exception):
@@ -57,6 +63,11 @@ class Expired(Exception):
 
 class Closed(Exception):
     """The pipeline is shutting down and accepts nothing more (retryable elsewhere)."""
+
+
+class Unavailable(Exception):
+    """The request's run cannot take data now: one of its sinks failed to start (retryable;
+    the sender keeps the data, the collector kept none of it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +119,22 @@ class Pipeline:
         self._accepted = self._rejected = self._snapshots = 0
         self._refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
         self._over_limit: dict[str, int] = {}
+        self.durable: DurableState | None = None
+        self._sync_failing = 0  # requests refused in a row because a journal write failed
+
+    def recover(self, durable: DurableState) -> None:
+        """Journal every sink from now on in ``durable``, and queue again, before any
+        request, what an earlier process accepted and its sinks did not hold: the shared
+        sinks' journals, then each stored run's (its sinks started now; a run whose sinks
+        cannot start keeps its journal until a request for it opens it)."""
+        self.durable = durable
+        durable.attach_shared(self.shared)
+        self.runs.durable = durable
+        for key in durable.stored_runs():
+            try:
+                self.runs.open(key)
+            except RunUnavailable as exc:
+                logger.error("durable queue: run %s_%s not replayed yet: %s", *key, exc)
 
     def consume(
         self,
@@ -142,7 +169,11 @@ class Pipeline:
                 f"request has {points} data points; max_points_per_request is "
                 f"{bounds.max_points_per_request}: split it"
             )
-        self.runs.open_named(request)  # a run's sinks start outside the decoder's lock
+        try:
+            self.runs.open_named(request)  # a run's sinks start outside the decoder's lock
+        except RunUnavailable as exc:
+            self.count_refusal("sinks_down")
+            raise Unavailable(str(exc)) from None
         if expired is not None and expired():
             self.count_refusal("expired")
             raise Expired("deadline passed before decoding")
@@ -177,6 +208,7 @@ class Pipeline:
                 for reservation in reservations.values():
                     reservation.release()
                 charge.done()
+        self._sync_journals()
         with self._lock:
             for limit, n in result.over_limit:
                 self._over_limit[limit] = self._over_limit.get(limit, 0) + n
@@ -184,6 +216,31 @@ class Pipeline:
             self._rejected += result.rejected
             self._snapshots += len(result.snapshots)
         return result
+
+    def _sync_journals(self) -> None:
+        """Make the request's journal entries durable before it is answered, or refuse it.
+
+        Raises:
+            Overloaded: a journal could not be written ("durable"; what was queued is
+                delivered anyway, so the sender's retry may arrive twice: sinks that hold
+                steps skip it).
+        """
+        if self.durable is None:
+            return
+        try:
+            self.durable.sync()
+        except OSError as exc:
+            self.count_refusal("durable")
+            with self._lock:
+                self._sync_failing += 1
+                first = self._sync_failing == 1
+            if first:
+                logger.error("durable queue: cannot write (%s); refusing requests", exc)
+            raise Overloaded(f"durable queue cannot write: {exc}: retry later", "durable") from None
+        with self._lock:
+            failed, self._sync_failing = self._sync_failing, 0
+        if failed:
+            logger.warning("durable queue: writing again after %d refused requests", failed)
 
     def count_refusal(self, reason: str) -> None:
         """Count one refused request; ``reason`` is one of :data:`REFUSALS`."""
@@ -276,3 +333,5 @@ class Pipeline:
                 queued.close(timeout_s)
         for fanout in fanouts:
             fanout.shutdown(max(0.0, deadline - time.monotonic()))
+        if self.durable is not None:
+            self.durable.close()

@@ -12,22 +12,34 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from collector.merge import RolloutMerger
-from collector.sinks import RunSinks
+from collector.sinks import RunSinks, SinksFailed
 from exporters.charge import Charge
 from exporters.fanout import FanOut, Reservation
 from telemetry.model import names
 from telemetry.model.snapshot import Attributes, Snapshot
 from telemetry.otlp.decode import Request
 
+if TYPE_CHECKING:
+    from collector.durable import DurableState
+
 logger = logging.getLogger(__name__)
 
+REOPEN_AFTER_S = 1.0
+"""A run whose sinks failed to start is tried again at most this often (refused meanwhile)."""
 STREAMS_MERGED = ("rollout", "eval")
 
 RunKey = tuple[str, str]
 """``(experiment, trial)``."""
+
+
+class RunUnavailable(Exception):
+    """A sink of the run failed to start (a path unwritable, W&B's init failing): the
+    run's data is refused with a retryable status until its sinks start."""
 
 
 def _is_rank0(snapshot: Snapshot) -> bool:
@@ -89,7 +101,9 @@ class Runs:
         self._queue = dict(queue_size=queue_size, timeout_s=timeout_s)
         self._runs: dict[RunKey, Run] = {}
         self._lock = threading.Lock()
+        self._down: dict[RunKey, tuple[float, str, int]] = {}  # when, why, refusals
         self.refused = 0
+        self.durable: DurableState | None = None
 
     def key(self, resource: Attributes) -> RunKey | None:
         """The run ``resource`` names; None without an experiment or without runs."""
@@ -119,7 +133,12 @@ class Runs:
         return None if key is None else self.open(key)
 
     def open(self, key: RunKey) -> Run | None:
-        """The run ``key``, its sinks started on first sight; None past ``max_runs``."""
+        """The run ``key``, its sinks started on first sight; None past ``max_runs``.
+
+        Raises:
+            RunUnavailable: a sink of the run failed to start (tried again at most every
+                :data:`REOPEN_AFTER_S`); the failure is logged once until it changes.
+        """
         run = self._runs.get(key)
         if run is not None:
             return run
@@ -132,14 +151,38 @@ class Runs:
                 if self.refused == 1:
                     logger.warning("run limit %d reached: %s_%s", self._max_runs, *key)
                 return None
+            down = self._down.get(key)
+            if down is not None and time.monotonic() - down[0] < REOPEN_AFTER_S:
+                self._down[key] = (down[0], down[1], down[2] + 1)
+                raise RunUnavailable(down[1])
             try:
                 sinks = list(self._run_sinks(*key))
+            except SinksFailed as exc:
+                self._sinks_down(key, str(exc))
+                raise RunUnavailable(str(exc)) from None
             except Exception as exc:  # a sink that cannot start must not stop the collector
                 logger.error("run %s_%s: sinks failed to start: %s", *key, exc)
                 sinks = []
+            if down is not None:
+                logger.warning("run %s_%s: sinks started after %d refusals", *key, down[2] + 1)
+                del self._down[key]
             run = Run(FanOut(sinks, **self._queue), RolloutMerger(), threading.Lock())
+            if self.durable is not None:
+                try:
+                    self.durable.attach_run(key, run.fanout)
+                except OSError as exc:  # no journal, no run: the sender keeps the data
+                    run.fanout.shutdown(1.0)
+                    self._sinks_down(key, f"durable queue: {exc}")
+                    raise RunUnavailable(f"durable queue: {exc}") from None
             self._runs[key] = run
             return run
+
+    def _sinks_down(self, key: RunKey, why: str) -> None:
+        """Remember that ``key``'s sinks failed; log when the failure is new or changed."""
+        down = self._down.get(key)
+        if down is None or down[1] != why:
+            logger.error("run %s_%s: refused until its sinks start: %s", *key, why)
+        self._down[key] = (time.monotonic(), why, (down[2] + 1) if down else 1)
 
     def items(self) -> list[tuple[RunKey, Run]]:
         """A copy of the open runs, safe while new ones open."""

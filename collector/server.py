@@ -3,17 +3,20 @@
 Status codes returned by ``Export``:
 
 ==================  ===========================================================
-OK                  admitted: every point is in every healthy sink's queue;
+OK                  admitted: every point is in every healthy sink's queue (and
+                    journal, with ``durable`` on);
                     ``partial_success`` counts the points that were not mapped
 INVALID_ARGUMENT    not an ``ExportMetricsServiceRequest``, or over
                     ``max_points_per_request`` / ``max_decoded_bytes`` (split it)
 UNAUTHENTICATED     a token is configured and the call lacks it or has another
-RESOURCE_EXHAUSTED  a sink queue or the memory budget cannot take it now, or too
-                    many heavy requests at once (retry after the delay sent in
+RESOURCE_EXHAUSTED  a sink queue (or its durable journal) or the memory budget
+                    cannot take it now, or too many heavy requests at once
+                    (retry after the delay sent in
                     ``grpc-retry-pushback-ms`` and ``google.rpc.retryinfo-bin``);
                     over ``max_message_bytes``/``max_concurrent_requests`` (gRPC)
 DEADLINE_EXCEEDED   the sender's deadline passed before the request was kept
-UNAVAILABLE         shutting down
+UNAVAILABLE         shutting down, or a sink of the request's run cannot start
+                    (retry after the delay sent, as above)
 ==================  ===========================================================
 
 Every refusal keeps nothing of the request. The body is parsed in the handler (not by
@@ -43,7 +46,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from collector.admission import PARSE_EXPANSION, HeavyGate, Hold
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
-from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge
+from collector.durable import DurableState
+from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge, Unavailable
 from collector.scrape import FAMILIES as SCRAPE_FAMILIES
 from collector.scrape import PipelineDeliver, Scraper
 from collector.selfmetrics import FAMILIES, SelfMetrics
@@ -196,6 +200,12 @@ class CollectorServer:
                 f"{RECEIVER_KEY}.host/{RECEIVER_KEY}.port: cannot bind the OTLP receiver to "
                 f"{address} (not a local address, or in use)"
             )
+        durable = self.config.durable
+        if durable.enabled and self.run_sinks is not None and self.pipeline.durable is None:
+            directory = durable.state_dir(self.config.sinks.fileroot, port)
+            limit, fsync = durable.limit_bytes, durable.fsync == "request"
+            state = DurableState(directory, limit, fsync, f"{ROOT}.durable.directory")
+            self.pipeline.recover(state)  # replayed into the queues before any request
         server.start()
         self._server, self.port = server, port
         for service in ("", SERVICE):
@@ -282,6 +292,9 @@ class CollectorServer:
         except Expired as exc:
             raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)) from None
         except Closed as exc:
+            raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+        except Unavailable as exc:
+            self._retry_later(context)
             raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
         except Exception as exc:  # a bug must cost one request, never the server
             logger.exception("collector: request failed")

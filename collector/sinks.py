@@ -23,7 +23,7 @@ from exporters.local_files import link_dir
 from exporters.prometheus.sink_queues import run_label
 from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, StatsLoggerConfig
 
-__all__ = ["RunSinkFactory", "RunSinks", "run_sink_factory", "shared_sinks"]
+__all__ = ["RunSinkFactory", "RunSinks", "SinksFailed", "run_sink_factory", "shared_sinks"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +34,19 @@ RUN_CONTEXT = dataclasses.replace(SHARED_CONTEXT, swanlab_process=True)
 """Each run's sinks: SwanLab in a process of its own (one SwanLab run per process)."""
 
 
+class SinksFailed(Exception):
+    """A sink of the run failed to start in a way that may clear (an unwritable directory,
+    a full disk, W&B's init failing); the sinks that had started were shut down."""
+
+
 class RunSinkFactory:
     """``(experiment, trial) -> step-based sinks`` from the collector's ``sinks`` section.
 
-    Each enabled sink is built on its own: one that cannot start (a missing library, an
-    unwritable directory) is logged, left out and kept in :meth:`failures`; the run gets
-    the others.
+    Each enabled sink is built on its own. One whose library is missing is logged, left
+    out and kept in :meth:`failures`; the run gets the others (retrying cannot help). Any
+    other failure to start (an unwritable directory) raises :class:`SinksFailed`: the
+    collector refuses the run's data with a retryable status, so the sender keeps it
+    until the sink can start.
     """
 
     def __init__(self, sinks: SinksConfig) -> None:
@@ -68,13 +75,25 @@ class RunSinkFactory:
         failures: dict[tuple[str, str], str] = {}
         for factory in registry.enabled(config, shared=False):
             try:
-                sinks.append(factory.create(config, RUN_CONTEXT))
-            except Exception as exc:  # a sink that cannot start must not cost the others
+                sink = factory.create(config, RUN_CONTEXT)
+                skip_held = getattr(sink, "skip_held_steps", None)
+                if skip_held is not None:
+                    skip_held()  # replays and retries repeat steps: never twice in the run
+                sinks.append(sink)
+            except ImportError as exc:  # a missing library must not cost the others
                 failures[run, factory.name] = error = _first_line(exc)
                 logger.error("run %s: sink %s failed to start: %s", run, factory.name, error)
                 continue
+            except Exception as exc:
+                for started in sinks:
+                    started.shutdown()
+                with self._lock:
+                    self._failures[run, factory.name] = error = _first_line(exc)
+                raise SinksFailed(f"sink {factory.name} failed to start: {error}") from exc
             self._link_root(factory.name, config, experiment, trial)
         with self._lock:
+            for stale in [key for key in self._failures if key[0] == run]:
+                del self._failures[stale]  # an earlier try's: the sinks started since
             self._failures.update(failures)
             self._run_dirs[run] = str(config.run_dir.resolve())
         return sinks

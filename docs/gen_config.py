@@ -121,6 +121,7 @@ FIELD_DOCS: dict[str, str] = {
     "CollectorConfig.auth": "bearer-token check",
     "CollectorConfig.limits": "bounds on memory, series and concurrency",
     "CollectorConfig.sinks": "the StatsLogger's sink sections, with the collector's defaults",
+    "CollectorConfig.durable": "what was accepted is on disk per sink until the sink holds it",
     "CollectorConfig.scrape": "Prometheus endpoints (vLLM, SGLang) scraped into their runs",
     "ReceiverConfig.host": "bind address; beyond loopback is an explicit choice",
     "ReceiverConfig.port": "OTLP/gRPC port",

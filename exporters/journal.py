@@ -105,7 +105,7 @@ class Journal:
     def append(self, snapshot: Snapshot) -> int | None:
         """Write ``snapshot`` at the tail (durable once :meth:`sync` returns); its seq, or
         None when the write failed (the next :meth:`sync` raises the error)."""
-        payload = batch_to_json(Batch(snapshot)).encode()
+        payload = _encoded(snapshot)
         with self._lock:
             seq = self._next
             record = _HEADER.pack(len(payload), zlib.crc32(payload), seq) + payload
@@ -193,6 +193,21 @@ class Journal:
             self._delete_acked(keep_last=False)
 
 
+_last: tuple[Snapshot, bytes] | None = None
+
+
+def _encoded(snapshot: Snapshot) -> bytes:
+    """``snapshot`` in the spool's JSON format; encoded once for the several journals a
+    fan-out hands the same snapshot to in turn."""
+    global _last
+    last = _last
+    if last is not None and last[0] is snapshot:
+        return last[1]
+    payload = batch_to_json(Batch(snapshot)).encode()
+    _last = (snapshot, payload)
+    return payload
+
+
 def _records(data: bytes) -> tuple[list[tuple[int, bytes]], int]:
     """The whole records at the start of ``data`` and where they end."""
     out: list[tuple[int, bytes]] = []
@@ -226,25 +241,35 @@ class Checkpoints:
     """Acknowledges a journal as its sink comes to hold what it was given.
 
     The sink's queue reports each journaled snapshot it is done with (:meth:`done`: exported,
-    or given up and counted). Every ``every`` snapshots, or when the queue runs empty, the
-    sink is flushed; once the flush succeeded and ``settle_s`` passed (the time a sink's own
-    writer may still hold data: W&B's transaction-log flush), the journal is acknowledged
-    up to the last snapshot before that flush.
+    or given up and counted). Every ``every`` snapshots, or when the queue runs empty at
+    least ``interval_s`` after the last flush, the sink is flushed; once the flush succeeded
+    and ``settle_s`` passed (the time a sink's own writer may still hold data: W&B's
+    transaction-log flush), the journal is acknowledged up to the last snapshot before that
+    flush. What is exported but not acknowledged yet when the process dies is replayed, and
+    skipped by sinks that hold it.
 
     Args:
         journal: the sink's journal.
         flush: flushes the sink; True when it holds everything given so far.
         settle_s: seconds after a successful flush before the data counts as held.
         every: snapshots between two flushes while the queue is busy.
+        interval_s: the least time between two flushes when the queue runs empty.
     """
 
     def __init__(
-        self, journal: Journal, flush: Callable[[], bool], settle_s: float = 0.0, every: int = 64
+        self,
+        journal: Journal,
+        flush: Callable[[], bool],
+        settle_s: float = 0.0,
+        every: int = 64,
+        interval_s: float = 0.25,
     ) -> None:
         self.journal = journal
         self._flush = flush
         self._settle_s = settle_s
         self._every = every
+        self._interval_s = interval_s
+        self._flushed_at = 0.0
         self._last: int | None = None
         self._since = 0
         self._settling: deque[tuple[float, int]] = deque()  # (held from, seq)
@@ -253,12 +278,13 @@ class Checkpoints:
         """The queue is done with record ``seq``; ``idle``: nothing else is queued."""
         self._last = seq
         self._since += 1
-        if idle or self._since >= self._every:
+        due = idle and time.monotonic() - self._flushed_at >= self._interval_s
+        if due or self._since >= self._every:
             self.checkpoint()
 
     def checkpoint(self) -> None:
         """Flush the sink if it was given something since the last flush; ack what settled."""
-        now = time.monotonic()
+        now = self._flushed_at = time.monotonic()
         if self._last is not None and self._since and self._flush():
             self._settling.append((now + self._settle_s, self._last))
             self._since = 0

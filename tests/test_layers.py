@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "exporters",
             "collector.pipeline",
             "collector.admission",
+            "collector.durable",
             "collector.merge",
             "collector.runs",
             "collector.sinks",

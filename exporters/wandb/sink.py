@@ -97,6 +97,7 @@ class WandbSink(RunSink):
         self._misbound: set[str] = set()
         self._closed = False
         self._held: Held | None = None  # what the run holds; None: no skips
+        self._flush_failures = 0
         section = config.wandb
         self.run_id = run_id(config)
         if section.mode == "disabled":
@@ -230,8 +231,17 @@ class WandbSink(RunSink):
         try:
             interface.deliver_history_step().wait_or(timeout=timeout_s)
         except Exception as exc:  # W&B's service gone or slow: the journal keeps the steps
-            logger.warning("wandb: flush of run %s failed: %s", self.run_id, exc)
+            self._flush_failures += 1
+            if self._flush_failures == 1:
+                logger.warning(
+                    "wandb: flush of run %s failed: %s (repeats counted)", self.run_id, exc
+                )
             return False
+        if self._flush_failures:
+            logger.info(
+                "wandb: run %s flushed after %d failures", self.run_id, self._flush_failures
+            )
+            self._flush_failures = 0
         return True
 
     def _finish(self) -> None:

@@ -1,16 +1,20 @@
 """Several runs through one collector: each gets its own TensorBoard and SwanLab run, in its
-run directory; a sink that cannot start costs only itself and shows in the self-metrics."""
+run directory; a sink that cannot start refuses its run retryably until it can, and shows in
+the self-metrics."""
 
 from __future__ import annotations
 
 import glob
 import os
+import time
 
+import grpc
 import pytest
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("swanlab")
 
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from swanlab.log.backup.datastore import DataStore
 from swanlab.log.backup.models import ModelsParser
 from tensorboard.backend.event_processing import event_accumulator as ea
@@ -19,11 +23,16 @@ from collector.config import from_dict
 from collector.server import CollectorServer
 from collector.sinks import RunSinkFactory
 from telemetry.logger import StatsLogger
+from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.otlp.encode import encode
+from telemetry.otlp.wire import PUSHBACK_KEY
 from tests.wandb_log import inspect_wandb
 
 from .conftest import samples, scrape
 
 TRIALS = ("a", "b")
+METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+RUN = (("rltel.experiment", "exp"), ("rltel.trial", "t1"), ("rltel.rank", 0))
 
 
 def tensorboard_series(path: str, key: str) -> dict[int, float]:
@@ -93,13 +102,31 @@ def test_each_run_gets_its_own_step_based_sinks(tmp_path):
         assert series == pytest.approx(expected)
 
 
-def test_a_sink_that_cannot_start_is_reported_and_the_others_write(start_collector, tmp_path):
+def _wait(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_a_run_whose_sink_cannot_start_is_refused_retryably_and_arrives_once_fixed(
+    start_collector, tmp_path
+):
     files = tmp_path / "files"
     blocked = files / "exp" / "t1" / "tensorboard"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("a file where the TensorBoard directory goes")
     sinks = {"fileroot": str(files), "tensorboard": {"path": str(files)}}
     server = start_collector(sinks={**sinks, "wandb": {"mode": "offline"}})
+    snapshot = Snapshot((Gauge("ppo_actor/update/loss", 0.5),), Step(0, 0, 0), RUN)
+    (request,) = encode(snapshot)
+    with grpc.insecure_channel(server.endpoint) as channel:
+        call = channel.unary_unary(METHOD, request_serializer=None)
+        with pytest.raises(grpc.RpcError) as refused:
+            call(encode_metrics(request).SerializeToString(), timeout=30)
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+    assert "sink tensorboard failed to start" in refused.value.details()
+    assert PUSHBACK_KEY in dict(refused.value.trailing_metadata())  # retry, keep the data
     logger = StatsLogger(
         {
             "experiment_name": "exp",
@@ -110,18 +137,29 @@ def test_a_sink_that_cannot_start_is_reported_and_the_others_write(start_collect
     )
     for step in (1, 2):
         logger.commit(0, step, step, {"ppo_actor/update/loss": float(step)})
-    logger.close(timeout_s=30)
+    _wait(lambda: logger.health()["otlp"]["retries"] >= 2, "the sender was not refused")
     metrics = scrape(server.metrics_url)
     (failed,) = samples(metrics, "rltel_collector_sink_start_failed", run="exp_t1")
     labels = dict(failed)
     assert labels["sink"] == "tensorboard" and str(blocked) in labels["error"], labels
+    refusals = samples(metrics, "rltel_collector_requests_refused_total", reason="sinks_down")
+    assert sum(refusals.values()) >= 2
+    assert not (files / "exp" / "t1" / "wandb").exists()  # W&B's run was not kept open
+    blocked.unlink()  # the path is fixed: the sender's retries now arrive
+    logger.commit(0, 3, 3, {"ppo_actor/update/loss": 3.0})
+    otlp = logger.health
+    _wait(lambda: otlp()["otlp"]["spool_points"] == 0 and otlp()["otlp"]["queue_depth"] == 0, "")
+    logger.close(timeout_s=30)
+    metrics = scrape(server.metrics_url)
+    assert not samples(metrics, "rltel_collector_sink_start_failed", run="exp_t1")
     run_dir = str((files / "exp" / "t1").resolve())
     assert samples(metrics, "rltel_collector_run_info", run="exp_t1", dir=run_dir)
     server.stop(60)  # W&B's run finished: its file complete
+    assert tensorboard_series(str(blocked), "ppo_actor/update/loss") == {1: 1.0, 2: 2.0, 3: 3.0}
     (path,) = glob.glob(str(files / "exp" / "t1" / "wandb" / "offline-run-*" / "*.wandb"))
     rows = [r["history"]["item"] for r in inspect_wandb(path) if r["type"] == "history"]
     losses = [row["ppo_actor/update/loss"] for row in rows if "ppo_actor/update/loss" in row]
-    assert losses == [1, 2]
+    assert losses == [1, 2, 3]
 
 
 def test_root_links_replace_a_stale_link_and_keep_a_real_directory(tmp_path, caplog):

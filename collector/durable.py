@@ -1,0 +1,140 @@
+"""The collector's durable queue: a journal per sink under one state directory.
+
+Layout: ``<directory>/shared/<sink>/`` for the sinks every snapshot reaches (Prometheus,
+remote write), ``<directory>/runs/<run>/<sink>/`` for each run's step-based sinks, with
+``<directory>/runs/<run>/run.json`` naming the run's experiment and trial so that a new
+process can open it again and replay its journals before it takes any request
+(:mod:`exporters.journal`). One collector holds the directory at a time (an exclusive
+``flock`` on ``<directory>/lock``). After a clean shutdown every journal is empty and what
+the collector wrote there is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+from exporters.fanout import FanOut
+from exporters.journal import Journal
+from telemetry.model.errors import ConfigError
+
+__all__ = ["DurableState", "RunKey"]
+
+logger = logging.getLogger(__name__)
+
+RunKey = tuple[str, str]
+"""``(experiment, trial)``."""
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+class DurableState:
+    """Journals of every sink of one collector, in ``directory``.
+
+    Args:
+        directory: the state directory; created if missing.
+        limit_bytes: each sink's journal at most (a healthy sink refuses past it).
+        fsync: fsync each journal once per accepted request.
+        key: the config key named when the directory cannot be used.
+
+    Raises:
+        ConfigError: the directory cannot be created, or another collector holds it.
+    """
+
+    def __init__(self, directory: str | Path, limit_bytes: int, fsync: bool, key: str) -> None:
+        self.directory = Path(directory)
+        self.limit_bytes = limit_bytes
+        self.fsync = fsync
+        self._journals: list[Journal] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"{key}: cannot use {self.directory}: {exc}") from None
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise ConfigError(
+                f"{key}: {self.directory} is held by another running collector; give each "
+                "collector its own directory"
+            ) from None
+
+    def attach_shared(self, fanout: FanOut) -> None:
+        """Journal every sink of the shared fan-out; queue what an earlier process left."""
+        self._attach(fanout, self.directory / "shared")
+
+    def attach_run(self, key: RunKey, fanout: FanOut) -> None:
+        """Journal every sink of run ``key``'s fan-out; queue what an earlier process left."""
+        part = self.directory / "runs" / _run_dir(key)
+        part.mkdir(parents=True, exist_ok=True)
+        marker = part / "run.json"
+        if not marker.exists():
+            marker.write_text(json.dumps({"experiment": key[0], "trial": key[1]}))
+        self._attach(fanout, part)
+
+    def _attach(self, fanout: FanOut, part: Path) -> None:
+        for queued in fanout.queued:
+            journal = Journal(part / _UNSAFE.sub("_", queued.name), self.limit_bytes, self.fsync)
+            if journal.unreadable:
+                logger.warning(
+                    "durable queue %s: %d torn entries skipped", part, journal.unreadable
+                )
+            queued.journal_to(journal)
+            with self._lock:
+                self._journals.append(journal)
+
+    def stored_runs(self) -> list[RunKey]:
+        """The runs an earlier process left journals of, oldest directory first."""
+        runs: list[RunKey] = []
+        for marker in sorted((self.directory / "runs").glob("*/run.json")):
+            try:
+                data = json.loads(marker.read_text())
+                runs.append((str(data["experiment"]), str(data["trial"])))
+            except (OSError, ValueError, KeyError) as exc:
+                logger.warning("durable queue: %s unreadable: %s", marker, exc)
+        return runs
+
+    def sync(self) -> None:
+        """Make every journal's appends durable.
+
+        Raises:
+            OSError: a write or fsync failed.
+        """
+        with self._lock:
+            journals = list(self._journals)
+        for journal in journals:
+            journal.sync()
+
+    def close(self) -> None:
+        """After the sinks' shutdown: remove the directory if no journal holds anything;
+        safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            journals, self._journals = self._journals, []
+        for journal in journals:
+            journal.close()
+        if all(journal.bytes == 0 for journal in journals):
+            for part in ("shared", "runs"):
+                shutil.rmtree(self.directory / part, ignore_errors=True)
+            (self.directory / "lock").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # something of the user's there too: it stays
+                self.directory.rmdir()
+        os.close(self._lock_fd)
+
+
+def _run_dir(key: RunKey) -> str:
+    """A directory name for run ``key``: readable, and distinct for distinct runs."""
+    digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:12]
+    return f"{_UNSAFE.sub('_', '_'.join(key))[:80]}-{digest}"

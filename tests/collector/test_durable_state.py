@@ -1,0 +1,70 @@
+"""The collector's state directory: one collector at a time, removed once everything is held,
+and a pipeline that replays a stored run's journals before any request."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from collector.config import LimitsConfig
+from collector.durable import DurableState
+from collector.pipeline import Pipeline
+from exporters.base import ExportResult, InMemorySink
+from telemetry.model.errors import ConfigError
+from telemetry.model.snapshot import Gauge, Snapshot, Step
+
+KEY = "collector.durable.directory"
+RUN = (("rltel.experiment", "exp"), ("rltel.trial", "t1"), ("rltel.rank", 0))
+
+
+def test_a_second_collector_on_the_same_directory_is_refused_naming_the_key(tmp_path):
+    first = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    with pytest.raises(ConfigError, match=f"{KEY}: .* held by another running collector"):
+        DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    first.close()
+    DurableState(tmp_path / "state", 1 << 20, False, KEY).close()  # free again
+
+
+def test_an_unusable_directory_is_a_config_error_naming_the_key(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=f"{KEY}: cannot use"):
+        DurableState(blocker / "state", 1 << 20, False, KEY)
+
+
+class Stuck(InMemorySink):
+    """Never answers until released: the first process's sink when it is killed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        self.release.wait(60)
+        return ExportResult.FAILURE
+
+
+def test_a_stored_run_is_replayed_into_its_sinks_before_any_request(tmp_path):
+    state = tmp_path / "state"
+    stuck = Stuck()
+    limits = LimitsConfig(sink_timeout_s=60.0)
+    first = Pipeline([], lambda experiment, trial: [stuck], limits)
+    first.recover(DurableState(state, 1 << 20, True, KEY))
+    for step in (1, 2):
+        snapshot = Snapshot((Gauge("loss", float(step)),), Step(0, step, step), RUN)
+        first.runs.of(snapshot).route(snapshot, None)
+    first.durable.sync()
+    assert list(state.glob("runs/*/run.json")) and list(state.glob("runs/*/memory/*.seg"))
+    os.close(first.durable._lock_fd)  # the process is killed: its lock goes with it
+
+    got: list[InMemorySink] = []
+    second = Pipeline([], lambda experiment, trial: got.append(InMemorySink()) or got, limits)
+    second.recover(DurableState(state, 1 << 20, True, KEY))
+    assert len(got) == 1  # the run was opened at start, not on a request
+    assert second.force_flush(30)
+    assert [s.step.global_step for s in got[0].snapshots] == [1, 2]
+    second.shutdown(30)
+    assert not state.exists()  # everything held: removed at the clean shutdown
+    stuck.release.set()

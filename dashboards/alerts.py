@@ -10,6 +10,7 @@ from collector.scrape.figures import AVERAGED, RATES, SUMMED
 from collector.scrape.health import PREFIX as SCRAPE_PREFIX
 from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
 from dashboards import catalog as c
+from exporters.remote_write.health import PREFIX as REMOTE_WRITE_PREFIX
 from telemetry.heartbeat.families import FLOOR as HEARTBEAT_FLOOR
 from telemetry.heartbeat.families import OUTSIDE as HEARTBEAT_OUTSIDE
 from telemetry.heartbeat.families import PREFIX as HEARTBEAT
@@ -37,6 +38,7 @@ OVERFLOW_POINTS = "rltel_prometheus_overflow_points_total"
 """The Prometheus sink's own counter of points folded into overflow series."""
 SINK_DROPPED = f"{COLLECTOR_PREFIX}sink_dropped_total"
 POINTS_REJECTED = f"{COLLECTOR_PREFIX}points_rejected_total"
+REMOTE_WRITE_DROPPED = f"{REMOTE_WRITE_PREFIX}samples_dropped_total"
 KV_CACHE_FULL = 0.95
 """A rollout engine's KV-cache usage (1 = full) at or above this for ``KV_CACHE_FOR``."""
 KV_CACHE_FOR = "5m"
@@ -209,6 +211,12 @@ def _pipeline() -> list[dict]:
         _rule("RltelCollectorRejectingPoints", f"increase({POINTS_REJECTED}[10m]) > 0", "0m",
               "warning", "pipeline", "Collector {{ $labels.instance }} rejects data points",
               "{{ $value }} data points could not be mapped in 10m (see the collector log)."),
+        _rule("RltelCollectorRemoteWriteDropping", f"increase({REMOTE_WRITE_DROPPED}[10m]) > 0",
+              "0m", "warning", "pipeline",
+              "Collector {{ $labels.instance }} drops remote-write samples",
+              "{{ $value }} samples dropped in 10m ({{ $labels.reason }}): the store was down "
+              "past the backlog bound, refused them or they were too old (see the collector "
+              "log and docs/troubleshooting.md)."),
     ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from dashboards import catalog as c
 from dashboards.panels import DATASOURCE, DATASOURCE_INPUT, GRID_WIDTH, expressions
 from exporters.prometheus import SELF_METRICS, PrometheusSink
 from exporters.prometheus.naming import sample_names
+from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
 from telemetry.config import PrometheusConfig
 from telemetry.heartbeat import FAMILIES as HEARTBEAT_FAMILIES
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot
@@ -92,7 +93,7 @@ def own_names() -> set[str]:
     names = set()
     for name, kind in SELF_METRICS.items():
         names.update(sample_names(name, kind))
-    for name, kind in {**COLLECTOR_FAMILIES, **SCRAPE_FAMILIES}.items():
+    for name, kind in {**COLLECTOR_FAMILIES, **SCRAPE_FAMILIES, **REMOTE_WRITE_FAMILIES}.items():
         names.update(sample_names(f"{name}_total" if kind == "counter" else name, kind))
     for name, kind in HEARTBEAT_FAMILIES.items():  # served beside the sink by the heartbeat
         names.update(sample_names(name, kind))

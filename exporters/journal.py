@@ -76,6 +76,10 @@ class Journal:
 
     def _load(self) -> None:
         for path in sorted(self.directory.glob("*.seg")):
+            if not path.stem.isdigit():
+                continue
+            first = int(path.stem)  # a new segment never reuses a name, torn ones included
+            self._next = max(self._next, first + 1)
             data = path.read_bytes()
             records, last = _records(data)
             self.unreadable += 0 if last == len(data) else 1
@@ -87,7 +91,6 @@ class Journal:
                     except (ValueError, KeyError, TypeError) as exc:
                         self.unreadable += 1
                         logger.warning("journal %s: record %d unreadable: %s", path, seq, exc)
-            first = records[0][0] if records else self._next
             self._segments.append((first, path, len(data)))
         self._delete_acked(keep_last=False)
 
@@ -116,6 +119,7 @@ class Journal:
                 os.write(self._fd, record)
             except OSError as exc:
                 self._error = exc
+                self._next = seq + 1  # the next segment gets a name of its own
                 self._close_segment()  # a torn record ends its segment
                 return None
             self._next = seq + 1

@@ -48,6 +48,21 @@ def test_a_torn_record_at_the_tail_is_skipped_and_later_appends_still_read(tmp_p
     second.append(snap(9))  # into a segment of its own
     third = Journal(tmp_path, limit_bytes=1 << 20)
     assert [s.step.global_step for _, s in third.pending] == [0, 1, 9]
+    third.ack(99)
+    third.close()
+    assert list(tmp_path.glob("*.seg")) == []
+
+
+def test_a_segment_holding_only_a_torn_record_is_never_appended_to(tmp_path):
+    first = Journal(tmp_path, limit_bytes=1 << 20)
+    first.append(snap(0))
+    (segment,) = tmp_path.glob("*.seg")
+    segment.write_bytes(segment.read_bytes()[:7])  # killed inside its first record
+    second = Journal(tmp_path, limit_bytes=1 << 20)
+    assert second.pending == [] and second.unreadable == 1
+    second.append(snap(1))
+    assert len(list(tmp_path.glob("*.seg"))) == 2  # a new file, not after the torn bytes
+    assert [s.step.global_step for _, s in Journal(tmp_path, 1 << 20).pending] == [1]
 
 
 def test_segments_go_once_acked_and_full_holds_at_the_limit(tmp_path, monkeypatch):

@@ -83,6 +83,10 @@ class DurableState:
         self._attach(fanout, part)
 
     def _attach(self, fanout: FanOut, part: Path) -> None:
+        names = {_UNSAFE.sub("_", queued.name) for queued in fanout.queued}
+        for left in sorted(part.glob("*")):
+            if left.is_dir() and left.name not in names and any(left.glob("*.seg")):
+                logger.warning("durable queue: %s is no sink of this collector: left there", left)
         for queued in fanout.queued:
             journal = Journal(part / _UNSAFE.sub("_", queued.name), self.limit_bytes, self.fsync)
             if journal.unreadable:
@@ -124,8 +128,9 @@ class DurableState:
             self._closed = True
             journals, self._journals = self._journals, []
         for journal in journals:
-            journal.close()
-        if all(journal.bytes == 0 for journal in journals):
+            journal.close()  # its acknowledged segments go
+        # Anything left (a sink not held yet, a run not opened, a sink no longer run) stays.
+        if not any(self.directory.rglob("*.seg")):
             for part in ("shared", "runs"):
                 shutil.rmtree(self.directory / part, ignore_errors=True)
             (self.directory / "lock").unlink(missing_ok=True)

@@ -11,6 +11,7 @@ import pytest
 from collector.config import LimitsConfig
 from collector.durable import DurableState
 from collector.pipeline import Pipeline
+from collector.sinks import SinksFailed
 from exporters.base import ExportResult, InMemorySink
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Gauge, Snapshot, Step
@@ -67,4 +68,35 @@ def test_a_stored_run_is_replayed_into_its_sinks_before_any_request(tmp_path):
     assert [s.step.global_step for s in got[0].snapshots] == [1, 2]
     second.shutdown(30)
     assert not state.exists()  # everything held: removed at the clean shutdown
+    stuck.release.set()
+
+
+def test_a_journal_of_a_sink_the_collector_no_longer_runs_is_named_and_left(tmp_path, caplog):
+    gone = tmp_path / "state" / "shared" / "remote_write"
+    gone.mkdir(parents=True)
+    (gone / "0000000000000000.seg").write_bytes(b"held")
+    state = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    pipeline = Pipeline([InMemorySink()], None, LimitsConfig())
+    pipeline.recover(state)
+    assert f"{gone} is no sink of this collector" in caplog.text
+    pipeline.shutdown(10)
+    assert (gone / "0000000000000000.seg").exists()  # not removed with the rest
+
+
+def test_a_stored_run_whose_sinks_cannot_start_keeps_its_journal(tmp_path):
+    state = tmp_path / "state"
+    stuck = Stuck()
+    first = Pipeline([], lambda experiment, trial: [stuck], LimitsConfig(sink_timeout_s=60.0))
+    first.recover(DurableState(state, 1 << 20, False, KEY))
+    snapshot = Snapshot((Gauge("loss", 1.0),), Step(0, 1, 1), RUN)
+    first.runs.of(snapshot).route(snapshot, None)
+    os.close(first.durable._lock_fd)  # killed
+
+    def cannot_start(experiment: str, trial: str) -> list[InMemorySink]:
+        raise SinksFailed("sink tensorboard failed to start: PermissionError")
+
+    second = Pipeline([], cannot_start, LimitsConfig())
+    second.recover(DurableState(state, 1 << 20, False, KEY))  # the run is not replayed yet
+    second.shutdown(10)
+    assert list(state.glob("runs/*/memory/*.seg"))  # kept for a collector that can open it
     stuck.release.set()

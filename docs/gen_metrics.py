@@ -125,6 +125,11 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
         "the rank with the largest mean of a timing (here `train_step`)",
         "not always the same",
     ),
+    "hardware/memory/peak_rss_bytes/per_rank": (
+        "a rank's resident high-water mark over the export window (`stats_logger.hardware`;"
+        " per phase under `hardware/phase/<phase>/`, GPU readings under `hardware/gpu/`)",
+        "steady; a rank that keeps growing leaks",
+    ),
     "moe_balance/max_over_ideal": (
         "max(c) / (Σc / E) over a layer's expert counts c; 0 for a layer with no assignments",
         "< {moe_warn} (alert at {moe_warn}, critical at {moe_crit})",

@@ -38,7 +38,7 @@ RunKey = tuple[str, str]
 
 
 class RunUnavailable(Exception):
-    """A sink of the run failed to start (a path unwritable, W&B's init failing): the
+    """A sink of the run failed to start on a file-system error (a path unwritable): the
     run's data is refused with a retryable status until its sinks start."""
 
 

@@ -35,18 +35,19 @@ RUN_CONTEXT = dataclasses.replace(SHARED_CONTEXT, swanlab_process=True)
 
 
 class SinksFailed(Exception):
-    """A sink of the run failed to start in a way that may clear (an unwritable directory,
-    a full disk, W&B's init failing); the sinks that had started were shut down."""
+    """A sink of the run failed to start on a file-system error, which may clear (an
+    unwritable directory, a full disk); the sinks that had started were shut down."""
 
 
 class RunSinkFactory:
     """``(experiment, trial) -> step-based sinks`` from the collector's ``sinks`` section.
 
-    Each enabled sink is built on its own. One whose library is missing is logged, left
-    out and kept in :meth:`failures`; the run gets the others (retrying cannot help). Any
-    other failure to start (an unwritable directory) raises :class:`SinksFailed`: the
-    collector refuses the run's data with a retryable status, so the sender keeps it
-    until the sink can start.
+    Each enabled sink is built on its own. One that fails on a file-system error (an
+    ``OSError`` anywhere in the exception's chain: an unwritable directory, a full disk)
+    raises :class:`SinksFailed`: the collector refuses the run's data with a retryable
+    status, so the sender keeps it until the sink can start. Any other failure (a missing
+    library, a SwanLab child that cannot start) is logged, left out and kept in
+    :meth:`failures`; the run gets the others (retrying cannot help).
     """
 
     def __init__(self, sinks: SinksConfig) -> None:
@@ -80,11 +81,11 @@ class RunSinkFactory:
                 if skip_held is not None:
                     skip_held()  # replays and retries repeat steps: never twice in the run
                 sinks.append(sink)
-            except ImportError as exc:  # a missing library must not cost the others
-                failures[run, factory.name] = error = _first_line(exc)
-                logger.error("run %s: sink %s failed to start: %s", run, factory.name, error)
-                continue
             except Exception as exc:
+                if not _file_system_error(exc):  # a missing library must not cost the others
+                    failures[run, factory.name] = error = _first_line(exc)
+                    logger.error("run %s: sink %s failed to start: %s", run, factory.name, error)
+                    continue
                 for started in sinks:
                     started.shutdown()
                 with self._lock:
@@ -126,6 +127,16 @@ class RunSinkFactory:
         """``run -> absolute run directory`` of every run opened so far."""
         with self._lock:
             return dict(self._run_dirs)
+
+
+def _file_system_error(exc: BaseException | None) -> bool:
+    """True when ``exc`` or what caused it is an ``OSError`` (that may clear)."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, OSError):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _first_line(exc: BaseException) -> str:

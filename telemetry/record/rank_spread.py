@@ -33,6 +33,7 @@ import threading
 
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record import straggler_settings
+from telemetry.record.keys import TIMING_SCOPE
 from telemetry.record.layout import StateLayout
 from telemetry.record.stats import key_unit
 from telemetry.record.stragglers import RankSpread
@@ -49,7 +50,7 @@ __all__ = [
     "untrack_ranks",
 ]
 
-DEFAULT_PATTERNS = ("timeperf/*", "*/timeperf/*", "train_perf")
+DEFAULT_PATTERNS = (f"{TIMING_SCOPE}/*", f"*/{TIMING_SCOPE}/*", "train_perf")
 _lock = threading.Lock()
 _patterns: list[str] = list(DEFAULT_PATTERNS)
 _series_patterns: list[str] = []

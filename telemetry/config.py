@@ -46,6 +46,7 @@ __all__ = [
     "OtlpConfig",
     "OtlpTlsConfig",
     "PrometheusConfig",
+    "SamplesConfig",
     "SinkSections",
     "StatsLoggerConfig",
     "SwanlabConfig",
@@ -281,12 +282,35 @@ class HardwareConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
+class SamplesConfig:
+    """Bounded rollout samples (``telemetry.samples.log_sample``), per step and stream.
+
+    Attributes:
+        enabled: keep logged samples and hand them to the sinks at each commit.
+        reservoir: samples kept uniformly at random per step and stream.
+        extremes: samples with the lowest and, as many, the highest ``reward_key`` kept
+            besides.
+        max_text_bytes: a text field longer than this (UTF-8) is cut and marked.
+        reward_key: the numeric field that orders the extremes.
+        jsonl: embedded sinks also write ``<run_dir>/samples.jsonl``.
+    """
+
+    enabled: StrictBool = True
+    reservoir: StrictInt = Field(default=16, ge=0)
+    extremes: StrictInt = Field(default=2, ge=0)
+    max_text_bytes: StrictInt = Field(default=4096, ge=64)
+    reward_key: StrictStr = Field(default="reward", min_length=1)
+    jsonl: StrictBool = True
+
+
+@dataclass(frozen=True, config=SCHEMA)
 class StatsLoggerConfig(SinkSections):
     """AReaL's ``stats_logger`` section plus rltel's ``prometheus``, ``console``, ``otlp``.
 
     Attributes:
         heartbeat: each rank's heartbeat (the stuck-rank alert).
         hardware: memory and GPU health per rank.
+        samples: bounded rollout samples per step and stream.
     """
 
     experiment_name: StrictStr = Field(default="default", min_length=1)
@@ -294,6 +318,7 @@ class StatsLoggerConfig(SinkSections):
     otlp: OtlpConfig = field(default_factory=OtlpConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    samples: SamplesConfig = field(default_factory=SamplesConfig)
 
     def __post_init__(self) -> None:
         for name in ("experiment_name", "trial_name"):

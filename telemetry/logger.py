@@ -31,9 +31,7 @@ from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, Snapshot, Step,
 from telemetry.progress import progress_line
 from telemetry.record.stats import Stats, points_from_flat
 from telemetry.record.typed_keys import points_for
-
-if TYPE_CHECKING:
-    from exporters.otlp.flush import FlushReport
+from telemetry.samples import Drained, default_buffer
 
 if TYPE_CHECKING:
     from exporters.otlp.flush import FlushReport
@@ -95,6 +93,7 @@ class StatsLogger:
         self._last_step: Step | None = None
         self._closed = False
         self.resource = self._resource(worker_id)
+        default_buffer().configure(self.config.samples)
         self.fanout = FanOut(self._sinks(sinks, otlp_options) if self.enabled else [])
         self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
         self.heartbeat = start_heartbeat(
@@ -120,7 +119,7 @@ class StatsLogger:
         from exporters.registry import BuildContext, build_sinks
 
         if given is not None and not self.config.otlp.endpoint:
-            return list(given)
+            return self._with_samples_file(list(given))
         context = BuildContext(
             run_name_suffix=None if self.role == "trainer" else _STREAMS[self.role],
             experiment=self.experiment_config,
@@ -129,7 +128,16 @@ class StatsLogger:
             start_unix_nano=self.start_unix_nano,
             otlp_options=otlp_options,
         )
-        return [*(given or ()), *build_sinks(self.config, context)]
+        return self._with_samples_file([*(given or ()), *build_sinks(self.config, context)])
+
+    def _with_samples_file(self, sinks: list[Any]) -> list[Any]:
+        """Embedded sinks, and ``samples.jsonl`` beside them when ``samples.jsonl`` is on."""
+        samples = self.config.samples
+        if not sinks or self.config.otlp.endpoint or not (samples.enabled and samples.jsonl):
+            return sinks
+        from exporters.samples_file import SamplesFileSink
+
+        return [*sinks, SamplesFileSink(self.config.run_dir)]
 
     def _serve_sink_health(self) -> None:
         """Serve every sink's queue counters on the in-process Prometheus endpoint, if any,
@@ -202,6 +210,7 @@ class StatsLogger:
         """
         if self.heartbeat is not None:
             self.heartbeat.progress.advance(int(global_step))
+        drained = default_buffer().drain()  # this step's samples (a rank that logs none drops them)
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return
         items = [data] if isinstance(data, Mapping) else list(data)
@@ -216,13 +225,26 @@ class StatsLogger:
                 )
             points = _stats_points(item) if isinstance(item, Stats) else points_for(item)
             step = Step(int(epoch), int(epoch_step) + offset, int(global_step) + offset)
-            self._emit(points, step)
+            self._emit(points, step, drained if offset == len(items) - 1 else ())
 
-    def _emit(self, points: tuple[Point, ...], step: Step | None) -> None:
+    def _emit(
+        self, points: tuple[Point, ...], step: Step | None, drained: Sequence[Drained] = ()
+    ) -> None:
         if step is not None and self.role == "trainer":
             points = (*points, Gauge(STEP_METRIC, float(step.global_step)))
             self._last_step = step
-        snapshot = Snapshot(points, step, self.resource, time.time_ns(), _STREAMS[self.role])
+        for window in drained:
+            prefix = f"samples/{window.stream}/"
+            points = (
+                *points,
+                Gauge(prefix + "seen", float(window.seen)),
+                Gauge(prefix + "kept", float(len(window.samples))),
+                Gauge(prefix + "truncated", float(window.truncated)),
+            )
+        samples = tuple(sample for window in drained for sample in window.samples)
+        snapshot = Snapshot(
+            points, step, self.resource, time.time_ns(), _STREAMS[self.role], samples
+        )
         self.fanout.export(snapshot)
 
     def _send_closed(self, step: Step) -> None:
@@ -255,23 +277,6 @@ class StatsLogger:
                 f"StatsLogger.load_state_dict: expected an int last_commit_step, got {step!r}"
             )
         self._last_commit_step = step
-
-    @staticmethod
-    def flush_spool(
-        config: StatsLoggerConfig | Mapping[str, Any] | str | Path | None = None,
-        directory: str | Path | None = None,
-        *,
-        endpoint: str | None = None,
-        timeout_s: float = 30.0,
-    ) -> FlushReport:
-        """Send the OTLP spool that processes with ``config`` (as :class:`StatsLogger` takes
-        it) left behind, committing nothing: ``rltel spool flush``. See
-        :func:`exporters.otlp.flush.flush_run_spool` for the arguments; ``ConfigError``
-        names a bad key or the missing endpoint."""
-        from exporters.otlp.flush import flush_run_spool
-
-        loaded, _ = load_experiment(config)
-        return flush_run_spool(loaded, directory, endpoint=endpoint, timeout_s=timeout_s)
 
     @staticmethod
     def flush_spool(

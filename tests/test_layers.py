@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("producers", ("telemetry.metrics", "telemetry.evaluator")),
-    ("recording", ("telemetry.stats_tracker", "telemetry.record")),
+    ("recording", ("telemetry.stats_tracker", "telemetry.record", "telemetry.samples")),
     (
         "delivery",
         (

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from telemetry.model import names
+from telemetry.model.sample import Sample
 
 AttributeValue = str | bool | int | float
 Attributes = tuple[tuple[str, AttributeValue], ...]
@@ -183,6 +184,8 @@ class Snapshot:
     resource: Attributes = ()
     time_unix_nano: int = 0
     stream: str = field(default="train")
+    samples: tuple[Sample, ...] = ()
+    """The step's kept rollout samples (:mod:`telemetry.samples`), for the sinks that show them."""
 
     def flat(self, include_counts: bool = False) -> dict[str, float]:
         """AReaL's flat dict; ``__count`` keys are internal and excluded unless asked for."""

@@ -340,7 +340,8 @@ def test_embedded_prometheus_serves_every_sinks_queue_health(tmp_path):
         if s.name == "rltel_collector_sink_exported_total"  # the collector's family
     }
     logger.close()
-    assert exported == {("exp_t1", "prometheus"): 2.0}
+    # samples.jsonl's writer (stats_logger.samples.jsonl) is an embedded sink too
+    assert exported == {("exp_t1", "prometheus"): 2.0, ("exp_t1", "samples"): 2.0}
     without = StatsLogger(config(tmp_path / "off", console={"enabled": True}))
     assert without.prometheus_url is None
     without.close()
@@ -391,7 +392,7 @@ def test_one_fan_out_with_or_without_otlp(tmp_path):
     """ "In-process" and "through the collector" differ only in the fan-out's sink list."""
     sections = {"prometheus": {"enabled": True, "port": 0}, "console": {"enabled": True}}
     embedded = StatsLogger(config(tmp_path, **sections))
-    assert [q.name for q in embedded.fanout.queued] == ["console", "prometheus"]
+    assert [q.name for q in embedded.fanout.queued] == ["console", "prometheus", "samples"]
     assert embedded.otlp is None and set(embedded.health()) == {"sinks"}
     embedded.close()
 

@@ -9,28 +9,16 @@ same file, a whole step in one ``write`` to a file opened for appending.
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 from exporters.base import RunSink
 from exporters.local_files import writable_dir
-from telemetry.model.sample import Sample
+from exporters.sample_views import sample_line
 from telemetry.model.snapshot import Snapshot
 
 SAMPLES_FILE = "samples.jsonl"
-
-
-def sample_line(step: int | None, sample: Sample) -> dict[str, Any]:
-    """The JSON object of one sample at ``step``."""
-    line: dict[str, Any] = {"step": step, "stream": sample.stream}
-    line.update(sample.text)
-    line.update((k, v if math.isfinite(v) else None) for k, v in sample.numbers)
-    if sample.truncated:
-        line["truncated"] = list(sample.truncated)
-    return line
 
 
 class SamplesFileSink(RunSink):

@@ -8,11 +8,15 @@ by the library, and the sink counts it in ``duplicates``.
 SwanLab holds one run per process (a module-level global). A second ``SwanlabSink`` in a
 process whose run is still open raises at construction; a collector that serves several
 runs gives each its own process (:class:`exporters.swanlab.SwanlabProcessSink`).
+
+A snapshot's kept rollout samples go under ``samples/<stream>``: a list of ``swanlab.Text``
+at the step, one JSON object per sample (as in ``samples.jsonl``).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import threading
@@ -21,6 +25,7 @@ from typing import Any
 
 from exporters.base import RunSink
 from exporters.local_files import writable_dir
+from exporters.sample_views import sample_line, samples_key
 from exporters.steps import StreamSteps
 from telemetry.config import SWANLAB_DIR, StatsLoggerConfig, public_dict
 from telemetry.model.snapshot import Snapshot
@@ -97,7 +102,11 @@ class SwanlabSink(RunSink):
         return self._run is not None
 
     def _write(self, snapshot: Snapshot) -> None:
-        data = snapshot.flat()
+        data: dict[str, Any] = dict(snapshot.flat())
+        global_step = snapshot.step.global_step if snapshot.step is not None else None
+        for sample in snapshot.samples:  # a text per sample, one key per stream
+            line = json.dumps(sample_line(global_step, sample), ensure_ascii=False)
+            data.setdefault(samples_key(sample.stream), []).append(self._swanlab.Text(line))
         if not data:
             return
         step = self._steps.step_of(snapshot)

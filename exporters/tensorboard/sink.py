@@ -7,6 +7,9 @@ as a TensorBoard histogram under its key with its real bucket counts (what
 ``DBL_MAX``, which TensorBoard replaces with the point's max. ``sum_squares`` is not
 tracked by the recording side and is written as 0. MoE per-expert series are left out;
 the per-layer summary (``moe_balance/layer_<i>/max_over_ideal``) stays.
+A snapshot's kept rollout samples become one text summary per stream, ``samples/<stream>``:
+a 2-D string tensor (the column names, then a row per sample) that TensorBoard shows as a
+table.
 
 Idempotent in the collector (:meth:`TensorBoardSink.skip_held_steps`): the sink reads the
 event files already in its directory (TensorBoard's own record reader) and skips a value
@@ -29,6 +32,7 @@ from typing import Any
 from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import flat_without_experts, is_expert_point
+from exporters.sample_views import sample_tables, samples_key, text_table
 from exporters.steps import StreamSteps
 from telemetry.config import StatsLoggerConfig
 from telemetry.model.snapshot import Histogram, Snapshot
@@ -65,13 +69,14 @@ class TensorBoardSink(RunSink):
             return
         try:
             from tensorboard.compat.proto import event_pb2, summary_pb2
+            from tensorboard.plugins.text.summary_v2 import text_pb
             from tensorboard.summary.writer.event_file_writer import EventFileWriter
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError(
                 "the TensorBoard sink needs tensorboard: pip install rltel[tensorboard]",
                 name="tensorboard",
             ) from exc
-        self._event, self._summary = event_pb2.Event, summary_pb2
+        self._event, self._summary, self._text = event_pb2.Event, summary_pb2, text_pb
         self.logdir = writable_dir(config.tensorboard.path)
         self._writer = EventFileWriter(self.logdir, max_queue_size=1000, flush_secs=flush_secs)
 
@@ -93,6 +98,8 @@ class TensorBoardSink(RunSink):
             and point.max is not None
             and not is_expert_point(point)
         )
+        for stream, (columns, rows) in sample_tables(snapshot.samples).items():
+            values.extend(self._text(samples_key(stream), text_table(columns, rows)).value)
         train_step = snapshot.step.global_step if snapshot.step is not None else None
         if self._held is not None and train_step is not None:
             values = [value for value in values if self._held.get(value.tag, -1) < train_step]

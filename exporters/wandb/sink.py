@@ -19,6 +19,8 @@ after a flush a step is on disk.
 
 W&B truncates a table longer than ``wandb.Table.MAX_ROWS`` (10,000); a larger model's
 expert loads are split into ``moe_balance/expert_loads``, ``..._part1``, ... of whole layers.
+A snapshot's kept rollout samples are one table per stream, ``samples/<stream>``, in the
+same row (at most ``reservoir + 2 * extremes`` rows each).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
+from exporters.sample_views import sample_tables, samples_key
 from exporters.steps import StreamSteps
 from exporters.wandb.held import TRAIN_AXIS, Held, held_steps
 from telemetry.config import StatsLoggerConfig, public_dict
@@ -157,6 +160,8 @@ class WandbSink(RunSink):
         for part, rows in enumerate(_chunks(expert_loads(snapshot), self._table_type.MAX_ROWS)):
             key = TABLE_KEY if part == 0 else f"{TABLE_KEY}_part{part}"
             data[key] = self._table_type(columns=list(TABLE_COLUMNS), data=rows)
+        for stream_name, (columns, rows) in sample_tables(snapshot.samples).items():
+            data[samples_key(stream_name)] = self._table_type(columns=columns, data=rows)
         train_step = snapshot.step.global_step if snapshot.step is not None else None
         held_keys = self._held.train_keys if self._held is not None else None
         if held_keys is not None and stream == "train" and train_step is not None:

@@ -219,6 +219,7 @@ RLTEL_SECTION_KEYS = [
         ],
     ],
     ["prometheus", ["enabled", "expire_seconds", "host", "port", "series_limit"]],
+    ["samples", ["enabled", "extremes", "jsonl", "max_text_bytes", "reservoir", "reward_key"]],
     ["swanlab", ["config", "logdir", "mode", "name", "project"]],
     ["tensorboard", ["path"]],
     ["trial_name", None],

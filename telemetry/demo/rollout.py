@@ -4,7 +4,8 @@ Each step, trainer rank 0 saves the current policy's ``state_dict`` to a file an
 worker for rollouts; each worker loads that policy, samples its batch (worker ``w`` samples
 ``BATCH + 4 w`` sequences, so the workers' counts differ), records ``rollout/reward`` per
 sequence and ``timeperf/generate``, commits them through its own StatsLogger
-(``role="rollout"``) to the collector over OTLP, waits until they are exported, writes the
+(``role="rollout"``) to the collector over OTLP, logs each sequence as a sample
+(:func:`log_rollout_samples`), waits until they are exported, writes the
 batch for the trainers, appends its count and reward sum to
 ``<run dir>/rollout-workers/worker-<w>.jsonl``, and reports back. Then the trainer ranks
 train on the pooled batches (rank ``r`` takes rows ``r::world``) and rank 0 commits the
@@ -17,6 +18,7 @@ import json
 import multiprocessing
 import os
 import signal
+import string
 import time
 import traceback
 from dataclasses import dataclass
@@ -26,11 +28,40 @@ from typing import Any
 
 import torch
 
-from telemetry.demo.model import BATCH, TinyMoELM, even_reward, generate, rollout_logp
+from telemetry.demo.model import (
+    BATCH,
+    PROMPT_LEN,
+    VOCAB,
+    TinyMoELM,
+    even_reward,
+    generate,
+    rollout_logp,
+)
 from telemetry.demo.options import DemoOptions
 
 EXPORT_WAIT_S = 30.0
 REPLY_TIMEOUT_S = 600.0
+
+
+TOKEN_TEXT = (string.ascii_lowercase + string.digits)[:VOCAB]
+"""The toy vocabulary rendered as text: token ``t`` is ``TOKEN_TEXT[t]``."""
+
+
+def log_rollout_samples(tokens: torch.Tensor, reward: torch.Tensor, stream: str) -> None:
+    """Offer every sequence of a batch to ``stream``'s samples: prompt and completion as
+    text (one character per token), reward and completion length as numbers."""
+    from telemetry.samples import log_sample
+
+    for row, value in zip(tokens.tolist(), reward.tolist(), strict=True):
+        completion = row[PROMPT_LEN:]
+        log_sample(
+            stream,
+            text={
+                "prompt": "".join(TOKEN_TEXT[t] for t in row[:PROMPT_LEN]),
+                "completion": "".join(TOKEN_TEXT[t] for t in completion),
+            },
+            numbers={"reward": value, "length": len(completion)},
+        )
 
 
 def worker_batch(worker: int) -> int:
@@ -122,6 +153,7 @@ def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) 
             reward = even_reward(tokens)
             for value in reward.tolist():
                 stats_tracker.get("rollout").scalar(reward=value)
+            log_rollout_samples(tokens, reward, "rollout")
             logger.commit(0, step, step, stats_tracker.export_all())
             exported = wait_exported(logger, exported)
             _save(

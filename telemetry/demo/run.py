@@ -58,6 +58,7 @@ from telemetry.demo.progress import StepProgress, show_endpoint
 from telemetry.demo.rollout import (
     RolloutLink,
     load_rollouts,
+    log_rollout_samples,
     request_rollouts,
     wait_exported,
 )
@@ -131,6 +132,8 @@ def _train(
             tokens = generate(model, torch.Generator().manual_seed(7 + rank))
         for value in even_reward(tokens).tolist():
             stats_tracker.get("eval-rollout").scalar(reward=value)
+        if logger is not None:  # rank 0's generations, shown beside the metrics
+            log_rollout_samples(tokens, even_reward(tokens), "eval-rollout")
 
     evaluator.before_train(evaluate)
 
@@ -148,6 +151,8 @@ def _train(
         if link is None:  # with workers, rollout/reward is theirs (merged by the collector)
             for value in reward.tolist():
                 stats_tracker.get("rollout").scalar(reward=value)
+            if logger is not None:
+                log_rollout_samples(tokens, reward, "rollout")
         batch = tokens.shape[0]
         advantages = ((reward - reward.mean()) / (reward.std() + 1e-6)).unsqueeze(1)
         advantages = advantages.expand(-1, GEN_LEN).contiguous()

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import collections
 import io
+import json
 from pathlib import Path
 
 import pytest
 
 from telemetry.demo import DEMO_PEAK_FLOPS_PER_CORE, DemoOptions, run_demo
+from telemetry.demo.model import BATCH, GEN_LEN, PROMPT_LEN
 from telemetry.demo.progress import StepProgress, headline
+from telemetry.demo.rollout import TOKEN_TEXT
 
 # One tag of every metric family the demo records, as TensorBoard shows it.
 FAMILIES = (
@@ -98,6 +102,21 @@ def test_demo_runs_two_ranks_and_writes_every_sink(tmp_path: Path, capfd):
     assert {e.value for e in events.Scalars("ppo_actor/update/n_seqs")} == {16.0}
     assert list((run_dir / "wandb").glob("*/run-*.wandb"))
     assert list((run_dir / "swanlog").iterdir())
+    assert str(run_dir / "samples.jsonl") in listed
+    assert_rollout_samples(run_dir / "samples.jsonl", steps=4)
+
+
+def assert_rollout_samples(path: Path, steps: int) -> None:
+    """Rank 0's generations: bounded rows per step and stream whose reward is the share of
+    even tokens in the rendered completion (recomputed here from the text)."""
+    rows = [json.loads(line) for line in path.open()]
+    per_step = collections.Counter((row["stream"], row["step"]) for row in rows)
+    assert {step for stream, step in per_step if stream == "rollout"} == set(range(steps))
+    assert ("eval-rollout", 0) in per_step and max(per_step.values()) <= BATCH
+    for row in rows:
+        tokens = [TOKEN_TEXT.index(char) for char in row["completion"]]
+        assert len(tokens) == row["length"] == GEN_LEN and len(row["prompt"]) == PROMPT_LEN
+        assert row["reward"] == pytest.approx(sum(t % 2 == 0 for t in tokens) / GEN_LEN)
 
 
 def test_headline_picks_the_worst_moe_layer_and_skips_missing_keys():

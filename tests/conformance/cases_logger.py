@@ -205,6 +205,8 @@ RLTEL_SECTION_KEYS = [
     ["console", ["enabled", "width"]],
     ["experiment_name", None],
     ["fileroot", None],
+    ["hardware", ["enabled", "nvml", "phase_memory"]],
+    ["heartbeat", ["enabled", "interval_s", "stall_floor_s"]],
     [
         "otlp",
         [
@@ -218,7 +220,19 @@ RLTEL_SECTION_KEYS = [
             "tls",
         ],
     ],
-    ["prometheus", ["enabled", "expire_seconds", "host", "port", "series_limit"]],
+    [
+        "prometheus",
+        [
+            "cert_file",
+            "enabled",
+            "expire_seconds",
+            "host",
+            "key_file",
+            "port",
+            "series_limit",
+            "token_file",
+        ],
+    ],
     ["samples", ["enabled", "extremes", "jsonl", "max_text_bytes", "reservoir", "reward_key"]],
     ["swanlab", ["config", "logdir", "mode", "name", "project"]],
     ["tensorboard", ["path"]],
@@ -331,9 +345,10 @@ CASES: list[Case] = [
         areal=lambda: run_config("areal"),
         rltel=lambda: run_config("rltel"),
         why="rltel logs the whole experiment config with its validated stats_logger section: "
-        "secrets removed (wandb_api_key, swanlab.api_key), rltel's console, otlp and "
-        "prometheus sections added, trackio (not implemented, accepted with a warning) "
-        "dropped; AReaL's version_info describes AReaL's own git checkout and is not logged",
+        "secrets removed (wandb_api_key, swanlab.api_key), rltel's console, otlp, "
+        "prometheus, samples, heartbeat and hardware sections added, trackio (not "
+        "implemented, accepted with a warning) dropped; AReaL's version_info describes "
+        "AReaL's own git checkout and is not logged",
         expected=(
             {"version_info": True, "stats_logger": AREAL_SECTION_KEYS},
             {"version_info": False, "stats_logger": RLTEL_SECTION_KEYS},

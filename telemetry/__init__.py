@@ -8,13 +8,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ReduceType", "Snapshot", "Stats", "StatsLogger", "stats_tracker"]
+__all__ = ["ReduceType", "Snapshot", "Stats", "StatsLogger", "log_sample", "stats_tracker"]
 
 _LAZY = {
     "ReduceType": ("telemetry.record.tracker", "ReduceType"),
     "Snapshot": ("telemetry.model.snapshot", "Snapshot"),
     "Stats": ("telemetry.record.stats", "Stats"),
     "StatsLogger": ("telemetry.logger", "StatsLogger"),
+    "log_sample": ("telemetry.samples", "log_sample"),
     "stats_tracker": ("telemetry.stats_tracker", None),
 }
 

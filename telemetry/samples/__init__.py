@@ -9,6 +9,7 @@ and cut at the text limit, and hands them to its sinks with the counts
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from telemetry.model.sample import TRUNCATION_MARK, Sample
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 _DEFAULT = SampleBuffer()
+os.register_at_fork(after_in_child=_DEFAULT.after_fork)
 
 
 def default_buffer() -> SampleBuffer:

@@ -46,6 +46,12 @@ class SampleBuffer:
         self._windows: dict[str, StreamWindow] = {}
         self._redact_failing = 0
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (a thread of the parent may have held the old one)
+        and no samples of the parent's."""
+        self._lock = threading.Lock()
+        self._windows = {}
+
     def configure(self, config: SamplesConfig) -> None:
         """Use ``config`` from the next sample on (the StatsLogger's ``samples`` section)."""
         with self._lock:

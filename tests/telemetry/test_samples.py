@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import signal
+import threading
 import tracemalloc
 
 import pytest
@@ -193,3 +196,36 @@ def test_the_logger_commits_the_steps_samples_and_counts_and_writes_samples_json
     assert lines == expected and {line["stream"] for line in lines} == {"rollout", "eval-rollout"}
     first = [line for line in lines if line["step"] == 0 and line["reward"] == 0.0]
     assert first[0]["truncated"] == ["completion"] and len(first[0]["completion"].encode()) <= 64
+
+
+def test_threads_log_while_steps_are_drained_and_every_sample_is_counted_once():
+    buffer = SampleBuffer(SamplesConfig(reservoir=4, extremes=1), seed=0)
+
+    def work(worker: int) -> None:
+        for i in range(3000):
+            buffer.log(f"w{worker % 2}", text={"c": str(i)}, numbers={"reward": float(i)})
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    drained = []
+    while any(thread.is_alive() for thread in threads):  # drained as a StatsLogger commits
+        drained.extend(buffer.drain())
+    for thread in threads:
+        thread.join(60)
+    drained.extend(buffer.drain())
+    assert sum(window.seen for window in drained) == 4 * 3000
+    assert all(len(window.samples) <= 4 + 2 for window in drained)
+
+
+def test_a_forked_child_logs_even_if_a_parent_thread_held_the_lock():
+    buffer = samples.default_buffer()
+    with buffer._lock:  # a parent thread inside log_sample at the fork
+        pid = os.fork()
+        if pid == 0:  # the child: without a fresh lock this call would hang
+            signal.alarm(30)
+            samples.log_sample("rollout", text={"c": "child"}, numbers={"reward": 1.0})
+            (window,) = buffer.drain()
+            os._exit(0 if window.seen == 1 else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -19,6 +19,7 @@ from pathlib import Path
 from telemetry.report.figures import FIGURES, FigureSpec
 from telemetry.report.panels import Drawn, axes_data
 from telemetry.report.runs import Filters, ReportInputError, Run
+from telemetry.report.samples import samples_html
 
 PAGE_WIDTH_PX = 1300  # the page's widest content: figures (at most 1240 px) show at 1:1
 
@@ -107,6 +108,7 @@ def _html(runs: Sequence[Run], written: Sequence[Written], filters: Filters) -> 
             f"<td>{esc(experts)}</td></tr>"
         )
     sections = [_section(w) for w in written]
+    sections += [samples_html(run, filters) for run in runs]  # empty without samples.jsonl
     toc = " · ".join(f"<a href='#{w.name}'>{esc(w.title)}</a>" for w in written)
     filtered = (
         f"<p>Filters: <code>{esc(filters.describe())}</code></p>" if filters.describe() else ""
@@ -119,6 +121,7 @@ body {{ font-family: sans-serif; margin: 1.5em; max-width: {PAGE_WIDTH_PX}px; }}
 table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 3px 8px; }}
 img {{ max-width: 100%; border: 1px solid #eee; }} .absent, .zero {{ color: #a60; }}
 .files {{ font-size: 0.9em; color: #555; }}
+td.text {{ white-space: pre-wrap; font-family: monospace; max-width: 40em; }}
 </style></head><body>
 <h1>{esc(title)}</h1>
 <p>Generated {time.strftime("%Y-%m-%d %H:%M:%S")} by <code>rltel report</code> from the

@@ -303,3 +303,13 @@ def test_help_shows_every_option(capsys):
     assert text.startswith("usage: rltel report")
     for option in ("RUN_DIR", "--out DIR", "--since STEP", "--until STEP", "--keys PATTERN"):
         assert option in text, option
+
+
+def test_the_demos_samples_of_its_last_step_are_in_the_page(demo_run: Path, report: Path):
+    page = (report / "index.html").read_text()
+    rows = [json.loads(line) for line in (demo_run / "samples.jsonl").open()]
+    last = max(row["step"] for row in rows if row["stream"] == "rollout")
+    shown = [row for row in rows if row["stream"] == "rollout" and row["step"] == last]
+    assert f"rollout: step {last} ({len(shown)} kept)" in page
+    lowest = min(shown, key=lambda row: row["reward"])
+    assert f"<td class='text'>{lowest['completion']}</td>" in page

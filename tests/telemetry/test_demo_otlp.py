@@ -8,11 +8,13 @@ the merged rollout reward is checked against what each worker process wrote it s
 from __future__ import annotations
 
 import io
+import ipaddress
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from telemetry.logger import StatsLogger
 from telemetry.report.runs import load_run
 from tests.distributed import free_port
 from tests.telemetry.test_demo import assert_families, read_tensorboard
+from tests.telemetry.test_demo_loopback import listening
 
 RLTEL = Path(sys.executable).with_name("rltel")
 STEPS = 4
@@ -35,8 +38,14 @@ RUN = ("rltel-demo", "trial0")
 DEMO_RUN = "rltel-demo_trial0"  # the collector's run label
 
 
-def rltel(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``rltel *args`` in its own session; a hang kills the whole group and fails."""
+def rltel(
+    *args: str, timeout: float = 240, env: dict | None = None, listeners: set | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``rltel *args`` in its own session; a hang kills the whole group and fails.
+
+    With ``listeners``, every TCP socket the command or a process it started listens on while it
+    runs is added to it (polled every 50 ms), the collector's included.
+    """
     env = {**os.environ, "WANDB_SILENT": "true", **(env or {})}
     with subprocess.Popen(
         [str(RLTEL), *args],
@@ -46,13 +55,51 @@ def rltel(*args: str, timeout: float = 240, env: dict | None = None) -> subproce
         env=env,
         start_new_session=True,
     ) as proc:
+        done = threading.Event()
+        watcher = threading.Thread(target=_watch, args=(proc.pid, listeners, done))
+        if listeners is not None:
+            watcher.start()
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             out, err = proc.communicate()
             pytest.fail(f"rltel {' '.join(args)} hung\nstdout:\n{out}\nstderr:\n{err}")
+        finally:
+            done.set()
+            if listeners is not None:
+                watcher.join()
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def tree_listeners(root: int) -> set[tuple[str, int]]:
+    """Every TCP socket process ``root`` or a descendant of it listens on now."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:  # "pid (comm) state ppid ..."
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended meanwhile
+    tree, found = {root}, set()
+    while grown := {pid for pid, ppid in parents.items() if ppid in tree} - tree:
+        tree |= grown
+    for pid in tree:
+        try:
+            found.update(listening(pid))
+        except OSError:
+            continue
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8 or ::1, an IPv4-mapped IPv6 address (``::ffff:127.0.0.1``) included."""
+    ip = ipaddress.ip_address(address)
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
+
+
+def _watch(root: int, listeners: set, done: threading.Event) -> None:
+    while not done.wait(0.05):
+        listeners.update(tree_listeners(root))
 
 
 def worker_records(run_dir: Path) -> dict[int, list[dict]]:
@@ -120,9 +167,14 @@ def assert_reported(run_dir: Path) -> None:
 @pytest.mark.timeout(300)
 def test_demo_with_collector_merges_rollout_workers_and_drains(tmp_path: Path):
     args = ["--steps", str(STEPS), "--fileroot", str(tmp_path)]  # any free Prometheus port
-    result = rltel("demo", "--collector", *args)
+    listeners: set[tuple[str, int]] = set()
+    result = rltel("demo", "--collector", *args, listeners=listeners)
     report = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert result.returncode == 0, report
+    # ranks, rollout workers and the collector listen on loopback only (issue 23, item 6)
+    ports = {port for _, port in listeners}
+    assert {int(result.stdout.split("metrics http://127.0.0.1:", 1)[1].split("/")[0])} <= ports
+    assert listeners and all(is_loopback(address) for address, _ in listeners), listeners
     assert "Traceback" not in result.stderr, report
     out = result.stdout
     assert "collector: drained and exited with status 0" in out, report

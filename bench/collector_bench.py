@@ -98,14 +98,7 @@ def throughput(bodies: list[bytes], points: int, all_sinks: bool, wandb: bool) -
     if not all_sinks:
         return
     with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
-        sinks = {
-            "fileroot": tmp,
-            "prometheus": {"enabled": False},
-            "tensorboard": {"path": os.path.join(tmp, "tb")},
-            "console": {"enabled": True},
-            "wandb": {"mode": "offline" if wandb else "disabled"},
-        }
-        config = from_dict({"sinks": sinks, "limits": {"queue_size": len(bodies) + 1}})
+        config = from_dict(run_sinks_config(tmp, wandb, len(bodies)))
         prometheus = PrometheusSink(PrometheusConfig(enabled=True, series_limit=10**6), serve=False)
         pipeline = Pipeline([prometheus], run_sink_factory(config.sinks), config.limits)
         with contextlib.redirect_stdout(devnull):
@@ -125,19 +118,25 @@ def throughput(bodies: list[bytes], points: int, all_sinks: bool, wandb: bool) -
         rate(f"parse + decode + all sinks ({names})", points * (len(bodies) - 1), elapsed, base)
 
 
+def run_sinks_config(tmp: str, wandb: bool, requests: int) -> dict:
+    """A collector with every run sink (W&B offline or off) under ``tmp``, a queue that
+    holds every request, and Prometheus off (the bench adds its own, not served)."""
+    sinks = {
+        "fileroot": tmp,
+        "prometheus": {"enabled": False},
+        "tensorboard": {"path": os.path.join(tmp, "tb")},
+        "console": {"enabled": True},
+        "wandb": {"mode": "offline" if wandb else "disabled"},
+    }
+    return {"sinks": sinks, "limits": {"queue_size": requests + 1}}
+
+
 def durable_cost(bodies: list[bytes], points: int, wandb: bool) -> None:
     """Points/s accepted and delivered to all sinks, durable queue off / never / request."""
     base: dict[str, float] = {}
     for mode in ("off", "never", "request"):
         with tempfile.TemporaryDirectory() as tmp, open(os.devnull, "w") as devnull:
-            sinks = {
-                "fileroot": tmp,
-                "prometheus": {"enabled": False},
-                "tensorboard": {"path": os.path.join(tmp, "tb")},
-                "console": {"enabled": True},
-                "wandb": {"mode": "offline" if wandb else "disabled"},
-            }
-            config = from_dict({"sinks": sinks, "limits": {"queue_size": len(bodies) + 1}})
+            config = from_dict(run_sinks_config(tmp, wandb, len(bodies)))
             prometheus = PrometheusSink(
                 PrometheusConfig(enabled=True, series_limit=10**6), serve=False
             )

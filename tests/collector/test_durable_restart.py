@@ -5,10 +5,7 @@ Prometheus), one W&B run read back with W&B's reader."""
 from __future__ import annotations
 
 import glob
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -17,7 +14,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-import yaml
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
@@ -25,7 +21,7 @@ pytest.importorskip("wandb")
 from tests.wandb_log import inspect_wandb
 
 from .conftest import samples, scrape
-from .test_integration import METHOD, read_tensorboard, train_request
+from .test_integration import METHOD, CollectorProcess, read_tensorboard, train_request
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 30
@@ -33,54 +29,11 @@ KEYS = 100
 KILL_AFTER = 12  # steps' worth of time at the rate
 
 
-class Collector:
-    """``python -m collector`` with a durable queue in ``state``; its announced endpoints."""
-
-    def __init__(self, tmp_path: Path, state: Path) -> None:
-        config = {
-            "receiver": {"port": 0},
-            "limits": {"queue_size": 100_000, "drain_timeout_s": 60},
-            "durable": {"directory": str(state)},
-            "sinks": {
-                "fileroot": str(tmp_path / "files"),
-                "prometheus": {"port": 0},
-                "tensorboard": {"path": str(tmp_path / "tb")},
-                "wandb": {"mode": "offline"},
-            },
-        }
-        path = tmp_path / "collector.yaml"
-        path.write_text(yaml.safe_dump({"collector": config}))
-        env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # W&B of its own:
-        env.update(PYTHONPATH=str(REPO), WANDB_SILENT="true")  # a shared one holds the run id
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "collector", "--config", str(path)],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: list[str] = []
-        for line in self.proc.stdout:
-            self.lines.append(line)
-            if line.startswith("rltel collector: otlp="):
-                break
-        else:
-            raise AssertionError("collector did not start:\n" + "".join(self.lines))
-        fields = dict(part.split("=", 1) for part in line.split()[2:])
-        self.endpoint, self.metrics_url = fields["otlp"], fields["metrics"]
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
-
-    def _drain(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def stop(self, sig: int, timeout: float = 120) -> int:
-        self.proc.send_signal(sig)
-        code = self.proc.wait(timeout)
-        self._reader.join(10)
-        return code
+def collector(tmp_path: Path, state: Path) -> CollectorProcess:
+    """``python -m collector`` with a durable queue in ``state``, TensorBoard and W&B offline."""
+    sinks = {"tensorboard": {"path": str(tmp_path / "tb")}, "wandb": {"mode": "offline"}}
+    durable = {"directory": str(state)}  # a restart replays the journals before it announces
+    return CollectorProcess(tmp_path, sinks, durable=durable, start_timeout=120)
 
 
 def send(endpoint: str, steps: list[int], rate: float, acked: list[int]) -> list[int]:
@@ -130,7 +83,7 @@ def test_sigkill_mid_stream_then_restart_every_acknowledged_step_in_every_sink_o
     tmp_path, rate, repeat
 ):
     state = tmp_path / "state"
-    first = Collector(tmp_path, state)
+    first = collector(tmp_path, state)
     acked: list[int] = []
     try:  # the first step opens the run (its sinks start); the clock starts after it
         assert send(first.endpoint, [1], rate, acked) == [], "".join(first.lines)
@@ -143,12 +96,12 @@ def test_sigkill_mid_stream_then_restart_every_acknowledged_step_in_every_sink_o
     assert kept and acked, f"the kill came outside the stream: acked {acked}"
     assert list(state.glob("runs/*/wandb/*.seg")), "nothing was journaled"
 
-    second = Collector(tmp_path, state)  # replays the journals before it takes a request
+    second = collector(tmp_path, state)  # replays the journals before it takes a request
     try:
         assert send(second.endpoint, kept, rate, acked) == [], "".join(second.lines)
         last = prometheus_k0(second.metrics_url, STEPS * 1000.0)
     finally:
-        code = second.stop(signal.SIGTERM)
+        code = second.stop(signal.SIGTERM, timeout=120)
     assert code == 0, "".join(second.lines)
     assert acked == list(range(1, STEPS + 1))  # the ledger: every step acknowledged once
     assert last == [STEPS * 1000.0]  # Prometheus: the last step's value, one series

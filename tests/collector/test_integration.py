@@ -35,15 +35,25 @@ RUN = (("rltel.experiment", "exp"), ("rltel.trial", "t1"), ("service.name", "tra
 class CollectorProcess:
     """``python -m collector --config`` in a subprocess, with its announced endpoints."""
 
-    def __init__(self, tmp_path: Path, sinks: dict, limits: dict | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        sinks: dict,
+        limits: dict | None = None,
+        durable: dict | None = None,
+        start_timeout: float = 60,
+    ) -> None:
         config = {
             "receiver": {"port": 0},
             "limits": {"queue_size": 100_000, "drain_timeout_s": 60, **(limits or {})},
             "sinks": {"fileroot": str(tmp_path / "files"), "prometheus": {"port": 0}, **sinks},
         }
+        if durable is not None:
+            config["durable"] = durable
         path = tmp_path / "collector.yaml"
         path.write_text(yaml.safe_dump({"collector": config}))
-        env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
+        env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # W&B of its own:
+        env.update(PYTHONPATH=str(REPO), WANDB_SILENT="true")  # a shared one holds the run id
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "collector", "--config", str(path)],
             cwd=REPO,
@@ -53,7 +63,7 @@ class CollectorProcess:
             text=True,
         )
         self.lines: list[str] = []
-        line = self._readline(60)
+        line = self._readline(start_timeout)
         fields = dict(part.split("=", 1) for part in line.split()[2:])
         self.endpoint, self.metrics_url = fields["otlp"], fields["metrics"]
         self._reader = threading.Thread(target=self._drain_output, daemon=True)
@@ -74,11 +84,15 @@ class CollectorProcess:
         for line in self.proc.stdout:
             self.lines.append(line)
 
-    def terminate(self, timeout: float = 90) -> int:
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, sig: int, timeout: float = 90) -> int:
+        """Send ``sig``; the exit code once the process ended and its output was read."""
+        self.proc.send_signal(sig)
         code = self.proc.wait(timeout)
-        self._reader.join(5)
+        self._reader.join(10)
         return code
+
+    def terminate(self, timeout: float = 90) -> int:
+        return self.stop(signal.SIGTERM, timeout)
 
 
 def train_request(step: int, keys: int) -> bytes:

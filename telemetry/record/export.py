@@ -23,6 +23,8 @@ from telemetry.record.points import tracker_points
 from telemetry.record.reduce import reduce_with_spread
 from telemetry.record.source import TRACKER_ID, StateSource
 from telemetry.record.stats import Stats
+from telemetry.samples import default_buffer
+from telemetry.samples.gather import gather_to_first
 
 __all__ = [
     "RegisteredSource",
@@ -113,7 +115,9 @@ def export_sources(
         key: limits trackers to keys starting with it.
         reduce_group: the data-parallel group; ``None`` is rank-local (no collective), as
             AReaL's ``export_all(reduce_group=None)``.
-        reset: False puts the states back after reading (trackers keep accumulating).
+        reset: False puts the states back after reading (trackers keep accumulating); True
+            also moves the samples every rank of ``reduce_group`` kept to its first rank
+            (:mod:`telemetry.samples.gather`), which commits them.
         key_sync_group: the group that keys recorded with a per-key ``reduce_group`` are
             reduced over (every rank of it joins that reduction); without it, each such
             key is reduced over its own group. One more coalesced reduction per group.
@@ -155,6 +159,8 @@ def export_sources(
         name, layout = tagged.partition("|")[2], reduced[tagged][0]
         points.extend(rank_spread.spread_points(name, by_quantity, layout))
     typed_keys.remember(points)
+    if reset:
+        gather_to_first(reduce_group, default_buffer())
     return Stats(points)
 
 

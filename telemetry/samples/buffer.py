@@ -2,7 +2,9 @@
 
 ``log_sample`` checks its arguments, then holds one short lock to count the sample and,
 only if the step keeps it, to redact and truncate it: no I/O, no wait on a sink. At each
-commit the StatsLogger drains every stream's window into the step's Snapshot.
+commit the StatsLogger drains every stream's window into the step's Snapshot. What other
+ranks kept reaches the committing rank's buffer through :meth:`SampleBuffer.absorb`
+(:mod:`telemetry.samples.gather`) and joins the drain under the same bounds.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from telemetry.config import SamplesConfig
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.sample import Sample
+from telemetry.samples.merge import merge_stream
 from telemetry.samples.text import truncate
 from telemetry.samples.window import Drained, StreamWindow
 
@@ -44,6 +47,7 @@ class SampleBuffer:
         self._config = config or SamplesConfig()
         self._redact = redact
         self._windows: dict[str, StreamWindow] = {}
+        self._absorbed: dict[str, Drained] = {}
         self._redact_failing = 0
 
     def after_fork(self) -> None:
@@ -51,12 +55,14 @@ class SampleBuffer:
         and no samples of the parent's."""
         self._lock = threading.Lock()
         self._windows = {}
+        self._absorbed = {}
 
     def configure(self, config: SamplesConfig) -> None:
         """Use ``config`` from the next sample on (the StatsLogger's ``samples`` section)."""
         with self._lock:
             self._config = config
             self._windows.clear()
+            self._absorbed.clear()
 
     def set_redact(self, redact: Redact | None) -> None:
         """Apply ``redact`` to every sample kept from now on (None: none)."""
@@ -120,11 +126,32 @@ class SampleBuffer:
             self._redact_failing = 0
         return redacted
 
+    def absorb(self, parts: Sequence[Drained]) -> None:
+        """Add samples kept elsewhere (other ranks' drains) to this step, under this
+        buffer's bounds: the next :meth:`drain` returns them merged with its own."""
+        with self._lock:
+            if not self._config.enabled:
+                return
+            for part in parts:
+                held = self._absorbed.get(part.stream)
+                self._absorbed[part.stream] = part if held is None else self._merge(held, part)
+
     def drain(self) -> tuple[Drained, ...]:
         """Every stream's kept samples and counts since the last drain; starts a new step."""
         with self._lock:
             windows, self._windows = self._windows, {}
-        return tuple(window.drain() for window in windows.values())
+            absorbed, self._absorbed = self._absorbed, {}
+            out = {stream: window.drain() for stream, window in windows.items()}
+            for stream, part in absorbed.items():
+                own = out.get(stream)
+                out[stream] = part if own is None else self._merge(own, part)
+        return tuple(out.values())
+
+    def _merge(self, first: Drained, second: Drained) -> Drained:
+        config = self._config
+        return merge_stream(
+            (first, second), config.reservoir, config.extremes, config.reward_key, self._rng
+        )
 
 
 def _checked(

@@ -22,12 +22,22 @@ Build = Callable[[], Sample]
 
 @dataclass(frozen=True, slots=True)
 class Drained:
-    """What one stream kept in one step, and its counts."""
+    """What one stream kept in one step, and its counts.
+
+    Attributes:
+        stream: the stream's name.
+        samples: every kept sample once, in the order logged.
+        seen: samples logged in the step.
+        truncated: kept samples with a text field cut at the limit.
+        uniform: the indices in ``samples`` of the uniform reservoir's samples (the others
+            are kept as reward extremes only); a merge of parts needs them.
+    """
 
     stream: str
     samples: tuple[Sample, ...]
     seen: int
     truncated: int
+    uniform: tuple[int, ...] = ()
 
 
 class StreamWindow:
@@ -75,6 +85,9 @@ class StreamWindow:
         """The kept samples in the order they were logged (each once), and the counts."""
         kept = {seq: sample for seq, sample in self._reservoir}
         kept.update((seq, sample) for _, seq, sample in (*self._low, *self._high))
-        samples = tuple(kept[seq] for seq in sorted(kept))
+        order = sorted(kept)
+        samples = tuple(kept[seq] for seq in order)
         truncated = sum(1 for sample in samples if sample.truncated)
-        return Drained(self.stream, samples, self.seen, truncated)
+        in_reservoir = {seq for seq, _ in self._reservoir}
+        uniform = tuple(n for n, seq in enumerate(order) if seq in in_reservoir)
+        return Drained(self.stream, samples, self.seen, truncated, uniform)

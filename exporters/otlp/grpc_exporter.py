@@ -14,8 +14,9 @@ from typing import Any
 
 import grpc
 from google.rpc.error_details_pb2 import RetryInfo
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
 from telemetry.config import OtlpTlsConfig
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
@@ -95,12 +96,14 @@ def retry_pushback(trailers) -> float | None:
     return None
 
 
-class RecordingExporter(OTLPMetricExporter):
-    """``OTLPMetricExporter`` whose channel reports each call's status code.
+class _Recording:
+    """An SDK OTLP/gRPC exporter whose channel reports each call's status code.
 
     The transport owns retries, so the exporter retries nothing itself (no status code
     is retryable for it); the recorder tells the transport whether a failure may pass.
     """
+
+    _stub: Any
 
     def __init__(self, recorder: StatusRecorder, **kwargs: Any) -> None:
         self._recorder = recorder
@@ -110,7 +113,29 @@ class RecordingExporter(OTLPMetricExporter):
         super()._initialize_channel_and_stub()
         self._recorder.tls, self._recorder.target = not self._insecure, self._endpoint
         self._channel = grpc.intercept_channel(self._channel, self._recorder)
-        self._client = MetricsServiceStub(self._channel)
+        self._client = self._stub(self._channel)
+
+
+class RecordingExporter(_Recording, OTLPMetricExporter):
+    """``OTLPMetricExporter`` (``MetricsService/Export``) with its calls' status recorded."""
+
+
+class _EncodedRequest:
+    """Hands an already encoded request to ``Export`` as it is (the sink encoded it)."""
+
+    def _translate_data(self, data: Any) -> Any:
+        return data
+
+    def _count_data(self, data: Any) -> int:
+        return 1
+
+
+class RecordingSpanExporter(_Recording, _EncodedRequest, OTLPSpanExporter):
+    """``TraceService/Export`` of an encoded ``ExportTraceServiceRequest``, status recorded."""
+
+
+class RecordingLogExporter(_Recording, _EncodedRequest, OTLPLogExporter):
+    """``LogsService/Export`` of an encoded ``ExportLogsServiceRequest``, status recorded."""
 
 
 class _ThreadsFilter(logging.Filter):

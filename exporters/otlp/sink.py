@@ -8,6 +8,11 @@ nothing: the collector diffs them back to windows), the sink's own health points
 along, and the window starts at the previous snapshot. The batch is cut into requests of
 at most ``max_points_per_request``; a retry resumes at the first request not delivered.
 
+A snapshot's samples go as one logs request after its metric requests. Trace requests
+(:class:`~exporters.otlp.signals.SignalRequest`) share the queue: :meth:`OtlpSink.span_exporter`
+gives the OpenTelemetry ``SpanExporter`` that queues them; they are retried, spooled and
+replayed in order with the metrics.
+
 The :class:`~exporters.otlp.spool.Spool` is the queue's overflow (:class:`SpoolOverflow`):
 from the first failed request (and whenever the queue fills past half), the snapshot in
 hand and everything queued go to disk in order, and so does each snapshot submitted while
@@ -26,9 +31,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
+
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from exporters.base import Delivery, ExportResult, Overflow, QueueHooks, Sink
-from exporters.otlp.spool import Spool
+from exporters.otlp.signals import ITEM_NAMES, QueueSpanExporter, SignalRequest, logs_request
+from exporters.otlp.spool import Part, Spool
 from exporters.otlp.transport import OtlpSender
 from telemetry.config import OtlpTlsConfig
 from telemetry.model.errors import ConfigError
@@ -48,6 +57,9 @@ HEALTH_COUNTERS = {  # health counter -> unit
 }
 HEALTH_POINTS = len(HEALTH_COUNTERS) + 3
 """Health points in every request: the counters, two depth gauges, the latency histogram."""
+
+Item = Snapshot | SignalRequest
+"""What the OTLP sink's queue holds: a snapshot (metrics and samples) or a trace request."""
 
 
 class OtlpSink(Sink, QueueHooks):
@@ -119,16 +131,18 @@ class OtlpSink(Sink, QueueHooks):
             down_hint=down_hint(endpoint, spool),
         )
         self._lock = threading.Lock()
-        self._pending: tuple[Snapshot, list[Batch]] | None = None  # requests not yet sent
+        self._pending: tuple[Item, list[Part]] | None = None  # requests not yet sent
         self._window_start = self.start_unix_nano
         self._totals: dict[tuple, tuple[float, int]] = {}  # cumulative scalar (sum, count)
         self._nonfinite = self._dropped = 0
+        self._dropped_items = dict.fromkeys(ITEM_NAMES, 0)  # spans, log records
         self._depth: Callable[[], int] = lambda: 0
+        self._queue: Any = None  # the queue in front (its submit and force_flush)
         self._closed = False
 
     # -- the sink contract -------------------------------------------------------------
 
-    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+    def export(self, snapshot: Item, timeout_s: float = 10.0) -> ExportResult:
         """Send ``snapshot``'s requests in order; FAILURE keeps the rest for the retry."""
         if self._closed:
             self.discard(snapshot)  # nobody else counts a snapshot offered after shutdown
@@ -158,22 +172,54 @@ class OtlpSink(Sink, QueueHooks):
             self.sender.close()
 
     def attach(self, depth: Callable[[], int]) -> None:
+        """Keep the queue's depth reader, and the queue itself (the object ``depth`` is
+        bound to): the span exporter submits to it."""
         self._depth = depth
+        self._queue = getattr(depth, "__self__", None)
+
+    def span_exporter(self) -> SpanExporter:
+        """An OpenTelemetry ``SpanExporter`` that queues span batches for this sink.
+
+        Put it behind a ``BatchSpanProcessor``: its ``export`` encodes a batch (the SDK's
+        ``encode_spans``) and queues it without blocking; the queue sends it with
+        ``TraceService/Export``, with the retries, backoff, pushback and spool of metrics.
+        A batch the queue refuses (full, closed) is counted in ``spans_dropped``.
+        """
+        return QueueSpanExporter(self._submit, self._flush)
+
+    def _submit(self, request: SignalRequest) -> bool:
+        queue = self._queue
+        if queue is None or self._closed:  # not behind a queue, or shut down
+            self.discard(request)
+            return False
+        return bool(queue.submit(request))
+
+    def _flush(self, timeout_s: float) -> bool:
+        queue = self._queue
+        return queue is not None and bool(queue.force_flush(timeout_s))
 
     def retry_after(self) -> float | None:
         """The collector's retry pushback after the last failed request, if it sent one."""
         return self.sender.retry_after_s
 
-    def discard(self, snapshot: Snapshot) -> None:
+    def discard(self, snapshot: Item) -> None:
         """Count the points of a snapshot the queue gave up as dropped (with the health
-        points it would have carried, as every request counts them)."""
+        points it would have carried, as every request counts them), and its samples; or
+        the spans of a trace request."""
         with self._lock:
             if self._pending is not None and self._pending[0] is snapshot:
-                lost = sum(part.num_points for part in self._pending[1])
+                parts = self._pending[1]
                 self._pending = None
+            elif isinstance(snapshot, SignalRequest):
+                parts = [snapshot]
             else:
-                lost = len(snapshot.points) + HEALTH_POINTS
-            self._dropped += lost
+                parts = []
+                self._dropped += len(snapshot.points) + HEALTH_POINTS
+                self._dropped_items["logs"] += len(snapshot.samples)
+            for part in parts:
+                self._dropped += part.num_points
+                if isinstance(part, SignalRequest):
+                    self._dropped_items[part.signal] += part.items
 
     # -- health ------------------------------------------------------------------------
 
@@ -184,6 +230,9 @@ class OtlpSink(Sink, QueueHooks):
         with self._lock:
             out["points_dropped"] = self._dropped + (0 if spool is None else spool.dropped_points)
             out["nonfinite_values"] = self._nonfinite
+            for signal, name in ITEM_NAMES.items():
+                spooled = 0 if spool is None else spool.dropped_items[signal]
+                out[f"{name}_dropped"] = self._dropped_items[signal] + spooled
         out["points_spooled"] = 0 if spool is None else spool.spooled_points
         out["queue_depth"] = self._depth()
         latency = self.sender.last_latency_s
@@ -209,17 +258,25 @@ class OtlpSink(Sink, QueueHooks):
 
     # -- the wire form -----------------------------------------------------------------
 
-    def requests_left(self, snapshot: Snapshot) -> list[Batch]:
-        """The requests of ``snapshot`` not sent yet; its wire form is built once."""
+    def requests_left(self, snapshot: Item) -> list[Part]:
+        """The requests of ``snapshot`` not sent yet (its metric requests, then its samples'
+        logs request; or the trace request itself); its wire form is built once."""
         with self._lock:
             if self._pending is not None and self._pending[0] is snapshot:
                 return self._pending[1]
-        parts = split(self._wire(snapshot), self.max_points)
+        parts: list[Part]
+        if isinstance(snapshot, SignalRequest):
+            parts = [snapshot]
+        else:
+            parts = list(split(self._wire(snapshot), self.max_points))
+            logs = logs_request(snapshot)
+            if logs is not None:
+                parts.append(logs)
         with self._lock:
             self._pending = (snapshot, parts)
         return parts
 
-    def forget(self, snapshot: Snapshot) -> None:
+    def forget(self, snapshot: Item) -> None:
         """Drop the requests kept for ``snapshot`` (they went to the spool)."""
         with self._lock:
             if self._pending is not None and self._pending[0] is snapshot:
@@ -281,7 +338,7 @@ class SpoolOverflow(Overflow):
     def __len__(self) -> int:
         return len(self.spool)
 
-    def spill(self, snapshot: Snapshot) -> None:
+    def spill(self, snapshot: Item) -> None:
         """Append the requests of ``snapshot`` not sent yet; beyond the limit they are counted."""
         for part in self.sink.requests_left(snapshot):
             self.spool.append(part)

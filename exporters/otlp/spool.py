@@ -1,7 +1,9 @@
 """A bounded on-disk FIFO of OTLP batches: what the collector could not take yet.
 
-Each batch is one JSON file ``<seq>-<points>.json`` in the spool directory (under the run
-directory), written to a temporary name and renamed, so a process killed mid-write
+Each metric batch is one JSON file ``<seq>-<points>.json`` in the spool directory (under
+the run directory), each trace or logs request one ``<seq>-<items>.<signal>.json``
+(:mod:`exporters.otlp.signals`: format 2; a spool of an earlier version, format 1 only, is
+read as before), written to a temporary name and renamed, so a process killed mid-write
 leaves no torn entry. Entries left by an earlier process are picked up on construction
 and replayed first, in order. Beyond ``limit_bytes`` new batches are dropped and their
 points counted; the spool never grows past its limit.
@@ -18,11 +20,15 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from exporters.otlp.signals import SIGNAL_FORMAT, SignalRequest, signal_from_json, signal_to_json
 from exporters.otlp.streak import Streak
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce, Step
 from telemetry.otlp.encode import Batch, plain_attribute
 
-__all__ = ["Spool", "batch_from_json", "batch_to_json"]
+__all__ = ["Spool", "batch_from_json", "batch_to_json", "part_from_json"]
+
+Part = Batch | SignalRequest
+"""One spool entry: a metric batch, or a trace or logs request."""
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +60,7 @@ class Spool:
         self.spooled_points = 0
         self.dropped_points = 0
         self.dropped_batches = 0
+        self.dropped_items = {"traces": 0, "logs": 0}  # spans, log records
         self._next_seq = 0
         self._full = Streak()  # appends refused for the byte limit, in a row
         self._unwritable = Streak()  # appends whose write failed (a full disk), in a row
@@ -85,11 +92,12 @@ class Spool:
         with self._lock:
             return self._points
 
-    def append(self, batch: Batch) -> bool:
+    def append(self, batch: Part) -> bool:
         """Write ``batch`` at the tail; False (points counted as dropped) when over the limit
         or when the write fails (a full disk). Either is logged once when it starts and once
         when an append succeeds again, with what it dropped."""
-        data = batch_to_json(batch).encode()
+        signal = isinstance(batch, SignalRequest)
+        data = (signal_to_json(batch) if signal else batch_to_json(batch)).encode()
         with self._lock:
             full = self._bytes + len(data) > self.limit_bytes
             seq = self._next_seq
@@ -104,7 +112,8 @@ class Spool:
                     self.limit_bytes,
                 )
             return False
-        path = self.directory / f"{seq:012d}-{batch.num_points}.json"
+        count = f"{batch.items}.{batch.signal}" if signal else str(batch.num_points)
+        path = self.directory / f"{seq:012d}-{count}.json"
         tmp = path.with_suffix(".tmp")
         try:
             tmp.write_bytes(data)
@@ -128,10 +137,12 @@ class Spool:
         self._recovered()
         return True
 
-    def _drop(self, batch: Batch, cause: Streak) -> None:
+    def _drop(self, batch: Part, cause: Streak) -> None:
         with self._lock:
             self.dropped_points += batch.num_points
             self.dropped_batches += 1
+            if isinstance(batch, SignalRequest):
+                self.dropped_items[batch.signal] += batch.items
         other = self._unwritable if cause is self._full else self._full
         self._log_end(other)
 
@@ -152,15 +163,15 @@ class Spool:
                 end.over(),
             )
 
-    def peek(self) -> Batch | None:
-        """The oldest batch, or None when empty; unreadable entries are dropped and counted."""
+    def peek(self) -> Part | None:
+        """The oldest entry, or None when empty; unreadable entries are dropped and counted."""
         while True:
             with self._lock:
                 if not self._entries:
                     return None
                 path, _, points = self._entries[0]
             try:
-                return batch_from_json(path.read_text())
+                return part_from_json(path.read_text())
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 logger.warning("otlp spool: dropping unreadable entry %s: %s", path, exc)
                 with self._lock:
@@ -186,10 +197,12 @@ def _remove(path: Path) -> None:
 
 
 def _parse_name(path: Path) -> tuple[int | None, int]:
-    seq, _, points = path.stem.partition("-")
-    if not (seq.isdigit() and points.isdigit()):
+    """The sequence number and metric points of an entry's name (a signal's: none)."""
+    seq, _, count = path.stem.partition("-")
+    count, dot, signal = count.partition(".")
+    if not (seq.isdigit() and count.isdigit()) or (dot and signal not in ("traces", "logs")):
         return None, 0
-    return int(seq), int(points)
+    return int(seq), 0 if dot else int(count)
 
 
 def batch_to_json(batch: Batch) -> str:
@@ -218,7 +231,22 @@ def batch_from_json(text: str) -> Batch:
     Raises:
         ValueError: the text is not a spool entry of this format.
     """
+    return _batch(json.loads(text))
+
+
+def part_from_json(text: str) -> Part:
+    """A spool entry: a metric batch (format 1) or a trace or logs request (format 2).
+
+    Raises:
+        ValueError: the text is no spool entry of a known format.
+    """
     data = json.loads(text)
+    if data.get("format") == SIGNAL_FORMAT:
+        return signal_from_json(data)
+    return _batch(data)
+
+
+def _batch(data: dict[str, Any]) -> Batch:
     if data.get("format") != _FORMAT:
         raise ValueError(f"unknown spool format {data.get('format')!r}")
     step = data["step"]

@@ -1,6 +1,9 @@
 """One OTLP request at a time: encode a batch, export it over gRPC, classify the answer.
 
-:class:`OtlpSender` sends with ``OTLPMetricExporter``, whose own retry is disabled: the
+:class:`OtlpSender` sends metric batches with ``OTLPMetricExporter`` and encoded trace and
+logs requests (:class:`~exporters.otlp.signals.SignalRequest`) with ``OTLPSpanExporter`` and
+``OTLPLogExporter`` (``TraceService/Export``, ``LogsService/Export``; made on first use), all
+with their own retry disabled: the
 queue in front of the OTLP sink retries (:mod:`exporters.queued`). An answer is an
 :class:`~exporters.base.ExportResult`: SUCCESS, FAILURE (a retryable status, or an
 authentication failure: the data is kept, in the queue and then the spool, until the token
@@ -23,10 +26,13 @@ from opentelemetry.sdk.metrics.export import MetricExportResult
 from exporters.base import ExportResult
 from exporters.otlp.grpc_exporter import (
     RecordingExporter,
+    RecordingLogExporter,
+    RecordingSpanExporter,
     StatusRecorder,
     channel_credentials,
     silence_exporter_log_on,
 )
+from exporters.otlp.signals import ITEM_NAMES, SignalRequest
 from exporters.otlp.streak import Streak
 from telemetry.config import OtlpTlsConfig
 from telemetry.model.snapshot import Histogram
@@ -98,17 +104,19 @@ class OtlpSender:
         self.endpoint = endpoint
         self.down_hint = down_hint
         self._recorder = StatusRecorder()
-        self._exporter = RecordingExporter(
-            self._recorder,
+        self._channel = dict(
             endpoint=endpoint,
             insecure=insecure and not tls,
             credentials=channel_credentials(tls) if tls else None,
             headers={str(k).lower(): str(v) for k, v in (headers or {}).items()},
             timeout=timeout_s,
         )
+        self._exporter = RecordingExporter(self._recorder, **self._channel)
+        self._signals: dict[str, RecordingSpanExporter | RecordingLogExporter] = {}
         self._lock = threading.Lock()
+        items = [f"{name}_{end}" for name in ITEM_NAMES.values() for end in ("exported", "failed")]
         self._counts = dict.fromkeys(
-            ("points_exported", "requests_exported", "points_failed", "retries"), 0
+            ("points_exported", "requests_exported", "points_failed", "retries", *items), 0
         )
         self._latency = LatencyWindow()  # latencies since the last take_latency()
         self.last_latency_s: float | None = None
@@ -120,7 +128,8 @@ class OtlpSender:
         self._closed = False
 
     def counts(self) -> dict[str, int]:
-        """``points_exported``, ``requests_exported``, ``points_failed``, ``retries``."""
+        """``points_exported``, ``requests_exported``, ``points_failed``, ``retries``, and
+        ``spans_exported``/``_failed`` and ``log_records_exported``/``_failed``."""
         with self._lock:
             return dict(self._counts)
 
@@ -132,23 +141,44 @@ class OtlpSender:
 
     def close(self) -> None:
         """Close the channel; a request in flight is cancelled (it answers FAILURE)."""
-        self._closed = True
-        self._exporter.shutdown()
+        with self._lock:
+            self._closed = True
+            exporters = [self._exporter, *self._signals.values()]
+        for exporter in exporters:
+            exporter.shutdown()
 
-    def send(self, batch: Batch) -> ExportResult:
-        """Encode and send ``batch``; never raises."""
+    def _signal_exporter(self, signal: str) -> RecordingSpanExporter | RecordingLogExporter:
+        """The exporter of ``signal``'s service, made on first use (a closed sender's is
+        made shut down: its export answers FAILURE)."""
+        with self._lock:
+            exporter = self._signals.get(signal)
+            if exporter is None:
+                kind = RecordingSpanExporter if signal == "traces" else RecordingLogExporter
+                exporter = self._signals[signal] = kind(self._recorder, **self._channel)
+                if self._closed:
+                    exporter.shutdown()
+        return exporter
+
+    def send(self, batch: Batch | SignalRequest) -> ExportResult:
+        """Encode (a metric batch) and send ``batch``; never raises."""
         start = time.monotonic()
         self._recorder.code = self._recorder.retry_after_s = None
         self.retry_after_s = None
         try:
-            result = self._exporter.export(encode_batch(batch))
+            if isinstance(batch, SignalRequest):
+                answer = self._signal_exporter(batch.signal).export(batch.request)
+                ok = answer.name == "SUCCESS"  # SpanExportResult or LogRecordExportResult
+            else:
+                ok = self._exporter.export(encode_batch(batch)) is MetricExportResult.SUCCESS
         except Exception as exc:  # encoding or exporter bug: retrying cannot help
             return self._refused(batch, f"cannot send: {exc}")
-        if result is MetricExportResult.SUCCESS:
+        if ok:
             latency = time.monotonic() - start
             with self._lock:
                 self._counts["points_exported"] += batch.num_points
                 self._counts["requests_exported"] += 1
+                if isinstance(batch, SignalRequest):
+                    self._counts[f"{ITEM_NAMES[batch.signal]}_exported"] += batch.items
                 self._latency.add(latency)
                 self.last_latency_s = latency
             ended = self._outage.succeeded()
@@ -186,14 +216,19 @@ class OtlpSender:
             return ExportResult.FAILURE
         return self._refused(batch, f"export rejected ({code.name if code else 'no status'})")
 
-    def _refused(self, batch: Batch, why: str) -> ExportResult:
+    def _refused(self, batch: Batch | SignalRequest, why: str) -> ExportResult:
         """Count a request dropped for good; log the first of a run of them."""
         self._bump("points_failed", batch.num_points)
+        if isinstance(batch, SignalRequest):
+            self._bump(f"{ITEM_NAMES[batch.signal]}_failed", batch.items)
         if self._refusals.failed(batch.num_points):
+            if isinstance(batch, SignalRequest):
+                name = ITEM_NAMES[batch.signal]
+                what, counter = f"{batch.items} {name.replace('_', ' ')}", f"{name}_failed"
+            else:
+                what, counter = f"{batch.num_points} points", "points_failed"
             logger.warning(
-                "otlp: %s; dropping %d points (further drops counted in points_failed)",
-                why,
-                batch.num_points,
+                "otlp: %s; dropping %s (further drops counted in %s)", why, what, counter
             )
         return ExportResult.PERMANENT_FAILURE
 

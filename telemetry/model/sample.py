@@ -7,6 +7,20 @@ from typing import Any
 
 TRUNCATION_MARK = " …[truncated]"
 """Appended to a text field cut at the samples' byte limit (counted inside the limit)."""
+_MARK_BYTES = len(TRUNCATION_MARK.encode())
+
+
+def truncate(text: str, max_bytes: int) -> tuple[str, bool]:
+    """``text`` if it fits in ``max_bytes`` UTF-8 bytes, else its longest prefix that fits
+    with :data:`TRUNCATION_MARK` appended; (text, whether cut). A cut never splits a
+    character."""
+    if len(text) * 4 <= max_bytes:  # no character is longer than 4 bytes
+        return text, False
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= max_bytes:
+        return text, False
+    head = raw[: max_bytes - _MARK_BYTES].decode("utf-8", "ignore")
+    return head + TRUNCATION_MARK, True
 
 
 @dataclass(frozen=True, slots=True)

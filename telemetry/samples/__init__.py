@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping
 
 from telemetry.model.sample import TRUNCATION_MARK, Sample
+from telemetry.model.sample_window import Drained
 from telemetry.samples.buffer import Redact, SampleBuffer
-from telemetry.samples.window import Drained
 
 __all__ = [
     "TRUNCATION_MARK",

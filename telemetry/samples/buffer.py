@@ -16,10 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from telemetry.config import SamplesConfig
 from telemetry.model.errors import InvalidValueError
-from telemetry.model.sample import Sample
+from telemetry.model.sample import Sample, truncate
+from telemetry.model.sample_window import Drained, StreamWindow
 from telemetry.samples.merge import merge_stream
-from telemetry.samples.text import truncate
-from telemetry.samples.window import Drained, StreamWindow
 
 logger = logging.getLogger(__name__)
 

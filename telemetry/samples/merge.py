@@ -1,6 +1,6 @@
 """One stream's kept samples from many parts (ranks, exports) under the same bounds.
 
-Each part is a :class:`~telemetry.samples.window.Drained`: a uniform reservoir of its
+Each part is a :class:`~telemetry.model.sample_window.Drained`: a uniform reservoir of its
 ``seen`` samples plus its reward extremes. The union keeps:
 
 - a uniform reservoir of the union's ``sum(seen)`` samples: each of ``reservoir`` picks
@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 
 from telemetry.model.sample import Sample
-from telemetry.samples.window import Drained
+from telemetry.model.sample_window import Drained
 
 Position = tuple[int, int]
 """A sample's part and its index in that part's ``samples``."""

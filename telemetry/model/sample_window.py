@@ -1,5 +1,8 @@
 """One stream's samples of one step: a uniform reservoir plus the lowest and highest rewards.
 
+The one bound of kept samples, applied where they are logged (:mod:`telemetry.samples`) and
+again where the collector receives them (:mod:`collector.samples`).
+
 The reservoir is Vitter's algorithm R: the ``i``-th sample replaces a random slot with
 probability ``reservoir / i``, so every sample logged in the step is kept with the same
 probability. The extremes are two bounded heaps on the reward field. A sample is built

@@ -33,7 +33,7 @@ from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metr
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
 from exporters.otlp.spool import Spool
-from telemetry.logger import StatsLogger
+from rltel.logger import StatsLogger
 from telemetry.model.snapshot import Gauge, Histogram, Snapshot, Step
 from telemetry.otlp.encode import Batch, encode
 from telemetry.record.typed_keys import points_for

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Sequence
 
 from collector.config import CollectorConfig, default_config, load, to_yaml
-from telemetry.cli_args import OneLineParser, tcp_port
+from telemetry.config.cli_args import OneLineParser, tcp_port
 from telemetry.model.errors import ConfigError
 
 PROG = "rltel collector"

@@ -12,7 +12,7 @@ from pydantic import Field, StrictFloat, StrictInt, StrictStr
 from pydantic.dataclasses import dataclass
 
 from telemetry.config import SCHEMA
-from telemetry.config_read import FieldRule
+from telemetry.config.read import FieldRule
 
 __all__ = ["ScrapeConfig", "ScrapeTarget"]
 

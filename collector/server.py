@@ -55,7 +55,7 @@ from collector.sinks import RunSinkFactory, shared_sinks
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
 from exporters.remote_write import RemoteWriteSink
-from telemetry.cli_args import port_in_use
+from telemetry.config.cli_args import port_in_use
 from telemetry.model.errors import ConfigError
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 

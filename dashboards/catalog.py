@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporters.prometheus.naming import Kind, histogram_gauge_names, metric_name
-from telemetry.logger import CLOSED_METRIC, STEP_METRIC
+from telemetry.model.names import CLOSED_METRIC, STEP_METRIC
 from telemetry.model.snapshot import Attributes, StatReduce
 
 

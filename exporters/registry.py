@@ -22,73 +22,18 @@ import contextlib
 import functools
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from exporters.base import Sink
+from exporters.factory import BuildContext, SinkFactory
 
 __all__ = [
-    "BuildContext",
-    "SinkFactory",
     "build_sinks",
     "enabled",
     "factories",
     "switch_keys",
 ]
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    """What the process that builds the sinks adds to their config.
-
-    Attributes:
-        root: the key of the config section that holds the sinks' sections, named in errors
-            (``stats_logger``; ``collector.sinks`` in the collector).
-        run_name_suffix: the W&B run id suffix (``<experiment>_<trial>_<suffix>``) that
-            replaces ``wandb.id_suffix`` (a rollout or eval stream's own run); None keeps it.
-        swanlab_process: run SwanLab in a child process of its own (a process that serves
-            several runs, like the collector: SwanLab allows one run per process).
-        experiment: the experiment config W&B and SwanLab log with the run, secrets
-            removed (AReaL logs the whole experiment config); default: the config's own.
-        role: the sender's role (``trainer``, ``rollout``, ``eval``): a rollout or eval
-            worker sends running totals over OTLP, and has a spool of its own.
-        worker: the worker id (or rank) that names a rollout or eval worker's spool.
-        start_unix_nano: the sender's start (OTLP health counters, running totals).
-        otlp_options: extra :class:`~exporters.otlp.sink.OtlpSink` arguments (backoff,
-            spool timing).
-    """
-
-    root: str = "stats_logger"
-    run_name_suffix: str | None = None
-    swanlab_process: bool = False
-    experiment: Mapping[str, Any] | None = None
-    role: str = "trainer"
-    worker: str = "0"
-    start_unix_nano: int | None = None
-    otlp_options: Mapping[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class SinkFactory:
-    """A sink's entry in the registry.
-
-    Attributes:
-        name: the sink's name, and the key of its config section.
-        switch: the key of that section that turns the sink on (named in warnings).
-        enabled: whether a section (the sink's own) turns the sink on.
-        create: the sink, from the config that holds its section and the build context.
-        remote: the sink sends to the collector, which runs the others.
-        shared: in the collector, one sink serves every run (else each run gets its own).
-    """
-
-    name: str
-    switch: str
-    enabled: Callable[[Any], bool]
-    create: Callable[[Any, BuildContext], Sink]
-    remote: bool = False
-    shared: bool = False
 
 
 @functools.cache

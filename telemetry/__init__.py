@@ -14,9 +14,9 @@ _LAZY = {
     "ReduceType": ("telemetry.record.tracker", "ReduceType"),
     "Snapshot": ("telemetry.model.snapshot", "Snapshot"),
     "Stats": ("telemetry.record.stats", "Stats"),
-    "StatsLogger": ("telemetry.logger", "StatsLogger"),
+    "StatsLogger": ("rltel.logger", "StatsLogger"),
     "log_sample": ("telemetry.samples", "log_sample"),
-    "stats_tracker": ("telemetry.stats_tracker", None),
+    "stats_tracker": ("telemetry.record.stats_tracker", None),
 }
 
 

@@ -201,7 +201,7 @@ def test_sigterm_mid_loop(case: str, repeat: int, tmp_path: Path):
 
 @pytest.mark.parametrize("repeat", range(REPEATS))
 def test_demo_two_steps(repeat: int, tmp_path: Path):
-    args = ["-m", "telemetry.cli", "demo", "--steps", "2", "--prometheus-port", "0", "--verbose"]
+    args = ["-m", "rltel.cli", "demo", "--steps", "2", "--prometheus-port", "0", "--verbose"]
     result = run_python([*args, "--fileroot", str(tmp_path / "runs")], tmp_path)
     assert_clean(result, 0)
     assert "FutureWarning" not in result.stderr  # third-party warnings stay out of the output

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("telemetry", "exporters", "collector", "dashboards")
+PACKAGES = ("rltel", "telemetry", "exporters", "collector", "dashboards")
 
 
 def _defines_all(path: Path) -> bool:
@@ -34,7 +34,13 @@ MODULES = _modules_with_all()
 
 
 def test_the_packages_facades_are_among_the_modules_checked():
-    assert {"telemetry", "collector", "exporters.prometheus", "telemetry.metrics"} <= set(MODULES)
+    assert {
+        "rltel.logger",
+        "telemetry",
+        "collector",
+        "exporters.prometheus",
+        "telemetry.metrics",
+    } <= set(MODULES)
 
 
 @pytest.mark.parametrize("module_name", MODULES)

@@ -20,7 +20,7 @@ import yaml
 from collector.scrape.health import ScrapeHealth
 from collector.scrape.target import Deliver, TargetLoop
 from collector.scrape_config import ScrapeConfig, ScrapeTarget
-from telemetry.config_read import validate
+from telemetry.config.read import validate
 from telemetry.model.errors import ConfigError
 
 __all__ = ["Scraper"]

@@ -1,7 +1,7 @@
 """The console sink: one compact, width-aware table per step on rank 0."""
 
 from exporters.console.sink import ConsoleSink, format_table
-from exporters.registry import SinkFactory
+from exporters.factory import SinkFactory
 
 FACTORY = SinkFactory(
     "console",

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from exporters.base import Sink
-from exporters.registry import BuildContext, SinkFactory
+from exporters.factory import BuildContext, SinkFactory
 from telemetry.config import StatsLoggerConfig
 
 __all__ = ["FACTORY", "spool_root"]

@@ -1,7 +1,7 @@
 """Replay spools left on disk to an OTLP/gRPC endpoint, without a process that commits.
 
 What ``rltel spool flush DIR --endpoint HOST:PORT`` and
-:meth:`telemetry.logger.StatsLogger.flush_spool` run: each spool's requests are sent in
+:meth:`rltel.logger.StatsLogger.flush_spool` run: each spool's requests are sent in
 order, oldest first, and each leaves the disk once the endpoint took it. A failed request
 is retried with a doubling backoff (at least the endpoint's retry pushback) until the
 deadline; what is left then stays on disk, in order, for a later flush or run. A request

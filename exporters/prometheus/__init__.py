@@ -1,5 +1,6 @@
 """The Prometheus sink: OTel -> Prometheus naming and an exposition HTTP endpoint."""
 
+from exporters.factory import SinkFactory
 from exporters.prometheus.naming import MetricKey, metric_name, resolve_names
 from exporters.prometheus.sink import SELF_METRICS, PrometheusSink
 from exporters.prometheus.sink_queues import (
@@ -8,7 +9,6 @@ from exporters.prometheus.sink_queues import (
     run_label,
     sink_families,
 )
-from exporters.registry import SinkFactory
 
 FACTORY = SinkFactory(
     "prometheus",

@@ -1,7 +1,7 @@
 """The Prometheus remote-write sink: the collector's series pushed to a remote-write store."""
 
-from collector.config import RemoteWriteConfig
-from exporters.registry import SinkFactory
+from exporters.factory import SinkFactory
+from exporters.remote_write.config import RemoteWriteConfig
 from exporters.remote_write.health import FAMILIES
 from exporters.remote_write.sink import RemoteWriteSink
 

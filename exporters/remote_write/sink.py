@@ -33,12 +33,17 @@ from collections.abc import Callable
 
 from prometheus_client.registry import Collector
 
-from collector.config import CLUSTER_LABEL, COLLECTOR_JOB, COLLECTOR_LABEL, RemoteWriteConfig
 from exporters.base import ExportResult, Sink
 from exporters.prometheus.naming import Kind
 from exporters.prometheus.sink import SELF_METRICS
 from exporters.prometheus.store import SeriesStore
 from exporters.remote_write import client, proto
+from exporters.remote_write.config import (
+    CLUSTER_LABEL,
+    COLLECTOR_JOB,
+    COLLECTOR_LABEL,
+    RemoteWriteConfig,
+)
 from exporters.remote_write.health import DOWN, FAMILIES, LinkHealth
 from exporters.remote_write.sources import StoreFamilies, Up
 from exporters.remote_write.timeline import Timeline

@@ -1,6 +1,6 @@
 """The SwanLab sinks; ``swanlab`` itself is imported only when a sink is built."""
 
-from exporters.registry import BuildContext, SinkFactory
+from exporters.factory import BuildContext, SinkFactory
 from exporters.swanlab.process import SwanlabProcessSink
 from exporters.swanlab.sink import SwanlabSink
 from telemetry.config import StatsLoggerConfig

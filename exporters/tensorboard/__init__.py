@@ -1,6 +1,6 @@
 """The TensorBoard sink; ``tensorboard`` itself is imported only when a sink is built."""
 
-from exporters.registry import SinkFactory
+from exporters.factory import SinkFactory
 from exporters.tensorboard.sink import TensorBoardSink
 
 FACTORY = SinkFactory(

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from exporters.registry import BuildContext, SinkFactory
+from exporters.factory import BuildContext, SinkFactory
 from exporters.wandb.sink import TABLE_KEY, WandbSink, step_metric
 from telemetry.config import StatsLoggerConfig
 

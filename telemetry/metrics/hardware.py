@@ -23,11 +23,10 @@ from typing import Any
 
 import torch
 
-from telemetry import stats_tracker
 from telemetry.metrics.memory import CudaMemory, Peaks, ProcessMemory
 from telemetry.metrics.nvml import NvmlDevice, open_device
 from telemetry.model.snapshot import Gauge, Point
-from telemetry.record import phase
+from telemetry.record import phase, stats_tracker
 from telemetry.record.layout import STAT_OPS, PerRank, State, StateKind, StateLayout
 
 __all__ = ["PATTERN", "HardwareSource"]

@@ -63,10 +63,10 @@ _configured: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def resolve_tracker(tracker: DistributedStatsTracker | None) -> DistributedStatsTracker:
-    """``tracker``, or the default tracker of :mod:`telemetry.stats_tracker`."""
+    """``tracker``, or the default tracker of :mod:`telemetry.record.stats_tracker`."""
     if tracker is not None:
         return tracker
-    from telemetry import stats_tracker
+    from telemetry.record import stats_tracker
 
     return stats_tracker.DEFAULT_TRACKER
 

@@ -28,7 +28,7 @@ COUNT_SUFFIX = "__count"
 class StatReduce(str, Enum):
     """A recorded key's reduce type: how its point appears in AReaL's flat dict.
 
-    The one reduce-type enum; ``telemetry.stats_tracker.ReduceType`` is this enum under
+    The one reduce-type enum; ``telemetry.record.stats_tracker.ReduceType`` is this enum under
     AReaL's name. ``SCALAR`` is a scalar stream (a :class:`Gauge` with a count, its mean);
     the others are a :class:`Histogram`'s (``AVG_MIN_MAX``: ``/avg``, ``/min``, ``/max``).
     """

@@ -188,7 +188,7 @@ def _wait_exported(logger, before: int, timeout: float = 30.0) -> int:
 
 
 def rollout_worker(worker: int, endpoint: str, commands, done) -> None:
-    from telemetry.logger import StatsLogger
+    from rltel.logger import StatsLogger
 
     logger = StatsLogger(_logger_config(endpoint), role="rollout", worker_id=worker)
     exported = 0
@@ -205,8 +205,8 @@ def trainer_rank(rank: int, world: int, endpoint: str, commands, done) -> None:
     import torch
     import torch.distributed as dist
 
+    from rltel.logger import StatsLogger
     from telemetry import stats_tracker
-    from telemetry.logger import StatsLogger
 
     logger = StatsLogger(_logger_config(endpoint), role="trainer")
     exported = 0

@@ -60,7 +60,7 @@ class Trainer(threading.Thread):
 
     def __init__(self, endpoints: dict[str, str]) -> None:
         super().__init__(name="trainer", daemon=True)
-        from telemetry.logger import StatsLogger
+        from rltel.logger import StatsLogger
 
         self.loggers = {
             node: StatsLogger(

@@ -22,7 +22,7 @@ from tensorboard.backend.event_processing import event_accumulator as ea
 from collector.config import from_dict
 from collector.server import CollectorServer
 from collector.sinks import RunSinkFactory
-from telemetry.logger import StatsLogger
+from rltel.logger import StatsLogger
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from telemetry.otlp.encode import encode
 from telemetry.otlp.wire import PUSHBACK_KEY

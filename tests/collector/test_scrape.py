@@ -23,7 +23,7 @@ from collector.scrape_config import ScrapeConfig, ScrapeTarget
 from exporters.base import InMemorySink
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
-from telemetry.config_read import validate
+from telemetry.config.read import validate
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Histogram, Snapshot, Step
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from exporters.otlp.sink import OtlpSink
-from telemetry.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
+from rltel.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 from telemetry.metrics.advantages import record_advantage_fractions
 from telemetry.metrics.hardware import HardwareSource
 from telemetry.metrics.moe import MoEBalance

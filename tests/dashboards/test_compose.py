@@ -23,7 +23,7 @@ import yaml
 
 from collector.config import load as load_collector_config
 from dashboards.build import BOARDS
-from telemetry.logger import StatsLogger
+from rltel.logger import StatsLogger
 from tests.distributed import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,7 +126,7 @@ class NoTorch:  # the collector image has no torch: any import of it fails
 
 sys.meta_path.insert(0, NoTorch())
 sys.argv = ["rltel", *sys.argv[1:]]
-runpy.run_module("telemetry.cli", run_name="__main__")
+runpy.run_module("rltel.cli", run_name="__main__")
 """
 
 

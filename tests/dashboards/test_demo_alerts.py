@@ -43,7 +43,7 @@ def test_healthy_demo_raises_no_alert(tmp_path):
     with servers.prometheus(tmp_path, config) as prometheus:
         log = (tmp_path / "demo.log").open("wb")
         demo = subprocess.Popen(
-            [sys.executable, "-m", "telemetry.cli", "demo", "--steps", str(STEPS),
+            [sys.executable, "-m", "rltel.cli", "demo", "--steps", str(STEPS),
              "--fileroot", str(tmp_path / "runs"), "--prometheus-port", str(port),
              "--serve-seconds", "30"],
             stdout=log, stderr=subprocess.STDOUT,

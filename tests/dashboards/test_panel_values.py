@@ -37,7 +37,7 @@ from collector.config import from_dict
 from collector.server import CollectorServer
 from dashboards import build
 from dashboards import catalog as c
-from telemetry.logger import StatsLogger
+from rltel.logger import StatsLogger
 from tests.dashboards import servers
 from tests.dashboards.engine_references import ENGINE_REFERENCES, EngineRun, engine_runs
 from tests.dashboards.grafana_vars import interpolate, label_values_query

@@ -30,8 +30,8 @@ from collector.server import CollectorServer
 from dashboards import alerts, build
 from dashboards.webhook import WebhookReceiver
 from exporters.prometheus import PrometheusSink
+from rltel.logger import StatsLogger
 from telemetry.config import PrometheusConfig
-from telemetry.logger import StatsLogger
 from telemetry.record.stats import Stats
 from tests.dashboards import servers
 from tests.dashboards.producers import produced_points, snapshot

@@ -178,5 +178,7 @@ def test_architecture_layer_table_matches_the_layer_test():
     text = (ROOT / "docs" / "architecture.md").read_text()
     table = text[text.index("| layer (top to bottom) |") :]
     table = table[: table.index("\n\n")]
-    rows = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
-    assert rows == [name for name, _ in LAYERS]
+    rows = [line.split("|") for line in table.splitlines()[2:]]
+    assert [row[1].strip() for row in rows] == [name for name, _ in LAYERS]
+    folders = [tuple(f.strip(" `/").replace("/", ".") for f in row[2].split(",")) for row in rows]
+    assert folders == [folders for _, folders in LAYERS]

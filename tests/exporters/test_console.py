@@ -9,7 +9,7 @@ import numpy as np
 
 from exporters.base import ExportResult
 from exporters.console import ConsoleSink, format_table
-from exporters.registry import BuildContext
+from exporters.factory import BuildContext
 from telemetry.config import ConsoleConfig, StatsLoggerConfig
 from telemetry.model.snapshot import Gauge, Histogram, Snapshot, Step
 

@@ -18,11 +18,11 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from exporters.base import ExportResult, Sink
+from exporters.factory import BuildContext
 from exporters.fanout import FanOut
 from exporters.prometheus import SINK_FAMILIES, FanOutCollector, PrometheusSink
-from exporters.registry import BuildContext
+from rltel.logger import StatsLogger
 from telemetry.config import PrometheusConfig, StatsLoggerConfig
-from telemetry.logger import StatsLogger
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
 

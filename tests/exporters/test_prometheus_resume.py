@@ -6,8 +6,8 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.prometheus import PrometheusSink
+from rltel.logger import CLOSED_METRIC, STEP_METRIC
 from telemetry.config import PrometheusConfig
-from telemetry.logger import CLOSED_METRIC, STEP_METRIC
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 
 

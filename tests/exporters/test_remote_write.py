@@ -14,7 +14,7 @@ import pytest
 from collector.config import RemoteWriteConfig, SinksConfig, from_dict
 from exporters import registry
 from exporters.base import ExportResult
-from exporters.registry import BuildContext
+from exporters.factory import BuildContext
 from exporters.remote_write import RemoteWriteSink, client, proto
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot

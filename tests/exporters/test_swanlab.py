@@ -17,7 +17,7 @@ from swanlab.log.backup.datastore import DataStore
 from swanlab.log.backup.models import ModelsParser
 
 from exporters.base import ExportResult
-from exporters.registry import BuildContext
+from exporters.factory import BuildContext
 from exporters.swanlab import SwanlabProcessSink, SwanlabSink
 from telemetry.config import StatsLoggerConfig, SwanlabConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step

@@ -14,7 +14,7 @@ pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing import event_accumulator as ea
 
 from exporters.base import ExportResult
-from exporters.registry import BuildContext
+from exporters.factory import BuildContext
 from exporters.tensorboard import TensorBoardSink
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step

@@ -17,7 +17,7 @@ from tests.wandb_log import inspect_wandb
 pytest.importorskip("wandb")
 
 from exporters.base import ExportResult
-from exporters.registry import BuildContext
+from exporters.factory import BuildContext
 from exporters.wandb import TABLE_KEY, WandbSink
 from telemetry.config import StatsLoggerConfig, WandBConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step

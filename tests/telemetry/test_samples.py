@@ -14,9 +14,9 @@ import tracemalloc
 import pytest
 
 from exporters.base import InMemorySink
+from rltel.logger import StatsLogger
 from telemetry import samples
 from telemetry.config import SamplesConfig
-from telemetry.logger import StatsLogger
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.sample import TRUNCATION_MARK
 from telemetry.samples import SampleBuffer

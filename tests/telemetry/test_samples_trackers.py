@@ -20,8 +20,8 @@ from swanlab.log.backup.models import ModelsParser
 from tensorboard.backend.event_processing import event_accumulator as ea
 from tensorboard.util import tensor_util
 
+from rltel.logger import StatsLogger
 from telemetry import samples
-from telemetry.logger import StatsLogger
 from telemetry.model.sample import TRUNCATION_MARK
 from tests.wandb_log import inspect_wandb
 

@@ -252,7 +252,7 @@ class Metric(ABC):
     def attach(self, tracker: Any = None) -> Metric:
         """Register with ``tracker`` (default tracker if ``None``): joins ``export_all``."""
         if tracker is None:
-            from telemetry import stats_tracker as tracker
+            from telemetry.record import stats_tracker as tracker
         tracker.register_source(self)
         return self
 

@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import from_dict
 from collector.server import CollectorServer
+from rltel.logger import StatsLogger
 from telemetry.config import OtlpTlsConfig, load_config
-from telemetry.logger import StatsLogger
 from telemetry.model.errors import ConfigError
 
 

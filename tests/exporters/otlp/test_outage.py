@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from exporters.otlp.sink import HEALTH_POINTS
-from telemetry.logger import StatsLogger
+from rltel.logger import StatsLogger
 from tests.telemetry.otlp_receiver import Receiver, step_of
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAINER = """
 import sys, time
-from telemetry.logger import StatsLogger
+from rltel.logger import StatsLogger
 stats = StatsLogger({"fileroot": sys.argv[1], "otlp": {"endpoint": sys.argv[2],
                      "spool_dir": sys.argv[3], "timeout": 2.0}})
 step = 0
@@ -50,7 +50,7 @@ def entries(spool_dir: Path) -> list[Path]:
 def flush_cli(spool_dir: Path, endpoint: str, *extra: str) -> subprocess.CompletedProcess:
     command = ["spool", "flush", str(spool_dir), "--endpoint", endpoint, *extra]
     return subprocess.run(
-        [sys.executable, "-m", "telemetry.cli", *command],
+        [sys.executable, "-m", "rltel.cli", *command],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -11,10 +11,10 @@ from collector.config import from_dict
 from collector.pipeline import Pipeline
 from collector.server import CollectorServer
 from exporters.base import ExportResult, InMemorySink
+from exporters.factory import BuildContext
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool
 from exporters.queued import QueuedSink
-from exporters.registry import BuildContext
 from telemetry.config import OtlpConfig, StatsLoggerConfig
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.distributed import free_port

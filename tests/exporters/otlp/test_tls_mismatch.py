@@ -12,7 +12,7 @@ import pytest
 from collector.config import from_dict
 from collector.server import CollectorServer
 from exporters.otlp.grpc_exporter import tls_mismatch
-from telemetry.logger import StatsLogger
+from rltel.logger import StatsLogger
 from tests.tls_files import needs_openssl, self_signed
 
 ATTEMPTS_S = 60.0

@@ -9,10 +9,10 @@ import sys
 import torch
 from omegaconf import OmegaConf
 
+from rltel.logger import StatsLogger  # AReaL: from areal.utils.stats_logger import ...
+from rltel.progress import FinetuneSpec  # AReaL: from areal.api import FinetuneSpec
 from telemetry import stats_tracker  # AReaL: from areal.utils import stats_tracker
 from telemetry.evaluator import Evaluator  # AReaL: from areal.utils.evaluator import Evaluator
-from telemetry.logger import StatsLogger  # AReaL: from areal.utils.stats_logger import ...
-from telemetry.progress import FinetuneSpec  # AReaL: from areal.api import FinetuneSpec
 
 config = OmegaConf.load(sys.argv[1])  # AReaL: load_expr_config(args, GRPOConfig)
 ft_spec = FinetuneSpec(

@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporters.base import InMemorySink
 from exporters.prometheus import PrometheusSink
+from rltel.logger import STEP_METRIC, StatsLogger
 from telemetry import stats_tracker
 from telemetry.config import PrometheusConfig
-from telemetry.logger import STEP_METRIC, StatsLogger
 from telemetry.metrics.train_perf import TrainPerf
 from telemetry.model.snapshot import Counter, Gauge, Histogram
 from telemetry.record import typed_keys

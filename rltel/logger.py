@@ -1,0 +1,388 @@
+"""StatsLogger: AReaL's ``commit(epoch, epoch_step, global_step, data)`` on rltel's pipeline.
+
+One commit becomes one :class:`~telemetry.model.snapshot.Snapshot` per step, handed to
+the logger's one :class:`exporters.fanout.FanOut`, every sink behind its own bounded queue.
+With ``otlp.endpoint`` set its sink list is the OTLP sink (the collector runs the other
+sinks); without one (the embedded default) it is the in-process sinks the config enables.
+Either way ``commit`` returns without waiting on a sink or the network. Trainers log on
+rank 0 only; rollout and eval workers each log their own streams (over OTLP their scalar
+streams go as running totals since the worker's start, so a lost request loses nothing).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exporters.fanout import FanOut
+from rltel.progress import progress_line
+from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
+from telemetry.heartbeat import start_heartbeat
+from telemetry.model import names
+from telemetry.model.errors import ConfigError, InvalidValueError
+from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, Snapshot, Step, flatten
+from telemetry.record.stats import Stats, points_from_flat
+from telemetry.record.typed_keys import points_for
+from telemetry.samples import Drained, default_buffer
+
+if TYPE_CHECKING:
+    from exporters.otlp.flush import FlushReport
+
+__all__ = ["CLOSED_METRIC", "ROLES", "STEP_METRIC", "StatsLogger"]
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("trainer", "rollout", "eval")
+STEP_METRIC = names.STEP_METRIC
+"""Gauge of the committed ``global_step`` in every trainer export: a heartbeat (stall alert)."""
+CLOSED_METRIC = names.CLOSED_METRIC
+"""Gauge (1) a trainer sends the collector from :meth:`StatsLogger.close`: ended, not stalled."""
+_STREAMS = {"trainer": "train", "rollout": "rollout", "eval": "eval"}
+
+
+class StatsLogger:
+    """Logs committed stats through one fan-out: to the collector (OTLP) or in-process sinks.
+
+    Args:
+        config: ``stats_logger`` section: a :class:`StatsLoggerConfig`, a mapping (AReaL's
+            YAML fields as they are) or a YAML path.
+        ft_spec: AReaL's ``FinetuneSpec`` (or :class:`rltel.progress.FinetuneSpec`):
+            the totals of the per-commit progress line; optional.
+        role: ``trainer`` (rank 0 logs), ``rollout`` or ``eval`` (every worker logs).
+        worker_id: the rollout/eval worker's id (resource attribute ``rltel.worker_id``).
+        sinks: in-process sinks; default: those ``config`` enables. With an OTLP endpoint
+            only explicitly given sinks run in-process, beside the OTLP sink.
+        otlp_options: extra :class:`~exporters.otlp.sink.OtlpSink` arguments (backoff,
+            spool timing).
+        store: the ``torch.distributed`` store that carries the heartbeats (default: the
+            default group's).
+
+    Raises:
+        ConfigError: an invalid config or an unknown role.
+    """
+
+    def __init__(
+        self,
+        config: StatsLoggerConfig | Mapping[str, Any] | str | Path | None = None,
+        ft_spec: Any = None,
+        *,
+        role: str = "trainer",
+        worker_id: str | int | None = None,
+        sinks: Sequence[Any] | None = None,
+        otlp_options: Mapping[str, Any] | None = None,
+        store: Any = None,
+    ) -> None:
+        if role not in ROLES:
+            raise ConfigError(f"StatsLogger role must be one of {', '.join(ROLES)}; got {role!r}")
+        self.config, self.experiment_config = load_experiment(config)
+        self.role = role
+        self.ft_spec = ft_spec
+        self._last_commit_step = -1
+        self.rank = _rank()
+        self.enabled = role != "trainer" or self.rank == 0
+        self.start_unix_nano = time.time_ns()
+        self._pid = os.getpid()  # a forked child (data-loader worker) logs nothing
+        self._last_step: Step | None = None
+        self._closed = False
+        self.resource = self._resource(worker_id)
+        default_buffer().configure(self.config.samples)
+        self.fanout = FanOut(self._sinks(sinks, otlp_options) if self.enabled else [])
+        self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
+        self.heartbeat = start_heartbeat(
+            self.config, role, self.rank, socket.gethostname(), self._sink("prometheus"), store
+        )
+        self.hardware = _start_hardware(self.config)
+        if not self.enabled:
+            return
+        self._serve_sink_health()
+        if not self.fanout.queued:
+            _warn_no_sink(self.config)
+        atexit.register(self.close)
+        endpoint = self.config.otlp.endpoint
+        logger.info(
+            "stats logger (%s, %s): %s",
+            role,
+            f"otlp {endpoint}" if endpoint else "embedded",
+            public_dict(self.config),
+        )
+
+    def _sinks(self, given: Sequence[Any] | None, otlp_options: Mapping[str, Any] | None):
+        """The given sinks, or those the config enables; the OTLP sink whenever it is set."""
+        from exporters.factory import BuildContext
+        from exporters.registry import build_sinks
+
+        if given is not None and not self.config.otlp.endpoint:
+            return self._with_samples_file(list(given))
+        context = BuildContext(
+            run_name_suffix=None if self.role == "trainer" else _STREAMS[self.role],
+            experiment=self.experiment_config,
+            role=self.role,
+            worker=self.resource_id,
+            start_unix_nano=self.start_unix_nano,
+            otlp_options=otlp_options,
+        )
+        return self._with_samples_file([*(given or ()), *build_sinks(self.config, context)])
+
+    def _with_samples_file(self, sinks: list[Any]) -> list[Any]:
+        """Embedded sinks, and ``samples.jsonl`` beside them when ``samples.jsonl`` is on."""
+        samples = self.config.samples
+        if not sinks or self.config.otlp.endpoint or not (samples.enabled and samples.jsonl):
+            return sinks
+        from exporters.samples_file import SamplesFileSink
+
+        return [*sinks, SamplesFileSink(self.config.run_dir)]
+
+    def _serve_sink_health(self) -> None:
+        """Serve every sink's queue counters on the in-process Prometheus endpoint, if any,
+        as the collector serves them (the families the dashboards read)."""
+        for queued in self.fanout.queued:
+            if queued.sink.name == "prometheus":
+                from exporters.prometheus import SINK_FAMILIES, FanOutCollector, run_label
+
+                run = run_label(self.config.experiment_name, self.config.trial_name)
+                queued.sink.register(FanOutCollector(self.fanout, run), SINK_FAMILIES)
+
+    def _resource(self, worker_id: str | int | None) -> tuple[tuple[str, Any], ...]:
+        resource: list[tuple[str, Any]] = [
+            ("service.name", "rltel"),
+            (names.EXPERIMENT, self.config.experiment_name),
+            (names.TRIAL, self.config.trial_name),
+            (names.ROLE, self.role),
+            (names.RANK, self.rank),
+        ]
+        if worker_id is not None:
+            resource.append((names.WORKER_ID, str(worker_id)))
+        resource.append(("host.name", socket.gethostname()))
+        return tuple(resource)
+
+    @property
+    def resource_id(self) -> str:
+        """The worker id, or the rank when there is none."""
+        for name, value in self.resource:
+            if name == names.WORKER_ID:
+                return str(value)
+        return str(self.rank)
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """``http://host:port/metrics`` of the in-process Prometheus sink, with the port it
+        bound (``prometheus.port: 0`` picks a free one); None when it does not run here."""
+        sink = self._sink("prometheus")
+        return None if sink is None else sink.url
+
+    def _sink(self, name: str) -> Any:
+        """This logger's sink called ``name``, or None."""
+        return next((q.sink for q in self.fanout.queued if q.sink.name == name), None)
+
+    def commit(
+        self,
+        epoch: int,
+        epoch_step: int,
+        global_step: int,
+        data: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    ) -> None:
+        """Log ``data`` for one step, or a list of dicts for consecutive steps.
+
+        As in AReaL, a trainer logs the progress line (``Epoch 1/2 Step 3/8 Train step
+        3/16 done.``, INFO on this module's logger) and its sinks log at
+        ``max(global_step, last committed step + 1)``, so steps never go back (W&B would
+        drop the rows).
+
+        Args:
+            epoch: the epoch (0-based).
+            epoch_step: the step within the epoch (of the first dict in a list).
+            global_step: the global step (of the first dict in a list); sinks log at it.
+            data: AReaL's flat dict (``k__count`` entries become counts of ``k``), a tracker
+                :class:`Stats` (typed points), or a list of either, one per step. A plain
+                dict gets back the typed points of the tracker exports it was merged from
+                (histograms, counters, units) wherever it still holds their values; either
+                logs the values it holds at commit, as AReaL does.
+
+        Raises:
+            InvalidValueError: a value is not a number (names the key).
+        """
+        if self.heartbeat is not None:
+            self.heartbeat.progress.advance(int(global_step))
+        drained = default_buffer().drain()  # this step's samples (a rank that logs none drops them)
+        if not self.enabled or self._closed or os.getpid() != self._pid:
+            return
+        items = [data] if isinstance(data, Mapping) else list(data)
+        if self.role == "trainer":
+            logger.info("%s", progress_line(self.ft_spec, epoch, epoch_step, global_step))
+            global_step = max(int(global_step), self._last_commit_step + 1)
+            self._last_commit_step = global_step + len(items) - 1
+        for offset, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidValueError(
+                    f"commit data must be a dict or a list of dicts, got {type(item).__name__}"
+                )
+            points = _stats_points(item) if isinstance(item, Stats) else points_for(item)
+            step = Step(int(epoch), int(epoch_step) + offset, int(global_step) + offset)
+            self._emit(points, step, drained if offset == len(items) - 1 else ())
+
+    def _emit(
+        self, points: tuple[Point, ...], step: Step | None, drained: Sequence[Drained] = ()
+    ) -> None:
+        if step is not None and self.role == "trainer":
+            points = (*points, Gauge(STEP_METRIC, float(step.global_step)))
+            self._last_step = step
+        for window in drained:
+            prefix = f"samples/{window.stream}/"
+            points = (
+                *points,
+                Gauge(prefix + "seen", float(window.seen)),
+                Gauge(prefix + "kept", float(len(window.samples))),
+                Gauge(prefix + "truncated", float(window.truncated)),
+            )
+        samples = tuple(sample for window in drained for sample in window.samples)
+        snapshot = Snapshot(
+            points, step, self.resource, time.time_ns(), _STREAMS[self.role], samples
+        )
+        self.fanout.export(snapshot)
+
+    def _send_closed(self, step: Step) -> None:
+        """Tell the collector this trainer ended (its step series stops without a stall).
+
+        Only the OTLP sink gets it: in-process sinks see the logger go away themselves.
+        """
+        points = (Gauge(STEP_METRIC, float(step.global_step)), Gauge(CLOSED_METRIC, 1.0))
+        snapshot = Snapshot(points, step, self.resource, time.time_ns(), _STREAMS[self.role])
+        for queued in self.fanout.queued:
+            if queued.sink is self.otlp:
+                queued.submit(snapshot)
+
+    def state_dict(self) -> dict[str, Any]:
+        """AReaL's recovery state: ``{"last_commit_step": n}`` (-1 before any commit)."""
+        return {"last_commit_step": self._last_commit_step}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continue after a recovered run: later commits log at steps past the saved one.
+
+        Sinks continue the same runs: the W&B run id, SwanLab project/name and the
+        TensorBoard directory depend only on the config, so a resumed process writes on.
+
+        Raises:
+            ConfigError: ``state_dict`` has no integer ``last_commit_step``.
+        """
+        step = state_dict.get("last_commit_step") if isinstance(state_dict, Mapping) else None
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise ConfigError(
+                f"StatsLogger.load_state_dict: expected an int last_commit_step, got {step!r}"
+            )
+        self._last_commit_step = step
+
+    @staticmethod
+    def flush_spool(
+        config: StatsLoggerConfig | Mapping[str, Any] | str | Path | None = None,
+        directory: str | Path | None = None,
+        *,
+        endpoint: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> FlushReport:
+        """Send the OTLP spool that processes with ``config`` (as :class:`StatsLogger` takes
+        it) left behind, committing nothing: ``rltel spool flush``. See
+        :func:`exporters.otlp.flush.flush_run_spool` for the arguments; ``ConfigError``
+        names a bad key or the missing endpoint."""
+        from exporters.otlp.flush import flush_run_spool
+
+        loaded, _ = load_experiment(config)
+        return flush_run_spool(loaded, directory, endpoint=endpoint, timeout_s=timeout_s)
+
+    def health(self) -> dict[str, Any]:
+        """Each sink's queue counters (``sinks``) and, with OTLP, its sender's (``otlp``);
+        nothing in a forked child (it logs nothing)."""
+        if os.getpid() != self._pid:
+            return {}
+        out: dict[str, Any] = {"sinks": self.fanout.stats()}
+        if self.otlp is not None:
+            out["otlp"] = self.otlp.health()
+        return out
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Drain the sinks' queues and shut them down within ``timeout_s``; safe twice."""
+        if self._closed or os.getpid() != self._pid:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        if self.heartbeat is not None:
+            self.heartbeat.close()
+        if self.hardware is not None:
+            self.hardware.close()
+        if self.otlp is not None and self._last_step is not None and self.role == "trainer":
+            self._send_closed(self._last_step)
+        self.fanout.shutdown(timeout_s)
+        if self.otlp is not None:
+            health = self.otlp.health()
+            if health["spool_points"] or health["points_dropped"]:
+                from exporters.otlp import spool_root
+
+                logger.warning(
+                    "otlp: closed with %d points spooled for the next run, %d dropped; "
+                    "to send the spool now: rltel spool flush %s --endpoint %s",
+                    health["spool_points"],
+                    health["points_dropped"],
+                    spool_root(self.config),
+                    self.config.otlp.endpoint,
+                )
+
+
+def _stats_points(stats: Stats) -> tuple[Point, ...]:
+    """The export's typed points the dict still holds unchanged, and gauges for every other
+    entry: a value changed, added or removed after the export (``stats[k] = v``,
+    ``stats.update(rollout_stats)``, ``del stats[k]``) logs as the dict holds it, as in AReaL."""
+    kept = [point for point in stats.points if _holds(stats, point)]
+    covered = set(flatten(kept, include_counts=True))
+    return (*kept, *points_from_flat({k: v for k, v in stats.items() if k not in covered}))
+
+
+def _holds(data: Mapping[str, Any], point: Point) -> bool:
+    """``data`` holds every value ``point`` flattens to (a missing ``__count`` is fine)."""
+    for key, value in point.flat():
+        if key not in data:
+            if key.endswith(COUNT_SUFFIX):
+                continue
+            return False
+        got = data[key]
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            return False
+        if not (got == value or (math.isnan(got) and math.isnan(value))):
+            return False
+    return True
+
+
+def _warn_no_sink(config: StatsLoggerConfig) -> None:
+    """Warn that ``commit`` logs nothing, naming every key that turns a sink on."""
+    from exporters.registry import switch_keys
+
+    local = ", ".join(switch_keys(config, "stats_logger", remote=False))
+    remote = " or ".join(switch_keys(config, "stats_logger", remote=True))
+    logger.warning(
+        "stats_logger: no sink is enabled, so commit() logs nothing; enable one of %s, or set %s",
+        local,
+        remote,
+    )
+
+
+def _start_hardware(config: StatsLoggerConfig) -> Any:
+    """This rank's :class:`~telemetry.metrics.hardware.HardwareSource`, if enabled."""
+    if not config.hardware.enabled:
+        return None
+    from telemetry.metrics.hardware import HardwareSource
+
+    return HardwareSource(config.hardware.phase_memory, config.hardware.nvml)
+
+
+def _rank() -> int:
+    """This process's rank in the default ``torch.distributed`` group; 0 when none."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank())
+    return 0

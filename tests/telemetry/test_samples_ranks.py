@@ -84,8 +84,8 @@ def test_a_buffer_absorbs_other_parts_into_its_own_step_under_its_bounds():
 
 def _rank_job(rank: int, world: int, tmp: str) -> list:
     from exporters.base import InMemorySink
+    from rltel.logger import StatsLogger
     from telemetry import stats_tracker
-    from telemetry.logger import StatsLogger
     from telemetry.samples import log_sample
 
     sink = InMemorySink()

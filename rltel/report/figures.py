@@ -33,6 +33,7 @@ from rltel.report.panels import (
     plot,
 )
 from rltel.report.runs import Run
+from telemetry.model.units import key_unit
 
 FRACTION = "fraction of valid tokens (0-1)"
 MAX_LAYER_LINES = 8  # more layers: max and mean over layers instead of one line each
@@ -245,7 +246,7 @@ def draw_moe_experts(runs: Sequence[Run]) -> Drawn:
 
 def unit_of(key: str) -> str:
     """A y label with the unit a key's name implies."""
-    if key.startswith("timeperf/") or key.endswith("seconds"):
+    if key_unit(key) == "s" or key.endswith("seconds"):
         return "time (s)"
     if key.endswith("tokens"):
         return "tokens (count)"

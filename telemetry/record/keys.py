@@ -20,12 +20,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from telemetry.model.units import TIMING_SCOPE
+
 __all__ = ["TIMING_SCOPE", "KeyScope", "timing_key"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-TIMING_SCOPE = "timeperf"
-"""The scope of ``record_timing``'s keys (their unit is seconds: ``stats.key_unit``)."""
 
 
 def timing_key(name: str) -> str:

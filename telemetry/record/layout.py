@@ -68,7 +68,7 @@ class PerRank(NamedTuple):
 
     Its value is element ``numerator`` (divided by element ``denominator`` if given); a
     rank takes part only where element ``present`` (if given) is positive. Its points
-    have ``unit`` ("": the key's own unit, :func:`telemetry.record.stats.key_unit`).
+    have ``unit`` ("": the key's own unit, :func:`telemetry.model.units.key_unit`).
     """
 
     suffix: str

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from telemetry.model.snapshot import Gauge, Histogram, Point
+from telemetry.model.units import key_unit
 from telemetry.record.layout import Reduced, StateKind, StateLayout
-from telemetry.record.stats import key_unit
 
 __all__ = ["point_for", "tracker_points"]
 

@@ -32,10 +32,9 @@ import math
 import threading
 
 from telemetry.model.snapshot import Gauge, Point
+from telemetry.model.units import TIMING_SCOPE, key_unit
 from telemetry.record import straggler_settings
-from telemetry.record.keys import TIMING_SCOPE
 from telemetry.record.layout import StateLayout
-from telemetry.record.stats import key_unit
 from telemetry.record.stragglers import RankSpread
 
 __all__ = [

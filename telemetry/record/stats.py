@@ -6,9 +6,9 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, flatten
-from telemetry.record.keys import TIMING_SCOPE
+from telemetry.model.units import key_unit
 
-__all__ = ["Stats", "key_unit", "points_from_flat"]
+__all__ = ["Stats", "points_from_flat"]
 
 
 class Stats(dict):
@@ -49,18 +49,6 @@ def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge]:
         count = data.get(key + COUNT_SUFFIX)
         n = None if count is None else int(count)
         yield Gauge(key, _as_float(key, value), n, key_unit(key))
-
-
-_TIMED = f"/{TIMING_SCOPE}/"
-
-
-def key_unit(key: str) -> str:
-    """A recorded key's unit: seconds under a ``timeperf`` scope (``record_timing``), else none.
-
-    The one unit rule of recorded keys: the tracker's points, plain dicts' gauges and the
-    straggler view's quantities without a declared unit all take it.
-    """
-    return "s" if _TIMED in f"/{key}" else ""
 
 
 def _as_float(key: str, value: object) -> float:

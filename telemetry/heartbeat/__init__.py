@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from telemetry.config import StatsLoggerConfig
-from telemetry.heartbeat.beat import Beat, Progress
+from telemetry.heartbeat.beat import Beat, BeatGroup, Progress
 from telemetry.heartbeat.board import LocalBoard, StoreBoard, default_store
 from telemetry.heartbeat.families import FAMILIES, HeartbeatCollector
 from telemetry.heartbeat.thread import Heartbeat
@@ -13,6 +13,7 @@ from telemetry.heartbeat.thread import Heartbeat
 __all__ = [
     "FAMILIES",
     "Beat",
+    "BeatGroup",
     "Heartbeat",
     "HeartbeatCollector",
     "Progress",
@@ -42,6 +43,9 @@ def start_heartbeat(
         prometheus: the in-process Prometheus sink of this rank, if it has one: it then
             reads every rank's beats and serves them.
         store: a ``torch.distributed`` store to use instead of the default group's.
+
+    With ``otlp.endpoint`` set, rank 0 reads every rank's beats and sends them to the
+    collector at each beat (:mod:`telemetry.heartbeat.send`), which serves them.
     """
     section = config.heartbeat
     if not section.enabled:
@@ -54,10 +58,22 @@ def start_heartbeat(
 
         world = dist.get_world_size() if dist.is_initialized() else 1
         board = StoreBoard(store, world, role, STORE_TIMEOUT_S)
-    heartbeat = Heartbeat(board, rank, host, section.interval_s, reader=prometheus is not None)
+    run = (config.experiment_name, config.trial_name, role)
+
+    def group(beats: tuple[Beat, ...]) -> BeatGroup:
+        return BeatGroup(run, section.stall_floor_s, beats)
+
+    emit = None
+    if config.otlp.endpoint and rank == 0:
+        from telemetry.heartbeat.send import OtlpBeats
+
+        send = OtlpBeats(config)
+
+        def emit(beats: tuple[Beat, ...], closed: bool) -> None:
+            send(group(beats), closed)
+
+    reader = prometheus is not None or emit is not None
+    heartbeat = Heartbeat(board, rank, host, section.interval_s, reader, emit)
     if prometheus is not None:
-        run = (config.experiment_name, config.trial_name, role)
-        prometheus.register(
-            HeartbeatCollector(heartbeat.beats, run, section.stall_floor_s), FAMILIES
-        )
+        prometheus.register(HeartbeatCollector(lambda: (group(heartbeat.beats()),)), FAMILIES)
     return heartbeat

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 from telemetry.record import phase
 
-__all__ = ["Beat", "Progress"]
+__all__ = ["Beat", "BeatGroup", "Progress"]
 
 STEP_HISTORY = 64
 """Step intervals the median step time spans."""
@@ -57,6 +57,19 @@ class Beat:
             return cls(**fields)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"not a heartbeat: {data[:80]!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class BeatGroup:
+    """The beats of one run's ranks as one reader sees them.
+
+    ``run`` is ``(experiment, trial, role)``; ``stall_floor_s`` the run's
+    ``heartbeat.stall_floor_s``.
+    """
+
+    run: tuple[str, str, str]
+    stall_floor_s: float
+    beats: tuple[Beat, ...]
 
 
 class Progress:

@@ -1,4 +1,4 @@
-"""The heartbeat's Prometheus families, served on the reading rank's endpoint.
+"""The heartbeat's Prometheus families, served on the reading rank's endpoint or the collector's.
 
 One series per rank and family, labelled with the run (``experiment``, ``trial``), the
 ``role``, ``rank`` and ``host``; the two timestamps also carry the ``phase`` the rank is in
@@ -7,11 +7,11 @@ One series per rank and family, labelled with the run (``experiment``, ``trial``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from telemetry.heartbeat.beat import Beat
+from telemetry.heartbeat.beat import BeatGroup
 
 __all__ = ["FAMILIES", "HeartbeatCollector"]
 
@@ -36,26 +36,25 @@ class HeartbeatCollector:
     """Every rank's latest beat as gauges, built fresh at each scrape.
 
     Args:
-        beats: returns the beats to show (:meth:`Heartbeat.beats`).
-        run: ``(experiment, trial, role)`` labels.
-        stall_floor_s: ``heartbeat.stall_floor_s``, served for the stuck-rank alert.
+        groups: returns the beat groups to show, one per run (the reading rank's one, or
+            every run the collector holds beats of).
     """
 
-    def __init__(
-        self, beats: Callable[[], tuple[Beat, ...]], run: tuple[str, str, str], stall_floor_s: float
-    ) -> None:
-        self._beats, self._run, self._floor = beats, run, stall_floor_s
+    def __init__(self, groups: Callable[[], Iterable[BeatGroup]]) -> None:
+        self._groups = groups
 
     def collect(self) -> Iterator[Metric]:
         labels = ["experiment", "trial", "role"]
+        groups = list(self._groups())
         floor = GaugeMetricFamily(FLOOR, "no stuck-rank alert before this long", labels=labels)
-        floor.add_metric(list(self._run), self._floor)
+        for group in groups:
+            floor.add_metric(list(group.run), group.stall_floor_s)
         yield floor
-        beats = self._beats()
         for name, (text, field) in GAUGES.items():
             extra = ["rank", "host", "phase"] if name in PHASED else ["rank", "host"]
             family = GaugeMetricFamily(f"{PREFIX}{name}", text, labels=labels + extra)
-            for beat in beats:
-                values = [str(beat.rank), beat.host, beat.phase or OUTSIDE][: len(extra)]
-                family.add_metric([*self._run, *values], float(getattr(beat, field)))
+            for group in groups:
+                for beat in group.beats:
+                    values = [str(beat.rank), beat.host, beat.phase or OUTSIDE][: len(extra)]
+                    family.add_metric([*group.run, *values], float(getattr(beat, field)))
             yield family

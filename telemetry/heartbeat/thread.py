@@ -3,7 +3,8 @@
 It imports nothing (the store and everything it calls were made on the caller's thread),
 holds no lock the training loop takes, and never raises: a failing store is logged once
 per change of state, with a count, and retried at the next beat. On the reading rank it
-also keeps the latest beats of every rank for the Prometheus endpoint.
+also keeps the latest beats of every rank for the Prometheus endpoint and hands them to its
+``emit`` (the collector's sender) at each beat.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from collections.abc import Callable
 
 from telemetry.heartbeat.beat import Beat, Progress
 from telemetry.heartbeat.board import Board
@@ -29,13 +31,23 @@ class Heartbeat:
         host: this host's name.
         interval_s: seconds between beats.
         reader: read every rank's beats at each beat (rank 0 of a job).
+        emit: called on the heartbeat thread after each beat as ``emit(beats, closed)``
+            with the beats read (``closed`` at the last beat, from :meth:`close`).
     """
 
-    def __init__(self, board: Board, rank: int, host: str, interval_s: float, reader: bool) -> None:
+    def __init__(
+        self,
+        board: Board,
+        rank: int,
+        host: str,
+        interval_s: float,
+        reader: bool,
+        emit: Callable[[tuple[Beat, ...], bool], None] | None = None,
+    ) -> None:
         self.progress = Progress()
         self.rank, self.host, self.reader = rank, host, reader
         self.failures = 0
-        self._board, self._interval_s = board, interval_s
+        self._board, self._interval_s, self._emit = board, interval_s, emit
         self._beats: tuple[Beat, ...] = ()
         self._failing = False
         self._stop = threading.Event()
@@ -59,6 +71,8 @@ class Heartbeat:
             beat = self.progress.beat(self.rank, self.host, exited)
             self._board.publish(beat)
             self._beats = tuple(self._board.read()) if self.reader else (beat,)
+            if self._emit is not None:
+                self._emit(self._beats, exited)
         except Exception as exc:  # a telemetry failure never reaches the training loop
             self.failures += 1
             if not self._failing:

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from prometheus_client import CollectorRegistry, generate_latest
 
 from telemetry import StatsLogger, stats_tracker
-from telemetry.heartbeat import Beat, Heartbeat, HeartbeatCollector, StoreBoard
+from telemetry.heartbeat import Beat, BeatGroup, Heartbeat, HeartbeatCollector, StoreBoard
 from telemetry.heartbeat.board import LocalBoard
 from tests.distributed import free_port
 
@@ -65,7 +65,7 @@ def test_progress_phase_and_median_reach_the_endpoint():
 def test_collector_labels_a_rank_outside_every_phase():
     beat = Beat(1, "n9", 4, "", 10.0, 9.0, 2.0, 11.0, True)
     registry = CollectorRegistry()
-    registry.register(HeartbeatCollector(lambda: (beat,), ("e", "t", "trainer"), 60.0))
+    registry.register(HeartbeatCollector(lambda: [BeatGroup(("e", "t", "trainer"), 60.0, (beat,))]))
     text = generate_latest(registry).decode()
     labels = 'experiment="e",host="n9",phase="(none)",rank="1",role="trainer",trial="t"'
     assert f"rltel_heartbeat_phase_start_timestamp_seconds{{{labels}}} 10.0" in text

@@ -10,7 +10,10 @@ thread and never while recording:
   in the window (``phase_memory``: the peaks reset at each scope's entry);
 * ``hardware/gpu/<reading>`` through NVML (:mod:`telemetry.metrics.nvml`), where it loads.
 
-Each key is the mean over the ranks that have it; every key gets the straggler view
+Each reading is a state declared once, at its first sight (the keys follow the phases and
+the GPU's readings), through :class:`~telemetry.record.declared.DeclaredStates`: ``[value,
+1, value, -value]`` reduced as a stat. Each key is the mean over the ranks that have it;
+every key gets the straggler view
 (``<key>/rank_min``, ``rank_max``, ``slowest_rank``, top k) and per-rank gauges
 (``<key>/per_rank``, attribute ``rank``) on the committing rank.
 """
@@ -18,8 +21,6 @@ Each key is the mean over the ranks that have it; every key gets the straggler v
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import torch
 
@@ -27,17 +28,22 @@ from telemetry.metrics.memory import CudaMemory, Peaks, ProcessMemory
 from telemetry.metrics.nvml import NvmlDevice, open_device
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record import phase, stats_tracker
-from telemetry.record.layout import STAT_OPS, PerRank, State, StateKind, StateLayout
+from telemetry.record.declared import DeclaredStates
+from telemetry.record.export import RegisteredSource
+from telemetry.record.layout import STAT_OPS, PerRank, Reduced
+from telemetry.record.source import Collected
 
 __all__ = ["PATTERN", "HardwareSource"]
 
-PATTERN = "hardware/*"
+PREFIX = "hardware/"
+PATTERN = f"{PREFIX}*"
 """The keys of this source, for the straggler view and per-rank series."""
 _log = logging.getLogger(__name__)
-_LAYOUT = StateLayout(StateKind.CUSTOM, STAT_OPS, (PerRank("", 0, 1, present=1),))
+_PER_RANK = (PerRank("", 0, 1, present=1),)
+"""A rank's value (sum over count) where it has the reading."""
 
 
-class HardwareSource:
+class HardwareSource(RegisteredSource):
     """This rank's hardware readings as a state source of ``export_all``.
 
     Args:
@@ -55,14 +61,13 @@ class HardwareSource:
         self._peaks = Peaks(readers)
         self._gpu: NvmlDevice | None = open_device() if nvml else None
         self._phase_memory = phase_memory
+        self._states = DeclaredStates(PREFIX)
         self._closed = False
         self.failures = 0
         if phase_memory:
             phase.add_listener(self._on_phase)
         stats_tracker.rank_series(PATTERN)
-        self._registered = register
-        if register:
-            stats_tracker.register_source(self)
+        self._join_export_all(register)
 
     def _on_phase(self, name: str, entering: bool) -> None:
         try:
@@ -90,24 +95,24 @@ class HardwareSource:
             out.update((f"hardware/gpu/{name}", value) for name, value in gpu.items())
         return out
 
-    def collect_states(self) -> dict[str, State]:
-        """Each reading as ``[value, 1, value, -value]`` (sum, count, min, -max)."""
-        return {
-            key: (_LAYOUT, torch.tensor([v, 1.0, v, -v], dtype=torch.float64))
-            for key, v in self._readings().items()
-        }
+    def collect(self, key: str | None = None, reset: bool = True) -> Collected:
+        """Each reading of this export as ``[value, 1, value, -value]`` (sum, count, min,
+        -max), its state declared at its first sight; a new window either way (``key`` is a
+        tracker's filter: ignored)."""
+        values = {}
+        for full, v in self._readings().items():
+            name = full.removeprefix(PREFIX)
+            if name not in self._states:
+                self._states.add_state(name, STAT_OPS, per_rank=_PER_RANK)
+            values[name] = torch.tensor([v, 1.0, v, -v], dtype=torch.float64)
+        return Collected(self._states.states(values))
 
-    def collect(self, key: str | None, reset: bool) -> tuple[dict[str, State], dict]:
-        """The readings of this export (``key`` is for trackers); a new window either way."""
-        return self.collect_states(), {}
-
-    def build_points(self, reduced: Mapping[str, Any]) -> list[Point]:
-        """The mean over the ranks of each reading."""
+    def build_points(self, reduced: Reduced) -> list[Point]:
+        """The mean over the ranks of each reading (those of other ranks' keys too)."""
         points: list[Point] = []
-        for key, entry in sorted(reduced.items()):
-            values = entry[1] if isinstance(entry, tuple) else entry
+        for name, values in sorted(self._states.values(reduced).items()):
             if values[1] > 0:
-                points.append(Gauge(key, float(values[0] / values[1])))
+                points.append(Gauge(PREFIX + name, float(values[0] / values[1])))
         return points
 
     def reset(self) -> None:
@@ -119,5 +124,4 @@ class HardwareSource:
             return
         self._closed = True
         phase.remove_listener(self._on_phase)
-        if self._registered:
-            stats_tracker.unregister_source(self)
+        super().close()

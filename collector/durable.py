@@ -22,6 +22,7 @@ import shutil
 import threading
 from pathlib import Path
 
+from collector.merge import RolloutMerger
 from exporters.fanout import FanOut
 from exporters.journal import Journal
 from telemetry.model.errors import ConfigError
@@ -33,6 +34,8 @@ logger = logging.getLogger(__name__)
 RunKey = tuple[str, str]
 """``(experiment, trial)``."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+MERGE = "rollout-merge"
+"""A run's journal of rollout/eval windows waiting in its merger for their training step."""
 
 
 class DurableState:
@@ -73,26 +76,35 @@ class DurableState:
         """Journal every sink of the shared fan-out; queue what an earlier process left."""
         self._attach(fanout, self.directory / "shared")
 
-    def attach_run(self, key: RunKey, fanout: FanOut) -> None:
-        """Journal every sink of run ``key``'s fan-out; queue what an earlier process left."""
+    def attach_run(self, key: RunKey, fanout: FanOut, merger: RolloutMerger) -> None:
+        """Journal every sink of run ``key``'s fan-out and its merger's windows; queue and
+        merge again what an earlier process left."""
         part = self.directory / "runs" / _run_dir(key)
         part.mkdir(parents=True, exist_ok=True)
         marker = part / "run.json"
         if not marker.exists():
             marker.write_text(json.dumps({"experiment": key[0], "trial": key[1]}))
         self._attach(fanout, part)
+        journal = self._open(part / MERGE)
+        merger.journal_to(journal)
+        with self._lock:
+            self._journals.append(journal)
+
+    def _open(self, directory: Path) -> Journal:
+        journal = Journal(directory, self.limit_bytes, self.fsync)
+        if journal.unreadable:
+            logger.warning(
+                "durable queue %s: %d torn entries skipped", directory, journal.unreadable
+            )
+        return journal
 
     def _attach(self, fanout: FanOut, part: Path) -> None:
-        names = {_UNSAFE.sub("_", queued.name) for queued in fanout.queued}
+        names = {_UNSAFE.sub("_", queued.name) for queued in fanout.queued} | {MERGE}
         for left in sorted(part.glob("*")):
             if left.is_dir() and left.name not in names and any(left.glob("*.seg")):
                 logger.warning("durable queue: %s is no sink of this collector: left there", left)
         for queued in fanout.queued:
-            journal = Journal(part / _UNSAFE.sub("_", queued.name), self.limit_bytes, self.fsync)
-            if journal.unreadable:
-                logger.warning(
-                    "durable queue %s: %d torn entries skipped", part, journal.unreadable
-                )
+            journal = self._open(part / _UNSAFE.sub("_", queued.name))
             queued.journal_to(journal)
             with self._lock:
                 self._journals.append(journal)

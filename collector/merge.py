@@ -19,13 +19,23 @@ what is pending at shutdown with the last step seen.
 A sender's own health points (``rltel/otlp/...``: its transport's queue, retries, drops)
 describe one process, not the rollout: they reach Prometheus per worker and are not merged
 (merged, they would also collide with the trainer's keys of the same name in one W&B row).
+
+A window equal to the worker's last one (same time, same points: a request retried after
+its answer was lost) is counted in :attr:`RolloutMerger.duplicates` and not merged again.
+With the collector's durable queue (:meth:`RolloutMerger.journal_to`) every window merged is
+journaled first, and :meth:`RolloutMerger.checkpoint`, once the released windows are in the
+sinks' journals, writes the merger's state (step, counter totals, each worker's last window)
+and acknowledges the windows before it (:mod:`collector.merge_state`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import dataclass, field
 
+from collector import merge_state
+from exporters.journal import Journal
 from telemetry.model import names
 from telemetry.model.snapshot import (
     Attributes,
@@ -73,34 +83,70 @@ class RolloutMerger:
         self._step: Step | None = None
         self._resource: Attributes = ()
         self._latest_ns = 0
+        self._last: dict[tuple[str, Attributes], tuple[int, str]] = {}  # time, digest
+        self.duplicates = 0
+        self.journal: Journal | None = None
+        self._unsaved = False  # windows or a step not in a checkpoint yet
 
     @property
     def step(self) -> Step | None:
         """The highest training step seen."""
         return self._step
 
-    def add(self, snapshot: Snapshot) -> None:
-        """Accumulate one worker's decoded rollout/eval window (``snapshot.stream``)."""
-        worker = snapshot.resource
+    def journal_to(self, journal: Journal) -> None:
+        """Journal every window from now on in ``journal``, after merging again what an
+        earlier process left there: its last checkpoint's state and the windows after it."""
         with self._lock:
-            if not self._resource:
-                self._resource = _run_resource(snapshot.resource)
-            self._latest_ns = max(self._latest_ns, snapshot.time_unix_nano)
-            windows = self._windows.setdefault(snapshot.stream, {})
-            for point in snapshot.points:
-                if point.metric.startswith(PER_PROCESS_PREFIX):
+            self.journal = journal
+            pending, journal.pending = journal.pending, []
+            for _, snapshot in pending:
+                state = merge_state.read(snapshot)
+                if state is None:
+                    self._merge(snapshot, _digest(snapshot))
                     continue
-                kind = _kind(point)
-                key = (kind, point.metric, point.attributes)
-                window = windows.get(key)
-                if window is None:
-                    window = windows[key] = _Window(
-                        kind, point.metric, point.unit, point.attributes
-                    )
-                _accumulate(window, point, worker)
-                if kind == "counter":
-                    totals = self._totals.setdefault((snapshot.stream, key), {})
-                    totals[worker] = point
+                self._windows = {}  # what came before a checkpoint was released
+                self._restore(state)
+            self._unsaved = bool(pending)
+
+    @property
+    def full(self) -> bool:
+        """The journal holds its limit: windows are refused until the next training step."""
+        return self.journal is not None and self.journal.full
+
+    def add(self, snapshot: Snapshot) -> bool:
+        """Accumulate one worker's decoded rollout/eval window (``snapshot.stream``); False
+        for a duplicate of the worker's last window (counted, not merged)."""
+        digest = _digest(snapshot)
+        with self._lock:
+            last = self._last.get((snapshot.stream, snapshot.resource))
+            if last == (snapshot.time_unix_nano, digest):
+                self.duplicates += 1
+                return False
+            if self.journal is not None:
+                self.journal.append(snapshot)  # a failed write refuses the request (sync)
+                self._unsaved = True
+            self._merge(snapshot, digest)
+            return True
+
+    def _merge(self, snapshot: Snapshot, digest: str) -> None:
+        worker = snapshot.resource
+        if not self._resource:
+            self._resource = _run_resource(snapshot.resource)
+        self._latest_ns = max(self._latest_ns, snapshot.time_unix_nano)
+        self._last[(snapshot.stream, worker)] = (snapshot.time_unix_nano, digest)
+        windows = self._windows.setdefault(snapshot.stream, {})
+        for point in snapshot.points:
+            if point.metric.startswith(PER_PROCESS_PREFIX):
+                continue
+            kind = _kind(point)
+            key = (kind, point.metric, point.attributes)
+            window = windows.get(key)
+            if window is None:
+                window = windows[key] = _Window(kind, point.metric, point.unit, point.attributes)
+            _accumulate(window, point, worker)
+            if kind == "counter":
+                totals = self._totals.setdefault((snapshot.stream, key), {})
+                totals[worker] = point
 
     def on_train(self, snapshot: Snapshot) -> list[Snapshot]:
         """Note a training snapshot; on a new step, return the merged windows for it."""
@@ -113,12 +159,59 @@ class RolloutMerger:
             ):
                 return []
             self._step = step
+            self._unsaved = self._unsaved or bool(self._last)
             return self._release(step)
 
     def flush(self) -> list[Snapshot]:
         """The pending windows, attached to the last step seen (None if there was none)."""
         with self._lock:
             return self._release(self._step)
+
+    def checkpoint(self, final: bool = False) -> None:
+        """Once the released windows are queued for the sinks (in their journals): write the
+        merger's state and acknowledge every window journaled before it.
+
+        Args:
+            final: a clean shutdown: acknowledge the state too (the journal empties).
+        """
+        with self._lock:
+            journal = self.journal
+            if journal is None or not (self._unsaved or final):
+                return
+            first = None
+            if self._unsaved:
+                for (stream, worker), (time_ns, digest) in self._last.items():
+                    counters = tuple(
+                        totals[worker]
+                        for (s, _), totals in self._totals.items()
+                        if s == stream and worker in totals
+                    )
+                    state = merge_state.WorkerState(
+                        stream, worker, time_ns, digest, self._step, counters
+                    )
+                    seq = journal.append(merge_state.record(state))
+                    if seq is None:
+                        return  # the write failed: the request is refused (sync), no ack
+                    first = seq if first is None else first
+                self._unsaved = False
+            if final:
+                journal.ack(journal.last_seq)
+            elif first is not None:
+                journal.ack(first - 1)
+
+    def _restore(self, state: merge_state.WorkerState) -> None:
+        """Take one worker's part of a checkpoint (replay)."""
+        worker = state.worker
+        if not self._resource:
+            self._resource = _run_resource(worker)
+        self._latest_ns = max(self._latest_ns, state.time_unix_nano)
+        self._last[(state.stream, worker)] = (state.time_unix_nano, state.digest)
+        for point in state.counters:
+            key = ("counter", point.metric, point.attributes)
+            self._totals.setdefault((state.stream, key), {})[worker] = point
+        step = state.step
+        if step is not None and (self._step is None or step.global_step > self._step.global_step):
+            self._step = step
 
     def _release(self, step: Step | None) -> list[Snapshot]:
         out = []
@@ -197,6 +290,11 @@ def _pick(current: float | None, new: float | None, choose) -> float | None:
     if new is None:
         return current
     return new if current is None else choose(current, new)
+
+
+def _digest(snapshot: Snapshot) -> str:
+    """A digest of the window's points, the same in every process (a retry's is equal)."""
+    return hashlib.blake2b(repr(snapshot.points).encode(), digest_size=12).hexdigest()
 
 
 def _run_resource(resource: Attributes) -> Attributes:

@@ -5,7 +5,8 @@ sinks (W&B, SwanLab, TensorBoard, console), built on first sight of the run: rol
 windows go through the run's :class:`~collector.merge.RolloutMerger` and reach those sinks
 merged, with the next training step; training snapshots of rank 0 (or without a rank) go
 straight to them, other ranks' copies of the DP-reduced values nowhere here (AReaL logs from
-rank 0 only).
+rank 0 only). A run's rollout samples (:mod:`collector.samples`, from the logs service) are
+released at their training step: a step's before the next training snapshot is queued.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from telemetry.otlp.decode import Request
 
 if TYPE_CHECKING:
     from collector.durable import DurableState
+    from collector.samples import RunSamples
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,12 @@ class RunUnavailable(Exception):
     run's data is refused with a retryable status until its sinks start."""
 
 
+def _merged(resource: Attributes) -> bool:
+    """A resource whose windows go through the merger (as the decoder names its stream)."""
+    found = dict(reversed(resource))
+    return (found.get(names.STREAM) or found.get(names.ROLE)) in STREAMS_MERGED
+
+
 def _is_rank0(snapshot: Snapshot) -> bool:
     return str(snapshot.resource_value(names.RANK, 0)) == "0"
 
@@ -53,6 +61,7 @@ class Run:
     fanout: FanOut
     merger: RolloutMerger
     lock: threading.Lock
+    samples: RunSamples | None = None  # made by the samples consumer on the run's first one
 
     def slots_for(self, snapshot: Snapshot) -> int:
         """Snapshots that ``snapshot`` may put in this run's queues (itself, merged windows)."""
@@ -71,16 +80,23 @@ class Run:
                 return
             if not _is_rank0(snapshot):
                 return
+            if self.samples is not None and snapshot.step is not None:
+                for released in self.samples.on_train(snapshot.step):  # earlier steps' first
+                    self.fanout.export(released)
             if snapshot.points:
                 self.fanout.export(snapshot, charge, reservation)
             for merged in self.merger.on_train(snapshot):
                 self.fanout.export(merged, charge, reservation)
+            self.merger.checkpoint()  # the released windows are in the sinks' journals now
 
     def flush(self) -> None:
-        """Queue the rollout/eval windows still pending (at shutdown)."""
+        """Queue the rollout/eval windows and samples still pending (at shutdown)."""
         with self.lock:
             for merged in self.merger.flush():
                 self.fanout.export(merged)
+            for released in self.samples.flush() if self.samples is not None else ():
+                self.fanout.export(released)
+            self.merger.checkpoint(final=True)
 
 
 class Runs:
@@ -116,11 +132,17 @@ class Runs:
         return str(experiment), str(found.get(names.TRIAL, "default"))
 
     def open_named(self, request: Request) -> None:
-        """Open the run of every resource of ``request`` that names one."""
+        """Open the run of every resource of ``request`` that names one.
+
+        Raises:
+            RunUnavailable: as :meth:`open`; or a rollout/eval window for a run whose merge
+                journal is full (retry once a training step released the windows).
+        """
         for resource in request.resources:
             key = self.key(resource.attributes)
-            if key is not None:
-                self.open(key)
+            run = self.open(key) if key is not None else None
+            if run is not None and run.merger.full and _merged(resource.attributes):
+                raise RunUnavailable(f"run {key[0]}_{key[1]}: rollout merge journal full")
 
     def get(self, snapshot: Snapshot) -> Run | None:
         """The run of ``snapshot`` if it is open already."""
@@ -169,7 +191,7 @@ class Runs:
             run = Run(FanOut(sinks, **self._queue), RolloutMerger(), threading.Lock())
             if self.durable is not None:
                 try:
-                    self.durable.attach_run(key, run.fanout)
+                    self.durable.attach_run(key, run.fanout, run.merger)
                 except OSError as exc:  # no journal, no run: the sender keeps the data
                     run.fanout.shutdown(1.0)
                     self._sinks_down(key, f"durable queue: {exc}")

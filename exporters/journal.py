@@ -72,6 +72,8 @@ class Journal:
         self._dirty = False
         self._error: OSError | None = None
         self.unreadable = 0  # segments whose tail was torn or unreadable
+        self._unacked: deque[tuple[int, int]] = deque()  # (seq, record bytes) not acked
+        self._unacked_bytes = 0
         self._load()
 
     def _load(self) -> None:
@@ -86,13 +88,20 @@ class Journal:
             for seq, payload in records:
                 self._next = max(self._next, seq + 1)
                 if seq > self._acked:
+                    self._count_unacked(seq, _HEADER.size + len(payload))
                     try:
-                        self.pending.append((seq, batch_from_json(payload.decode()).snapshot))
+                        self.pending.append((seq, self._decode(payload)))
                     except (ValueError, KeyError, TypeError) as exc:
                         self.unreadable += 1
                         logger.warning("journal %s: record %d unreadable: %s", path, seq, exc)
             self._segments.append((first, path, len(data)))
         self._delete_acked(keep_last=False)
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the last record written (or skipped by a failed write)."""
+        with self._lock:
+            return self._next - 1
 
     @property
     def bytes(self) -> int:
@@ -102,13 +111,19 @@ class Journal:
 
     @property
     def full(self) -> bool:
-        """True once the segments hold ``limit_bytes``: no more is accepted until acks."""
-        return self.bytes >= self.limit_bytes
+        """True once the records not acknowledged hold ``limit_bytes``: no more is accepted
+        until acks."""
+        with self._lock:
+            return self._unacked_bytes >= self.limit_bytes
+
+    def _count_unacked(self, seq: int, size: int) -> None:
+        self._unacked.append((seq, size))
+        self._unacked_bytes += size
 
     def append(self, snapshot: Snapshot) -> int | None:
         """Write ``snapshot`` at the tail (durable once :meth:`sync` returns); its seq, or
         None when the write failed (the next :meth:`sync` raises the error)."""
-        payload = _encoded(snapshot)
+        payload = self._encode(snapshot)
         with self._lock:
             seq = self._next
             record = _HEADER.pack(len(payload), zlib.crc32(payload), seq) + payload
@@ -123,11 +138,20 @@ class Journal:
                 self._close_segment()  # a torn record ends its segment
                 return None
             self._next = seq + 1
+            self._count_unacked(seq, len(record))
             self._written += len(record)
             first, path, size = self._segments[-1]
             self._segments[-1] = (first, path, size + len(record))
             self._dirty = True
         return seq
+
+    def _encode(self, snapshot: Snapshot) -> bytes:
+        """A record's payload (a subclass may journal other records)."""
+        return _encoded(snapshot)
+
+    def _decode(self, payload: bytes) -> Snapshot:
+        """The record of a payload written by :meth:`_encode`."""
+        return batch_from_json(payload.decode()).snapshot
 
     def _close_segment(self) -> None:
         fd, self._fd = self._fd, None
@@ -165,6 +189,8 @@ class Journal:
             if seq <= self._acked:
                 return
             self._acked = seq
+            while self._unacked and self._unacked[0][0] <= seq:
+                self._unacked_bytes -= self._unacked.popleft()[1]
             tmp = self.directory / f"{_ACKED}.tmp"
             try:
                 tmp.write_text(str(seq))

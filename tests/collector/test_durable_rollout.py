@@ -1,0 +1,224 @@
+"""Rollout windows waiting in the collector's merger survive a SIGKILL (the durable queue).
+
+Three rollout workers and a trainer send through a real ``rltel collector`` process (raw
+OTLP/gRPC, one request at a time, so every window belongs to the training step sent after
+it); the collector is SIGKILLed mid-run and restarted on the same state directory; the
+senders re-send from their first unanswered request. The ledger: every step's merged
+rollout values in TensorBoard and in W&B (offline, read back with W&B's reader) are the
+ones the acknowledged windows make, each step once.
+"""
+
+from __future__ import annotations
+
+import glob
+import signal
+import threading
+import time
+from collections import Counter as Tally
+from pathlib import Path
+
+import grpc
+import pytest
+
+pytest.importorskip("tensorboard")
+pytest.importorskip("wandb")
+
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+from collector.durable import DurableState
+from collector.merge import RolloutMerger
+from collector.pipeline import Pipeline, Unavailable
+from exporters.base import InMemorySink
+from exporters.journal import Journal
+from telemetry.model.snapshot import Counter, Histogram, Snapshot, Step
+from telemetry.otlp.encode import encode
+from tests.wandb_log import inspect_wandb
+
+from .test_integration import METHOD, RUN, CollectorProcess, read_tensorboard, train_request
+
+STEPS = 16
+WORKERS = 3
+RATE = 40.0  # requests per second
+
+
+def window(worker: int, step: int) -> bytes:
+    """Worker ``worker``'s window for ``step``: a histogram (count w+1, values 10*step+w) and
+    its cumulative token counter (worker 0 reports it on odd steps only)."""
+    n = worker + 1
+    value = 10.0 * step + worker
+    points: list = [Histogram("rollout/reward", n, n * value, value, value)]
+    if worker or step % 2:
+        points.append(Counter("rollout/tokens", 100.0 * n * step))
+    resource = (*RUN, ("rltel.role", "rollout"), ("rltel.worker_id", f"w{worker}"))
+    snapshot = Snapshot(tuple(points), None, resource, time.time_ns(), "rollout")
+    (data,) = encode(snapshot)
+    return encode_metrics(data).SerializeToString()
+
+
+def requests() -> list[tuple[str, int, bytes]]:
+    """``(what, step, body)`` in sending order: each step's windows, then the step."""
+    out = []
+    for step in range(1, STEPS + 1):
+        out += [(f"w{w}", step, window(w, step)) for w in range(WORKERS)]
+        out.append(("train", step, train_request(step, 2)))
+    return out
+
+
+def expected(step: int) -> dict[str, float]:
+    """The merged values of ``step``: count-weighted reward, the workers' latest tokens."""
+    weights = range(1, WORKERS + 1)
+    rewards = [10.0 * step + w for w in range(WORKERS)]
+    avg = sum(n * r for n, r in zip(weights, rewards)) / sum(weights)
+    worker0 = step if step % 2 else step - 1  # its latest total: the last odd step
+    tokens = 100.0 * worker0 + sum(100.0 * (w + 1) * step for w in range(1, WORKERS))
+    return {
+        "rollout/reward/avg": avg,
+        "rollout/reward/min": rewards[0],
+        "rollout/reward/max": rewards[-1],
+        "rollout/tokens": tokens,
+    }
+
+
+def send(endpoint: str, todo: list, acked: list) -> list:
+    """Send ``todo`` in order; what is left from the first unanswered request on."""
+    with grpc.insecure_channel(endpoint) as channel:
+        call = channel.unary_unary(METHOD, request_serializer=None)
+        start = time.monotonic()
+        for i, (what, step, body) in enumerate(todo):
+            time.sleep(max(0.0, start + i / RATE - time.monotonic()))  # pacing, not a wait
+            try:
+                call(body, timeout=30)
+            except grpc.RpcError:
+                return todo[i:]
+            acked.append((what, step))
+    return []
+
+
+def collector(tmp_path: Path, state: Path) -> CollectorProcess:
+    sinks = {"tensorboard": {"path": str(tmp_path / "tb")}, "wandb": {"mode": "offline"}}
+    return CollectorProcess(tmp_path, sinks, durable={"directory": str(state)}, start_timeout=120)
+
+
+def wandb_rows(files: Path) -> list[dict]:
+    """The history rows holding rollout keys, over every offline part of the run."""
+    parts = sorted(glob.glob(str(files / "exp" / "t1" / "wandb" / "offline-run-*" / "*.wandb")))
+    rows = []
+    for part in parts:
+        for record in inspect_wandb(part):
+            row = record["history"]["item"] if record["type"] == "history" else {}
+            if any(key.startswith("rollout/") for key in row):
+                rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("kill_after", [14, 27, 41])  # requests' worth of time
+def test_sigkill_keeps_every_acknowledged_rollout_window_in_the_sinks_once(tmp_path, kill_after):
+    state = tmp_path / "state"
+    todo = requests()
+    acked: list = []
+    first = collector(tmp_path, state)
+    try:  # the first window opens the run (its sinks start); the clock starts after it
+        assert send(first.endpoint, todo[:1], acked) == [], "".join(first.lines)
+        killer = threading.Timer(kill_after / RATE, first.proc.kill)
+        killer.start()
+        left = send(first.endpoint, todo[1:], acked)
+        killer.join()
+    finally:
+        first.proc.kill()
+    assert first.proc.wait(30) == -signal.SIGKILL
+    assert left and acked, f"the kill came outside the stream: acked {len(acked)}"
+    assert list(state.glob("runs/*/rollout-merge/*.seg")), "no window was journaled"
+
+    second = collector(tmp_path, state)  # replays journals and merger before any request
+    try:
+        assert send(second.endpoint, left, acked) == [], "".join(second.lines)
+    finally:
+        code = second.stop(signal.SIGTERM, timeout=120)
+    assert code == 0, "".join(second.lines)
+    assert Tally(acked) == Tally((what, step) for what, step, _ in todo)  # each once
+
+    events = read_tensorboard(tmp_path / "tb" / "exp" / "t1")
+    for key in expected(1):
+        got = events.Scalars(key)
+        assert [e.step for e in got] == list(range(1, STEPS + 1)), key  # each step once
+        want = [expected(e.step)[key] for e in got]
+        assert [e.value for e in got] == pytest.approx(want, rel=1e-6), key
+    rows = wandb_rows(tmp_path / "files")
+    steps = [int(row["rollout/step"]) for row in rows]  # the rollout stream's W&B axis
+    assert steps == list(range(1, STEPS + 1))  # each step once, in order
+    for row in rows:
+        want = expected(int(row["rollout/step"]))
+        assert {key: row[key] for key in want} == pytest.approx(want, rel=1e-6), row
+    assert not state.exists()  # everything delivered: the journals were emptied
+
+
+def _window(worker: int, value: float, time_ns: int, tokens: float | None = None) -> Snapshot:
+    points: list = [Histogram("rollout/reward", 1, value, value, value)]
+    if tokens is not None:
+        points.append(Counter("rollout/tokens", tokens))
+    resource = (*RUN, ("rltel.role", "rollout"), ("rltel.worker_id", f"w{worker}"))
+    return Snapshot(tuple(points), None, resource, time_ns, "rollout")
+
+
+def _train(step: int) -> Snapshot:
+    return Snapshot((), Step(0, step, step), (*RUN, ("rltel.rank", 0)), step)
+
+
+def _merged(released: list[Snapshot]) -> dict[str, float]:
+    (snapshot,) = released
+    return snapshot.flat()
+
+
+def test_a_new_merger_on_the_journal_takes_up_the_windows_step_totals_and_last_window(tmp_path):
+    """What a killed process left (no close): the windows after the last checkpoint merge
+    again, a retried window and a retried training step change nothing, totals carry on."""
+    journal = Journal(tmp_path, 1 << 20, fsync=False)
+    merger = RolloutMerger()
+    merger.journal_to(journal)
+    merger.add(_window(0, 1.0, 10, tokens=100.0))
+    merger.add(_window(1, 2.0, 11, tokens=50.0))
+    assert _merged(merger.on_train(_train(1)))["rollout/tokens"] == 150.0
+    merger.checkpoint()
+    retried = _window(1, 4.0, 12)
+    merger.add(retried)  # journaled, then the process is killed before it answers
+
+    again = RolloutMerger()
+    again.journal_to(Journal(tmp_path, 1 << 20, fsync=False))
+    assert again.add(retried) is False and again.duplicates == 1  # the sender's retry
+    assert again.on_train(_train(1)) == []  # a retried step 1 releases nothing
+    again.add(_window(0, 6.0, 13, tokens=130.0))  # worker 1's total 50 carried over
+    merged = _merged(again.on_train(_train(2)))
+    assert merged["rollout/reward/avg"] == 5.0  # (4 + 6) / 2: the kept window once
+    assert merged["rollout/tokens"] == 180.0
+
+
+def test_a_clean_shutdown_leaves_the_merge_journal_empty(tmp_path):
+    journal = Journal(tmp_path, 1 << 20, fsync=False)
+    merger = RolloutMerger()
+    merger.journal_to(journal)
+    merger.add(_window(0, 1.0, 10))
+    assert merger.flush()
+    merger.checkpoint(final=True)
+    journal.close()
+    assert not list(tmp_path.glob("*.seg"))
+    assert Journal(tmp_path, 1 << 20, fsync=False).pending == []
+
+
+def _request(pipeline: Pipeline, snapshot: Snapshot):
+    (data,) = encode(snapshot)
+    return pipeline.decoder.read(encode_metrics(data))
+
+
+def test_a_full_merge_journal_refuses_windows_retryably_until_a_step_releases_them(tmp_path):
+    state = DurableState(tmp_path / "state", 2048, False, "collector.durable.directory")
+    pipeline = Pipeline([], lambda experiment, trial: [InMemorySink()])
+    pipeline.recover(state)
+    pipeline.consume(_request(pipeline, _train(1)))  # opens the run
+    sent = 0
+    with pytest.raises(Unavailable, match="rollout merge journal full"):
+        for sent in range(1, 100):
+            pipeline.consume(_request(pipeline, _window(0, float(sent), sent)))
+    assert 1 < sent < 99
+    pipeline.consume(_request(pipeline, _train(2)))  # releases the windows: journal acked
+    pipeline.consume(_request(pipeline, _window(0, 1.0, 1000)))
+    pipeline.shutdown(10.0)

@@ -27,7 +27,7 @@ from telemetry.otlp.decode import Request
 
 if TYPE_CHECKING:
     from collector.durable import DurableState
-    from collector.samples import RunSamples
+    from collector.run_samples import RunSamples
 
 logger = logging.getLogger(__name__)
 

@@ -21,14 +21,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("application", ("rltel", "dashboards")),
     ("collector", ("collector",)),
     ("producers", ("telemetry.metrics",)),
-    ("recording", ("telemetry.record", "telemetry.samples", "telemetry.heartbeat")),
+    (
+        "recording",
+        ("telemetry.record", "telemetry.samples", "telemetry.heartbeat", "telemetry.tracing"),
+    ),
     ("delivery", ("exporters",)),
     ("codec", ("telemetry.otlp",)),
     ("config", ("telemetry.config",)),
     ("model", ("telemetry.model",)),
 )
 # The documented import paths at the top of ``telemetry`` re-export from the layers.
-FACADES = ("telemetry", "telemetry.stats_tracker", "telemetry.evaluator")
+FACADES = ("telemetry", "telemetry.stats_tracker", "telemetry.evaluator", "telemetry.perf_tracer")
 
 
 def modules() -> dict[str, Path]:

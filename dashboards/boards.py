@@ -15,6 +15,7 @@ from dashboards.alerts import (
     MAX_OVER_IDEAL_WARNING,
     STALENESS_WARNING,
 )
+from dashboards.hardware_panels import gpu_panels
 from dashboards.panels import (
     Panel,
     Query,
@@ -147,6 +148,7 @@ def throughput() -> dict:
             "process's resident high-water mark over each export window; per phase under "
             "hardware/phase/<phase>/, GPU readings under hardware/gpu/ where NVML reads one.",
         ),
+        *gpu_panels(_sel),
     ]
     return dashboard(
         "rltel-throughput",

@@ -116,18 +116,33 @@ SPREAD_PATTERN = (
     ".+_chronic_(rank|top_k_exports|exports)|.+_per_rank(_seconds)?|" + SLOWEST_RANK_PATTERN
 )
 
-# hardware/gpu/: each rank's NVML readings at export (telemetry/metrics/hardware.py), as
-# per-rank gauges. Read only where NVML reads a GPU, so no producer emits them on a CPU-only
-# machine (DEVICE_ONLY); the GPU test of tests/telemetry/metrics/test_hardware.py checks the
-# readings against nvidia-smi and alerts_test.yml pins the rules on them.
+# hardware/: each rank's memory peaks and, where NVML reads a GPU, its readings at export
+# (telemetry/metrics/hardware.py), as per-rank gauges. The GPU test of
+# tests/telemetry/metrics/test_hardware.py checks the NVML readings against nvidia-smi; on a
+# CPU-only machine the tests feed NVML-shaped readings through the hardware source's ``gpu``
+# reader, and alerts_test.yml pins the rules on them.
 _RANK = (("rank", 0),)
 PEAK_RSS_PER_RANK = Metric("hardware/memory/peak_rss_bytes/per_rank", "gauge", attributes=_RANK)
 """Each rank's resident high-water mark over the export window (read on every machine)."""
+GPU_UTILIZATION = Metric("hardware/gpu/utilization_percent/per_rank", "gauge", attributes=_RANK)
+GPU_MEMORY_USED = Metric("hardware/gpu/memory_used_bytes/per_rank", "gauge", attributes=_RANK)
 GPU_MEMORY_FREE = Metric("hardware/gpu/memory_free_ratio/per_rank", "gauge", attributes=_RANK)
+GPU_POWER = Metric("hardware/gpu/power_watts/per_rank", "gauge", attributes=_RANK)
+GPU_TEMPERATURE = Metric("hardware/gpu/temperature_celsius/per_rank", "gauge", attributes=_RANK)
+GPU_SM_CLOCK = Metric("hardware/gpu/sm_clock_mhz/per_rank", "gauge", attributes=_RANK)
 GPU_THROTTLE_THERMAL = Metric("hardware/gpu/throttle_thermal/per_rank", "gauge", attributes=_RANK)
 GPU_THROTTLE_POWER = Metric("hardware/gpu/throttle_power/per_rank", "gauge", attributes=_RANK)
-DEVICE_ONLY = (GPU_MEMORY_FREE, GPU_THROTTLE_THERMAL, GPU_THROTTLE_POWER)
-"""Metrics the alert rules read that only a GPU produces."""
+GPU = (
+    GPU_UTILIZATION,
+    GPU_MEMORY_USED,
+    GPU_MEMORY_FREE,
+    GPU_POWER,
+    GPU_TEMPERATURE,
+    GPU_SM_CLOCK,
+    GPU_THROTTLE_THERMAL,
+    GPU_THROTTLE_POWER,
+)
+"""The NVML readings per rank, as the Hardware row and the GPU alerts read them."""
 
 # moe_balance/: per layer (and expert) gauges; AReaL keys moe_balance/layer_<id>/...
 MAX_OVER_IDEAL = Metric("moe_balance/max_over_ideal", "gauge", "1", attributes=_LAYER)
@@ -207,6 +222,7 @@ ALL: tuple[Metric, ...] = (
     LOAD_PERCENT,
     EXPERT_TOKENS,
     PEAK_RSS_PER_RANK,
+    *GPU,
     *TRANSPORT,
 )
 """Every metric the dashboards and alert rules read, in one place."""

@@ -130,6 +130,38 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
         " per phase under `hardware/phase/<phase>/`, GPU readings under `hardware/gpu/`)",
         "steady; a rank that keeps growing leaks",
     ),
+    "hardware/gpu/utilization_percent/per_rank": (
+        "NVML: the share (%) of the last sample period in which a kernel ran on the rank's GPU",
+        "high and even across ranks; a low rank waits for data or for the others",
+    ),
+    "hardware/gpu/memory_used_bytes/per_rank": (
+        "NVML: device memory in use on the rank's GPU (every process on it)",
+        "steady after warm-up",
+    ),
+    "hardware/gpu/memory_free_ratio/per_rank": (
+        "NVML: free over total device memory of the rank's GPU",
+        "> {gpu_free} (alert under {gpu_free} for 5 minutes)",
+    ),
+    "hardware/gpu/power_watts/per_rank": (
+        "NVML: the board's power draw (W)",
+        "below the board's power limit",
+    ),
+    "hardware/gpu/temperature_celsius/per_rank": (
+        "NVML: the GPU die temperature (°C)",
+        "below the slowdown temperature of the device",
+    ),
+    "hardware/gpu/sm_clock_mhz/per_rank": (
+        "NVML: the streaming multiprocessors' clock (MHz)",
+        "the same on every rank; a rank held lower is throttled",
+    ),
+    "hardware/gpu/throttle_thermal/per_rank": (
+        "1 while NVML reports software or hardware thermal slowdown, else 0",
+        "0 (alert after 5 minutes at 1)",
+    ),
+    "hardware/gpu/throttle_power/per_rank": (
+        "1 while NVML reports the power cap or power-brake slowdown, else 0",
+        "0 (alert after 5 minutes at 1)",
+    ),
     "moe_balance/max_over_ideal": (
         "max(c) / (Σc / E) over a layer's expert counts c; 0 for a layer with no assignments",
         "< {moe_warn} (alert at {moe_warn}, critical at {moe_crit})",
@@ -165,6 +197,7 @@ def _range_values() -> dict[str, str]:
         "drop": f"{a.THROUGHPUT_DROP_RATIO:.0%}",
         "moe_warn": f"{a.MAX_OVER_IDEAL_WARNING:g}",
         "moe_crit": f"{a.MAX_OVER_IDEAL_CRITICAL:g}",
+        "gpu_free": f"{a.GPU_MEMORY_FREE_MIN:.0%}",
     }
 
 

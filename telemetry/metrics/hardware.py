@@ -25,7 +25,7 @@ import logging
 import torch
 
 from telemetry.metrics.memory import CudaMemory, Peaks, ProcessMemory
-from telemetry.metrics.nvml import NvmlDevice, open_device
+from telemetry.metrics.nvml import GpuReader, open_device
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record import phase, stats_tracker
 from telemetry.record.declared import DeclaredStates
@@ -50,16 +50,24 @@ class HardwareSource(RegisteredSource):
         phase_memory: keep memory peaks per ``record_timing`` phase.
         nvml: read the GPU through NVML where it loads.
         register: join ``stats_tracker.export_all`` (False: pass it to ``export_sources``).
+        gpu: the GPU reader to use instead of NVML's (its readings' names as
+            :meth:`~telemetry.metrics.nvml.NvmlDevice.read` gives them).
     """
 
     source_id = "hardware"
 
-    def __init__(self, phase_memory: bool = True, nvml: bool = True, register: bool = True) -> None:
+    def __init__(
+        self,
+        phase_memory: bool = True,
+        nvml: bool = True,
+        register: bool = True,
+        gpu: GpuReader | None = None,
+    ) -> None:
         readers: list[ProcessMemory | CudaMemory] = [ProcessMemory()]
         if CudaMemory.in_use():
             readers.append(CudaMemory())
         self._peaks = Peaks(readers)
-        self._gpu: NvmlDevice | None = open_device() if nvml else None
+        self._gpu = gpu if gpu is not None else open_device() if nvml else None
         self._phase_memory = phase_memory
         self._states = DeclaredStates(PREFIX)
         self._closed = False

@@ -11,13 +11,19 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["NvmlDevice", "open_device"]
+__all__ = ["GpuReader", "NvmlDevice", "open_device"]
 
 _log = logging.getLogger(__name__)
 THERMAL = ("SwThermalSlowdown", "HwThermalSlowdown")
 POWER = ("SwPowerCap", "HwPowerBrakeSlowdown")
+
+
+class GpuReader(Protocol):
+    """Reads one GPU: ``read()`` returns the readings by name (those of :class:`NvmlDevice`)."""
+
+    def read(self) -> dict[str, float]: ...
 
 
 class NvmlDevice:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import math
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -69,7 +70,9 @@ def produced_points(
     with perf.measure(mask), moe.training():
         moe.record(0, torch.tensor([0, 1, 1, 2, 3]), 4)  # max/ideal 1.6: healthy
         moe.record(1, torch.tensor([3, 3, 2, 1, 0]), 4)
-    hardware = HardwareSource(phase_memory=False, nvml=False, register=False)
+    gpu = StepGpu()
+    gpu.readings = GPU_READINGS
+    hardware = HardwareSource(phase_memory=False, nvml=False, register=False, gpu=gpu)
     points = export_sources([tracker, perf, moe, hardware]).points
     return points + transport_points() + logger_points()
 
@@ -179,6 +182,32 @@ class StepInputs:
     """MoE: layer -> (the expert chosen for each token, number of experts)."""
     noise_series: int = 0
     """Series of one high-cardinality gauge (``noise/level`` per ``shard``)."""
+    gpu: Mapping[str, float] = field(default_factory=dict)
+    """The GPU readings of the step (NVML's names), as :class:`StepGpu` serves them."""
+
+
+GPU_READINGS = {
+    "utilization_percent": 87.0,
+    "memory_used_bytes": 61.5 * 2**30,
+    "memory_free_ratio": 0.25,
+    "power_watts": 412.0,
+    "temperature_celsius": 71.0,
+    "sm_clock_mhz": 1755.0,
+    "throttle_thermal": 0.0,
+    "throttle_power": 1.0,
+}
+"""One GPU's readings with NVML's names and units (an H100-like device, power-capped)."""
+
+
+class StepGpu:
+    """The GPU of a CPU-only test: it reads what the current step's inputs name (NVML's
+    reading names), so the GPU series take the real path from the hardware source on."""
+
+    def __init__(self) -> None:
+        self.readings: Mapping[str, float] = {}
+
+    def read(self) -> dict[str, float]:
+        return dict(self.readings)
 
 
 class TrainingRun:
@@ -199,7 +228,8 @@ class TrainingRun:
             register=False,
         )
         self.moe = MoEBalance(register=False)
-        self.hardware = HardwareSource(phase_memory=False, nvml=False, register=False)
+        self.gpu = StepGpu()
+        self.hardware = HardwareSource(phase_memory=False, nvml=False, register=False, gpu=self.gpu)
 
     def step(self, inputs: StepInputs) -> Stats:
         """Record one step and export it (one reduction, as ``export_all``)."""
@@ -229,5 +259,6 @@ class TrainingRun:
             Gauge("noise/level", float(i), attributes=(("shard", i),))
             for i in range(inputs.noise_series)
         )
+        self.gpu.readings = inputs.gpu
         sources = [tracker, self.perf, self.moe, self.hardware]
         return Stats(export_sources(sources).points + noise)

@@ -87,6 +87,25 @@ RUN = (EXPERIMENT, CHOSEN)
 # -- one step of the chosen run ----------------------------------------------------------
 
 
+GPU_PANELS = {
+    ("GPU utilisation per rank", "A"): "utilization_percent",
+    ("GPU memory used per rank", "A"): "memory_used_bytes",
+    ("GPU memory headroom per rank", "A"): "memory_free_ratio",
+    ("GPU power per rank", "A"): "power_watts",
+    ("GPU temperature per rank", "A"): "temperature_celsius",
+    ("SM clock per rank", "A"): "sm_clock_mhz",
+    ("Clock throttling per rank", "A"): "throttle_thermal",
+    ("Clock throttling per rank", "B"): "throttle_power",
+}
+"""The Hardware row's GPU panels (title, target) and the NVML reading each shows."""
+GPU_READINGS = tuple(dict.fromkeys(GPU_PANELS.values()))
+
+
+def _gpu(reading: str) -> Reference:
+    """Rank 0's GPU ``reading`` at the chosen run's last step, by rank (its only one)."""
+    return Reference(("rank",), lambda w: {("0",): _last_step(w.end).gpu[reading]})
+
+
 def _chosen(history: History) -> list[StepInputs]:
     return [step.inputs[CHOSEN] for step in history]
 
@@ -358,6 +377,7 @@ REFERENCES: dict[tuple[str, str, str], Reference] = {
                 "train_perf_tokens",
                 "hardware_memory_peak_rss_bytes",
                 "hardware_memory_rss_bytes",
+                *(f"hardware_gpu_{reading}" for reading in GPU_READINGS),
             )
         },
     ),
@@ -366,6 +386,7 @@ REFERENCES: dict[tuple[str, str, str], Reference] = {
     ("throughput", "Peak resident memory per rank", "A"): Reference(
         ("rank",), lambda w: {("0",): w.end[-1].peak_rss}
     ),
+    **{("throughput", title, ref): _gpu(reading) for (title, ref), reading in GPU_PANELS.items()},
     # MoE balance
     ("moe_balance", "max_over_ideal: layer x time", "A"): Reference(("layer",), _per_layer),
     ("moe_balance", "Worst layer max_over_ideal", "A"): _sum(

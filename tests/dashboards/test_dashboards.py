@@ -71,7 +71,7 @@ def _all_expressions() -> dict[str, str]:
 def catalog_names() -> set[str]:
     """Every series name the sink's naming gives the catalog's metrics and its own metrics."""
     names = {"up"}
-    for metric in (*c.ALL, *c.DEVICE_ONLY):
+    for metric in c.ALL:
         names.update(sample_names(metric.name, metric.kind))
     return names | own_names() | engine_names()
 
@@ -332,7 +332,6 @@ def test_sink_exposes_every_name_the_dashboards_and_alerts_use(points):
         sink.shutdown()
     served = ("rltel_collector_", "rltel_heartbeat_", "rltel_scrape_")
     exposed = {"up"} | {n for n in own_names() if n.startswith(served)}
-    exposed |= {m.name for m in c.DEVICE_ONLY}  # read from a GPU only: no CPU producer
     for family in text_string_to_metric_families(body.decode()):
         exposed.update(sample.name for sample in family.samples)
     for where, expr in _all_expressions().items():

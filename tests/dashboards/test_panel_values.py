@@ -96,8 +96,18 @@ def _inputs(step: int, decoy: bool) -> StepInputs:
     }
     batch_ms = tuple(125.0 * int(n) for n in torch.randint(1, 9, (2,), generator=gen))
     noise_series = SERIES_LIMIT + 8 if decoy else 0
+    gpu = {  # NVML-shaped readings of rank 0's GPU; the decoy's differ
+        "utilization_percent": 40.0 + 5 * step + 3 * decoy,
+        "memory_used_bytes": float((20 + step + decoy) * 2**30),
+        "memory_free_ratio": 0.5 - 0.04 * step - 0.01 * decoy,
+        "power_watts": 300.0 + 12.5 * step + decoy,
+        "temperature_celsius": 55.0 + step + 2 * decoy,
+        "sm_clock_mhz": 1980.0 - 15 * step - decoy,
+        "throttle_thermal": float((step + decoy) % 3 == 2),
+        "throttle_power": float((step + decoy) % 4 == 1),
+    }
     return StepInputs(
-        trainer, rollout, mask, advantages, versions, version, batch_ms, routing, noise_series
+        trainer, rollout, mask, advantages, versions, version, batch_ms, routing, noise_series, gpu
     )
 
 
@@ -226,6 +236,9 @@ def scraped(tmp_path_factory) -> Iterator[Scraped]:
                     "trial_name": trial,
                     "fileroot": str(tmp / "logger"),
                     "otlp": {"endpoint": collector.endpoint},
+                    # the references count the senders' data requests; the heartbeat's own
+                    # requests (rank 0's beats, tests/collector/test_heartbeat*) are not in them
+                    "heartbeat": {"enabled": False},
                 }
             )
             stack.callback(loggers[trial].close, 10)

@@ -126,6 +126,11 @@ class RequestLimits:
         heavy_request_points: see ``heavy_request_bytes``.
         max_heavy_requests: heavy requests parsed or decoded at once; one more is refused
             with RESOURCE_EXHAUSTED, so small requests keep their latency.
+        max_spans_per_request: spans in one ``TraceService/Export`` request at most; more
+            is refused with INVALID_ARGUMENT (split it). More than ``heavy_request_points``
+            makes a trace or logs request heavy.
+        max_log_records_per_request: log records in one ``LogsService/Export`` request
+            at most (INVALID_ARGUMENT past it).
         retry_after_s: the delay suggested to refused senders.
         deadline_margin_s: a request with less time than this left is not ingested (its
             answer could not reach the sender in time).
@@ -136,6 +141,8 @@ class RequestLimits:
     heavy_request_bytes: StrictInt = Field(default=256 * 1024, ge=1)
     heavy_request_points: StrictInt = Field(default=10_000, ge=1)
     max_heavy_requests: StrictInt = Field(default=1, ge=1)
+    max_spans_per_request: StrictInt = Field(default=50_000, ge=1)
+    max_log_records_per_request: StrictInt = Field(default=50_000, ge=1)
     retry_after_s: StrictFloat = Field(default=0.5, ge=0)
     deadline_margin_s: StrictFloat = Field(default=0.005, ge=0)
 

@@ -19,6 +19,11 @@ UNAVAILABLE         shutting down, or a sink of the request's run cannot start
                     (retry after the delay sent, as above)
 ==================  ===========================================================
 
+``TraceService/Export`` and ``LogsService/Export`` are served on the same port, through the
+same gate (auth, deadline, heavy requests, memory budget), to the consumers passed as
+``trace_consumers`` and ``log_consumers`` (:mod:`collector.signals`: their own status codes,
+the per-request span/record caps, the durable journal).
+
 Every refusal keeps nothing of the request. The body is parsed in the handler (not by
 gRPC's deserializer), after the deadline check and the heavy-request gate, so that a
 malformed one is answered INVALID_ARGUMENT and its parse is charged to the memory budget.
@@ -30,12 +35,14 @@ import logging
 import threading
 import time
 from collections import Counter as Tally
+from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from google.rpc.error_details_pb2 import RetryInfo
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -51,6 +58,16 @@ from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge, 
 from collector.scrape import FAMILIES as SCRAPE_FAMILIES
 from collector.scrape import PipelineDeliver, Scraper
 from collector.selfmetrics import FAMILIES, SelfMetrics
+from collector.signals import FAMILIES as SIGNAL_FAMILIES
+from collector.signals import (
+    LOGS,
+    TRACES,
+    LogConsumer,
+    Refused,
+    SignalMetrics,
+    SignalService,
+    TraceConsumer,
+)
 from collector.sinks import RunSinkFactory, shared_sinks
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
@@ -90,6 +107,10 @@ class CollectorServer:
             shared, per-run W&B/SwanLab/TensorBoard/console).
         prometheus: the Prometheus sink that serves the self-metrics (with a given
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
+        trace_consumers: handed every accepted ``TraceService/Export`` request
+            (:class:`~collector.signals.TraceConsumer`; the trace merge).
+        log_consumers: handed every accepted ``LogsService/Export`` request
+            (:class:`~collector.signals.LogConsumer`; the samples' consumer).
 
     The per-request bounds and the heavy-request gate are the pipeline's ``limits`` (with
     the pipeline built here, ``config.limits``).
@@ -104,6 +125,9 @@ class CollectorServer:
         config: CollectorConfig,
         pipeline: Pipeline | None = None,
         prometheus: PrometheusSink | None = None,
+        *,
+        trace_consumers: Sequence[TraceConsumer] = (),
+        log_consumers: Sequence[LogConsumer] = (),
     ) -> None:
         self.config = config
         self.run_sinks: RunSinkFactory | None = None
@@ -115,6 +139,10 @@ class CollectorServer:
         self.pipeline = pipeline
         self.limits = pipeline.limits
         self._heavy = HeavyGate(self.limits.max_heavy_requests)
+        self.signals = (
+            SignalService(TRACES, trace_consumers, self.limits, self._heavy),
+            SignalService(LOGS, log_consumers, self.limits, self._heavy),
+        )
         self.prometheus = prometheus
         token = config.auth.token()
         self._auth = BearerCheck(token) if token is not None else None
@@ -126,6 +154,7 @@ class CollectorServer:
         self.port: int | None = None
         if self.prometheus is not None:
             self.prometheus.register(self.self_metrics(), FAMILIES)
+            self.prometheus.register(SignalMetrics(self.signals), SIGNAL_FAMILIES)
         self.scraper: Scraper | None = None
         if config.scrape.targets or config.scrape.targets_file:
             self.scraper = Scraper(config.scrape, PipelineDeliver(pipeline))
@@ -184,6 +213,15 @@ class CollectorServer:
         server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
         )
+        for service in self.signals:
+            handler = grpc.unary_unary_rpc_method_handler(
+                self._signal_export(service),
+                request_deserializer=None,
+                response_serializer=service.kind.response.SerializeToString,
+            )
+            server.add_generic_rpc_handlers(
+                (grpc.method_handlers_generic_handler(service.kind.service, {"Export": handler}),)
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         try:
             if receiver.tls.enabled:
@@ -206,9 +244,14 @@ class CollectorServer:
             limit, fsync = durable.limit_bytes, durable.fsync == "request"
             state = DurableState(directory, limit, fsync, f"{ROOT}.durable.directory")
             self.pipeline.recover(state)  # replayed into the queues before any request
+            for service in self.signals:  # and to the consumers
+                try:
+                    service.recover(state.directory, limit, fsync)
+                except OSError as exc:
+                    raise ConfigError(f"{ROOT}.durable.directory: {exc}") from None
         server.start()
         self._server, self.port = server, port
-        for service in ("", SERVICE):
+        for service in ("", SERVICE, *(signal.kind.service for signal in self.signals)):
             self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         logger.info("rltel collector: OTLP/gRPC on %s", self.endpoint)
         if self.scraper is not None:
@@ -228,18 +271,40 @@ class CollectorServer:
             self._server = None
         if self.scraper is not None:
             self.scraper.stop(min(5.0, timeout_s / 4))
+        for service in self.signals:  # before the pipeline's shutdown closes the durable state
+            service.shutdown(min(5.0, timeout_s / 4))
         self.pipeline.shutdown(timeout_s)
 
     def _export(self, data: bytes, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:
+        return self._serve(data, context, self._ingest, self._tally)
+
+    def _signal_export(self, service: SignalService) -> Callable[[bytes, Any], Message]:
+        """The handler of ``service``'s Export: the same gate, then the service."""
+
+        def ingest(data: bytes, context, expired, heavy: bool, hold: Hold) -> Message:
+            del hold  # the gate holds the parse's budget until the consumers return
+            try:
+                return service.ingest(data, expired, heavy)
+            except Refused as refused:
+                if refused.retry:
+                    self._retry_later(context)
+                raise _Abort(refused.code, str(refused)) from None
+            except Exception as exc:  # a bug must cost one request, never the server
+                logger.exception("collector: %s request failed", service.kind.name)
+                raise _Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
+
+        return lambda data, context: self._serve(data, context, ingest, service.tally)
+
+    def _serve(self, data: bytes, context, ingest, tally: Callable[[str, int], None]) -> Message:
         try:
-            response = self._handle(data, context)
+            response = self._handle(data, context, ingest)
         except _Abort as abort:
-            self._tally(abort.code.name, len(data))
+            tally(abort.code.name, len(data))
             context.abort(abort.code, str(abort))
-        self._tally("OK", len(data))
+        tally("OK", len(data))
         return response
 
-    def _handle(self, data: bytes, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:
+    def _handle(self, data: bytes, context: grpc.ServicerContext, ingest) -> Message:
         if self._auth is not None and not self._auth.allowed(
             context.invocation_metadata(), context.peer()
         ):
@@ -259,7 +324,7 @@ class CollectorServer:
                 self._retry_later(context, "memory")
                 raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "memory budget full")
             try:
-                return self._ingest(data, context, expired, heavy, hold)
+                return ingest(data, context, expired, heavy, hold)
             finally:
                 hold.release()
         finally:

@@ -163,7 +163,9 @@ def test_malformed_wrong_and_oversized_requests(start_collector):
     assert len(big) > 4096
     assert status_of(endpoint, big) == grpc.StatusCode.RESOURCE_EXHAUSTED
     with grpc.insecure_channel(endpoint) as channel:  # another service's method
-        other = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
+        other = channel.unary_unary(  # a signal the collector does not serve
+            "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export"
+        )
         with pytest.raises(grpc.RpcError) as err:
             other(b"", timeout=5)
         assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED

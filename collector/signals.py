@@ -1,0 +1,354 @@
+"""Traces and logs into the collector: ``TraceService/Export`` and ``LogsService/Export``
+beside ``MetricsService/Export`` on the same port.
+
+:class:`~collector.server.CollectorServer` runs all three through one gate: the bearer
+token (UNAUTHENTICATED), ``receiver.max_message_bytes`` and ``limits.max_concurrent_requests``
+(gRPC's RESOURCE_EXHAUSTED), the sender's deadline (DEADLINE_EXCEEDED), the heavy-request
+gate and the memory budget (RESOURCE_EXHAUSTED with a retry delay). Past the gate a
+:class:`SignalService` answers:
+
+==================  ============================================================
+OK                  every consumer was handed the request (with ``durable`` on, it
+                    was in the signal's journal first)
+INVALID_ARGUMENT    not an ``ExportTraceServiceRequest``/``ExportLogsServiceRequest``,
+                    or more spans than ``limits.max_spans_per_request`` (log records
+                    than ``limits.max_log_records_per_request``): split it
+RESOURCE_EXHAUSTED  more spans/records than ``limits.heavy_request_points`` while
+                    another heavy request is in, or the journal is full or cannot be
+                    written (retry after the delay sent)
+DEADLINE_EXCEEDED   the sender's deadline passed before the request was handed on
+UNAVAILABLE         shutting down
+==================  ============================================================
+
+**Consumers.** Accepted requests go to consumers: a :class:`TraceConsumer` has
+``consume_traces(request)``, a :class:`LogConsumer` ``consume_logs(request)``. Register them
+where the server is built: ``CollectorServer(config, trace_consumers=[...],
+log_consumers=[...])`` (``python -m collector`` builds its server in
+:func:`collector.__main__.main`). Every consumer is called, in order, on the gRPC
+thread of the request, which waits for them; a consumer keeps what it needs (the request
+is the caller's again once it returns), must not block for long, and is called from many
+threads at once. One that raises is logged (once per run of failures) and counted; the
+others still get the request, and the sender gets OK. A consumer may define
+``flush() -> bool`` (True: everything consumed so far is held for good; the durable journal
+is acknowledged only after one) and ``shutdown(timeout_s)``, called once when the server
+stops. Self-metrics per signal: ``rltel_collector_signal_requests{signal,code}``,
+``..._signal_items_accepted{signal}``, ``..._signal_items_refused{signal}``,
+``..._signal_consumer_errors{signal}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+
+from collector.admission import HeavyGate
+from collector.config import LimitsConfig
+from collector.signal_journal import SignalJournal
+
+__all__ = [
+    "FAMILIES",
+    "LOGS",
+    "TRACES",
+    "LogConsumer",
+    "Refused",
+    "SignalCounts",
+    "SignalKind",
+    "SignalMetrics",
+    "SignalService",
+    "TraceConsumer",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class TraceConsumer(Protocol):
+    """Takes every trace request the collector accepted (see the module docstring)."""
+
+    def consume_traces(self, request: ExportTraceServiceRequest) -> None:
+        """Keep what is needed of ``request``; called from many gRPC threads at once."""
+
+
+class LogConsumer(Protocol):
+    """Takes every logs request the collector accepted (see the module docstring)."""
+
+    def consume_logs(self, request: ExportLogsServiceRequest) -> None:
+        """Keep what is needed of ``request``; called from many gRPC threads at once."""
+
+
+@dataclass(frozen=True)
+class SignalKind:
+    """What differs between the trace and the logs service."""
+
+    name: str  # traces, logs
+    service: str  # the gRPC service's full name
+    request: type[Message]
+    response: type[Message]
+    items: str  # what the request holds, for messages
+    limit_key: str  # the limits key of the per-request cap
+    consume: str  # the consumers' method
+    count: Callable[[Any], int]
+
+
+TRACES = SignalKind(
+    "traces",
+    "opentelemetry.proto.collector.trace.v1.TraceService",
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+    "spans",
+    "max_spans_per_request",
+    "consume_traces",
+    lambda request: sum(
+        len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans
+    ),
+)
+LOGS = SignalKind(
+    "logs",
+    "opentelemetry.proto.collector.logs.v1.LogsService",
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+    "log records",
+    "max_log_records_per_request",
+    "consume_logs",
+    lambda request: sum(
+        len(scope.log_records)
+        for resource in request.resource_logs
+        for scope in resource.scope_logs
+    ),
+)
+
+PREFIX = "rltel_collector_signal_"
+FAMILIES: dict[str, str] = {
+    f"{PREFIX}requests": "counter",
+    f"{PREFIX}items_accepted": "counter",
+    f"{PREFIX}items_refused": "counter",
+    f"{PREFIX}consumer_errors": "counter",
+}
+"""The signal services' families on ``/metrics`` (reserved in the Prometheus sink)."""
+
+
+class Refused(Exception):
+    """Ends one signal request with ``code``; ``retry``: send the retry delay with it."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, retry: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retry = retry
+
+
+class SignalService:
+    """One signal's ``Export`` past the server's gate: parse, bound, journal, consumers.
+
+    Args:
+        kind: :data:`TRACES` or :data:`LOGS`.
+        consumers: handed every accepted request, in order.
+        limits: the ``limits`` section (the per-request cap, ``heavy_request_points``).
+        heavy: the server's heavy-request gate, shared with the metrics service.
+    """
+
+    def __init__(
+        self, kind: SignalKind, consumers: Sequence[object], limits: LimitsConfig, heavy: HeavyGate
+    ) -> None:
+        self.kind = kind
+        self.consumers = list(consumers)
+        self.max_items: int = getattr(limits, kind.limit_key)
+        self.heavy_items = limits.heavy_request_points
+        self._heavy = heavy
+        self._lock = threading.Lock()
+        self._codes: Counter[str] = Counter()
+        self._accepted = self._refused = self._errors = 0
+        self._failing: dict[int, int] = {}  # consumer index -> failures in a row
+        self.journal: SignalJournal | None = None  # with durable on
+        self._closed = False
+
+    def ingest(self, data: bytes, expired: Callable[[], bool], heavy: bool) -> Message:
+        """Parse ``data``, bound it and hand it on; the response, or :class:`Refused`."""
+        kind = self.kind
+        if self._closed:
+            raise Refused(grpc.StatusCode.UNAVAILABLE, "the collector is shutting down")
+        try:
+            request = kind.request.FromString(data)
+        except DecodeError as exc:
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT, f"not an {kind.request.__name__}: {exc}"
+            ) from None
+        items = kind.count(request)
+        if items > self.max_items:
+            self._count_refused(items)
+            raise Refused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"request has {items} {kind.items}; limits.{kind.limit_key} is "
+                f"{self.max_items}: split it",
+            )
+        entered = not heavy and items > self.heavy_items
+        if entered and not self._heavy.try_enter():
+            self._count_refused(items)
+            raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests", True)
+        try:
+            if expired():
+                self._count_refused(items)
+                raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed; nothing kept")
+            if self.journal is not None:
+                try:
+                    self.journal.accept(data, lambda: self._consume(request))
+                except OSError as exc:
+                    self._count_refused(items)
+                    raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), True) from None
+            else:
+                self._consume(request)
+        finally:
+            if entered:
+                self._heavy.leave()
+        with self._lock:
+            self._accepted += items
+        return kind.response()
+
+    def recover(self, state_dir: Path, limit_bytes: int, fsync: bool) -> None:
+        """Journal every request accepted from now on under ``state_dir`` (the durable
+        state directory), and first hand the consumers, in order, what an earlier process
+        accepted and they did not hold (:mod:`collector.signal_journal`).
+
+        Raises:
+            OSError: the journal's directory cannot be used.
+        """
+        self.journal = SignalJournal(state_dir, self.kind.name, limit_bytes, fsync, self.flush)
+        replayed = self.journal.replay(self._replay)
+        if replayed:
+            logger.warning(
+                "durable queue: %d %s requests of an earlier collector handed on again",
+                replayed,
+                self.kind.name,
+            )
+
+    def _replay(self, data: bytes) -> None:
+        try:
+            request = self.kind.request.FromString(data)
+        except DecodeError as exc:  # a journal holds only requests that parsed
+            logger.warning("durable queue: a %s record unreadable: %s", self.kind.name, exc)
+            return
+        self._consume(request)
+
+    def _consume(self, request: Message) -> None:
+        for index, consumer in enumerate(self.consumers):
+            try:
+                getattr(consumer, self.kind.consume)(request)
+            except Exception as exc:  # one consumer's bug costs it this request, no more
+                with self._lock:
+                    self._errors += 1
+                    failures = self._failing[index] = self._failing.get(index, 0) + 1
+                if failures == 1:
+                    logger.error(
+                        "collector: %s consumer %s failed: %s: %s (repeats counted)",
+                        self.kind.name,
+                        type(consumer).__name__,
+                        type(exc).__name__,
+                        exc,
+                    )
+            else:
+                if self._failing.get(index):
+                    with self._lock:
+                        failures = self._failing.pop(index, 0)
+                    logger.warning(
+                        "collector: %s consumer %s works again after %d failures",
+                        self.kind.name,
+                        type(consumer).__name__,
+                        failures,
+                    )
+
+    def flush(self) -> bool:
+        """Every consumer's ``flush()`` (those without one hold what they consumed)."""
+        results = [bool(getattr(c, "flush", lambda: True)()) for c in self.consumers]
+        return all(results)
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Refuse further requests, close the journal, shut every consumer down; once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self.journal is not None:
+            self.journal.close(self.flush())
+        for consumer in self.consumers:
+            stop = getattr(consumer, "shutdown", None)
+            if stop is not None:
+                try:
+                    stop(timeout_s)
+                except Exception:
+                    logger.exception("collector: %s consumer shutdown failed", self.kind.name)
+
+    def tally(self, code: str, size: int) -> None:
+        """Count one answered request by its status code name."""
+        del size
+        with self._lock:
+            self._codes[code] += 1
+
+    def _count_refused(self, items: int) -> None:
+        with self._lock:
+            self._refused += items
+
+    def counts(self) -> SignalCounts:
+        """A consistent copy of this service's counters."""
+        with self._lock:
+            return SignalCounts(dict(self._codes), self._accepted, self._refused, self._errors)
+
+
+@dataclass(frozen=True)
+class SignalCounts:
+    """One signal service's counters: requests by status code name, spans or records
+    accepted and refused, consumer calls that raised."""
+
+    requests: dict[str, int]
+    accepted: int
+    refused: int
+    consumer_errors: int
+
+
+class SignalMetrics:
+    """The signal services' self-metrics; register on the Prometheus sink with FAMILIES."""
+
+    def __init__(self, services: Sequence[SignalService]) -> None:
+        self.services = list(services)
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            f"{PREFIX}requests",
+            "trace and logs Export calls by gRPC status",
+            labels=["signal", "code"],
+        )
+        accepted = CounterMetricFamily(
+            f"{PREFIX}items_accepted",
+            "spans (traces) and log records (logs) handed to the consumers",
+            labels=["signal"],
+        )
+        refused = CounterMetricFamily(
+            f"{PREFIX}items_refused",
+            "spans and log records of requests refused after parsing (nothing kept)",
+            labels=["signal"],
+        )
+        errors = CounterMetricFamily(
+            f"{PREFIX}consumer_errors", "consumer calls that raised", labels=["signal"]
+        )
+        for service in self.services:
+            counts, name = service.counts(), service.kind.name
+            for code, count in sorted(counts.requests.items()):
+                requests.add_metric([name, code], count)
+            accepted.add_metric([name], counts.accepted)
+            refused.add_metric([name], counts.refused)
+            errors.add_metric([name], counts.consumer_errors)
+        yield from (requests, accepted, refused, errors)

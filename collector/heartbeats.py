@@ -1,12 +1,14 @@
 """The ranks' heartbeats the collector holds: the latest beat per run and rank, served on
 ``/metrics`` as the embedded endpoint serves them.
 
-A heartbeat request (every resource marked by :data:`telemetry.heartbeat.wire.SIGNAL`)
-carries a reading rank's view of its run's ranks. It never enters the step path (no run
+A heartbeat resource (marked by :data:`telemetry.heartbeat.wire.SIGNAL`) carries a reading
+rank's view of its run's ranks; the pipeline hands it here before anything else
+(:meth:`HeartbeatBoard.consume`). It never enters the step path (no run
 sinks, no journal, no shared sink's series store): each rank's beat replaces the one held
 (an older one, by its send time, is ignored), so a rank's series change phase instead of
 piling up. A reader that closes takes its run's beats with it. Beyond ``max_runs`` runs
-or ``max_ranks`` ranks per run, beats are dropped and counted (logged at the first drop).
+or ``max_ranks`` ranks per run, and snapshots that are not whole heartbeats, are dropped
+and counted (logged at the first drop).
 """
 
 from __future__ import annotations
@@ -43,33 +45,32 @@ class HeartbeatBoard:
         self.dropped = 0
         self.collector = HeartbeatCollector(self.groups)
 
-    def consume(self, decoder: Decoder, request: Request) -> DecodeResult | None:
-        """Decode a heartbeat request (gauges only: no decoder state) and hold its beats;
-        None when ``request`` holds no heartbeat (it goes to the pipeline).
+    def consume(self, decoder: Decoder, request: Request) -> tuple[Request, DecodeResult | None]:
+        """Hold the beats of ``request``'s heartbeat resources (gauges only: no decoder state).
 
-        Raises:
-            ValueError: a snapshot is not a whole heartbeat, or the request mixes heartbeat
-                and other resources (a heartbeat travels alone); nothing of it is held.
+        Returns the request of its other resources (``request`` itself when it holds no
+        heartbeat) and the heartbeats' decode result (None without one).
         """
-        marks = {is_heartbeat(resource.attributes) for resource in request.resources}
-        if True not in marks:
-            return None
-        if False in marks:
-            raise ValueError("heartbeat resources travel in requests of their own")
-        with decoder.stage(request) as staged:
+        if not any(is_heartbeat(resource.attributes) for resource in request.resources):
+            return request, None
+        beats, rest = [], []
+        for resource in request.resources:
+            (beats if is_heartbeat(resource.attributes) else rest).append(resource)
+        with decoder.stage(Request(tuple(beats))) as staged:
             staged.commit()
         self.take(staged.result.snapshots)
-        return staged.result
+        return Request(tuple(rest)), staged.result
 
     def take(self, snapshots: Iterable[Snapshot]) -> int:
-        """Hold the beats of heartbeat snapshots; returns the beats taken.
-
-        Raises:
-            ValueError: a snapshot is not a whole heartbeat (nothing of it is held).
-        """
+        """Hold the beats of heartbeat snapshots; returns the beats taken. A snapshot that is
+        not a whole heartbeat is dropped and counted (in :attr:`dropped`)."""
         taken = 0
         for snapshot in snapshots:
-            group, closed = group_of(snapshot)
+            try:
+                group, closed = group_of(snapshot)
+            except ValueError as exc:
+                self._drop(len(snapshot.points), f"a broken heartbeat ({exc})")
+                continue
             with self._lock:
                 taken += self._take(group, closed)
         return taken
@@ -81,14 +82,14 @@ class HeartbeatBoard:
         held = self._runs.get(group.run)
         if held is None:
             if len(self._runs) >= self._max_runs:
-                return self._drop(len(group.beats), f"run limit {self._max_runs}")
+                return self._drop(len(group.beats), f"run limit {self._max_runs} reached")
             held = (group.stall_floor_s, {})
         beats = held[1]
         taken = 0
         for beat in group.beats:
             old = beats.get(beat.rank)
             if old is None and len(beats) >= self._max_ranks:
-                self._drop(1, f"rank limit {self._max_ranks} of {'/'.join(group.run)}")
+                self._drop(1, f"rank limit {self._max_ranks} of {'/'.join(group.run)} reached")
                 continue
             if old is None or beat.sent >= old.sent:
                 beats[beat.rank] = beat
@@ -99,7 +100,7 @@ class HeartbeatBoard:
     def _drop(self, n: int, why: str) -> int:
         self.dropped += n
         if self.dropped == n:
-            logger.warning("heartbeats: %s reached; further beats dropped and counted", why)
+            logger.warning("heartbeats: %s; further drops counted", why)
         return 0
 
     def groups(self) -> list[BeatGroup]:

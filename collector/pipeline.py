@@ -8,6 +8,9 @@ Routing of each decoded Snapshot:
   step-based sinks (:mod:`collector.runs`: rank 0's training snapshots, and the rollout/eval
   windows merged into the next training step).
 
+Heartbeat resources (a reading rank's beats of its run's ranks) go to neither: the
+pipeline's :class:`~collector.heartbeats.HeartbeatBoard` holds the latest beat per rank.
+
 Each sink has its own bounded queue (:class:`exporters.fanout.FanOut`); a slow sink never
 delays the others or the gRPC response. Accepted means kept (:mod:`collector.admission`):
 a request is decoded with its temporality changes staged, then admitted only if every
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from collector.admission import Hold, MemoryBudget, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
+from collector.heartbeats import HeartbeatBoard
 from collector.runs import Runs, RunUnavailable
 from collector.sinks import RunSinks
 from exporters.base import Sink
@@ -114,6 +118,7 @@ class Pipeline:
         queue = dict(queue_size=self.limits.queue_size, timeout_s=self.limits.sink_timeout_s)
         self.shared = FanOut(shared_sinks, **queue)
         self.runs = Runs(run_sinks, self.limits.max_runs, **queue)
+        self.heartbeats = HeartbeatBoard(self.limits.max_runs, self.limits.max_series_per_metric)
         self._lock = threading.Lock()
         self._closed = False
         self._accepted = self._rejected = self._snapshots = 0
@@ -169,6 +174,9 @@ class Pipeline:
                 f"request has {points} data points; max_points_per_request is "
                 f"{bounds.max_points_per_request}: split it"
             )
+        request, beats = self.heartbeats.consume(self.decoder, request)
+        if beats is not None and not request.resources:
+            return beats  # heartbeats only: held for /metrics, never in the step path
         try:
             self.runs.open_named(request)  # a run's sinks start outside the decoder's lock
         except RunUnavailable as exc:

@@ -52,6 +52,14 @@ def test_a_beat_replaces_its_rank_and_a_closed_reader_forgets_the_run():
     assert board.groups() == []
 
 
+def test_a_broken_heartbeat_is_dropped_and_counted():
+    board = HeartbeatBoard(max_runs=4, max_ranks=4)
+    whole = snapshot_of(BeatGroup(RUN, 30.0, (beat(0, "", 1.0),)))
+    torn = Snapshot(whole.points[:-1], resource=whole.resource)
+    assert board.take([torn]) == 0
+    assert board.dropped == len(torn.points) and board.groups() == []
+
+
 def test_runs_and_ranks_beyond_the_limits_are_dropped_and_counted():
     board = HeartbeatBoard(max_runs=1, max_ranks=2)
     beats = tuple(beat(rank, "", 1.0) for rank in range(3))

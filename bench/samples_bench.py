@@ -7,7 +7,10 @@ StatsLogger drains the step (the default bounds: a reservoir of 16 plus 2 + 2 ex
 ``stats_tracker.get("rollout").scalar(reward=r)``, timed in the same loop. Reported: the
 median per-call time of each (thread CPU time, which other processes on a shared machine
 do not inflate), their ratio, the drain per step, and the memory the buffer holds at the
-end of a step (tracemalloc), with and without a regex redact hook.
+end of a step (tracemalloc), with and without a regex redact hook. Then the gather of
+samples from every rank (``telemetry.samples.gather``): what one rank sends in the export's
+``gather_object`` (pickled bytes of its kept samples) and what merging every rank's part costs
+the committing rank at 8 and 64 ranks, against its own drain in the same run.
 
     python bench/samples_bench.py [--per-step 10000] [--steps 5]
 """
@@ -15,6 +18,7 @@ end of a step (tracemalloc), with and without a regex redact hook.
 from __future__ import annotations
 
 import argparse
+import pickle
 import random
 import re
 import statistics
@@ -85,6 +89,37 @@ def run(per_step: int, steps: int, hook: bool) -> dict[str, float]:
     }
 
 
+def gather(per_step: int, ranks: int, steps: int) -> dict[str, float]:
+    """Each of ``ranks`` ranks logs ``per_step / ranks`` samples; rank 0 absorbs every part
+    and drains, as at an export with a reduce group and the commit after it."""
+    rows = workload(per_step // ranks, 0)
+    sent, merge, own = [], [], []
+    for step in range(steps):
+        parts = []
+        for rank in range(ranks):
+            buffer = SampleBuffer(SamplesConfig(), seed=step * ranks + rank)
+            log_all(buffer, rows)
+            parts.append(buffer.drain())
+        sent.append(max(len(pickle.dumps(part)) for part in parts))
+        first = SampleBuffer(SamplesConfig(), seed=step)
+        log_all(first, rows)
+        t0 = time.thread_time_ns()
+        first.drain()
+        t1 = time.thread_time_ns()
+        log_all(first, rows)
+        t2 = time.thread_time_ns()
+        first.absorb([p for part in parts[1:] for p in part])
+        first.drain()
+        t3 = time.thread_time_ns()
+        own.append(t1 - t0)
+        merge.append(t3 - t2)
+    return {
+        "sent_kib": max(sent) / 1024,
+        "merge_us": statistics.median(merge) / 1e3,
+        "drain_us": statistics.median(own) / 1e3,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-step", type=int, default=10_000)
@@ -99,6 +134,15 @@ def main() -> None:
         print(
             f"| {name} | {r['log_sample_us']:.2f} | {r['scalar_us']:.2f} | "
             f"{r['ratio']:.2f}x | {r['drain_us']:.0f} | {r['held_kib']:.0f} |"
+        )
+    print()
+    print("| ranks | KiB one rank sends | rank 0: absorb + drain us | own drain us | ratio |")
+    print("|---|---|---|---|---|")
+    for ranks in (8, 64):
+        g = gather(args.per_step, ranks, args.steps)
+        print(
+            f"| {ranks} | {g['sent_kib']:.1f} | {g['merge_us']:.0f} | {g['drain_us']:.0f} | "
+            f"{g['merge_us'] / g['drain_us']:.1f}x |"
         )
 
 

@@ -128,12 +128,15 @@ class SampleBuffer:
     def absorb(self, parts: Sequence[Drained]) -> None:
         """Add samples kept elsewhere (other ranks' drains) to this step, under this
         buffer's bounds: the next :meth:`drain` returns them merged with its own."""
+        by_stream: dict[str, list[Drained]] = {}
+        for part in parts:
+            by_stream.setdefault(part.stream, []).append(part)
         with self._lock:
             if not self._config.enabled:
                 return
-            for part in parts:
-                held = self._absorbed.get(part.stream)
-                self._absorbed[part.stream] = part if held is None else self._merge(held, part)
+            for stream, group in by_stream.items():
+                held = self._absorbed.get(stream)
+                self._absorbed[stream] = self._merge(group if held is None else [held, *group])
 
     def drain(self) -> tuple[Drained, ...]:
         """Every stream's kept samples and counts since the last drain; starts a new step."""
@@ -143,14 +146,12 @@ class SampleBuffer:
             out = {stream: window.drain() for stream, window in windows.items()}
             for stream, part in absorbed.items():
                 own = out.get(stream)
-                out[stream] = part if own is None else self._merge(own, part)
+                out[stream] = part if own is None else self._merge([own, part])
         return tuple(out.values())
 
-    def _merge(self, first: Drained, second: Drained) -> Drained:
+    def _merge(self, parts: Sequence[Drained]) -> Drained:
         config = self._config
-        return merge_stream(
-            (first, second), config.reservoir, config.extremes, config.reward_key, self._rng
-        )
+        return merge_stream(parts, config.reservoir, config.extremes, config.reward_key, self._rng)
 
 
 def _checked(

@@ -55,6 +55,8 @@ class Receiver:
     def __init__(self, port: int) -> None:
         self.endpoint = f"127.0.0.1:{port}"
         self.requests: list[tuple[str, object]] = []
+        self.times: list[tuple[str, float]] = []  # (signal, monotonic time) of every call
+        self.refuse: dict[str, tuple[grpc.StatusCode, int]] = {}  # the next call's of a signal
         self.cond = threading.Condition()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         for service, (signal, request, response) in SERVICES.items():
@@ -71,6 +73,11 @@ class Receiver:
     def _recorder(self, signal, response):
         def export(request, context):
             with self.cond:
+                self.times.append((signal, time.monotonic()))
+                if signal in self.refuse:
+                    code, pushback_ms = self.refuse.pop(signal)
+                    context.set_trailing_metadata((("grpc-retry-pushback-ms", str(pushback_ms)),))
+                    context.abort(code, "refused by the test")
                 self.requests.append((signal, request))
                 self.cond.notify_all()
             return response()
@@ -231,3 +238,54 @@ def test_a_spool_of_the_earlier_format_is_read_and_signal_entries_keep_their_pla
     reopened.pop()
     assert reopened.peek() is None
     assert (directory / "000000000009-4.metrics2.json").exists()
+
+
+@pytest.mark.parametrize("signal", ["traces", "logs"])
+def test_a_refused_signal_request_waits_for_the_pushback_then_goes_through(tmp_path, signal):
+    port = free_port()
+    receiver = Receiver(port)
+    receiver.refuse = {signal: (grpc.StatusCode.RESOURCE_EXHAUSTED, 400)}
+    receiver.server.start()
+    sink = OtlpSink(f"127.0.0.1:{port}", spool=Spool(tmp_path / "spool", 1 << 20), **FAST)
+    queued = QueuedSink.of(sink)
+    try:
+        if signal == "traces":
+            request = trace_pb.ExportTraceServiceRequest()
+            request.resource_spans.add().scope_spans.add().spans.add(name="s")
+            assert queued.submit(SignalRequest("traces", request, 1))
+        else:
+            assert queued.submit(snapshot(3))  # its metrics, then its samples
+        got = receiver.wait_for(1 if signal == "traces" else 2)
+        assert queued.force_flush(WAIT_S)
+    finally:
+        queued.shutdown(10)
+        receiver.server.stop(None)
+    assert [kind for kind, _ in got] == (["traces"] if signal == "traces" else ["metrics", "logs"])
+    calls = [at for kind, at in receiver.times if kind == signal]
+    assert len(calls) == 2 and calls[1] - calls[0] >= 0.4  # the delay the receiver asked for
+    assert sink.health()["retries"] == 1
+
+
+def test_rltel_spool_flush_sends_trace_and_logs_entries_in_order(tmp_path):
+    """A spool left by a run (metrics, samples, spans) goes out with ``flush_spools``."""
+    from exporters.otlp.flush import flush_spools
+    from telemetry.config import OtlpConfig
+
+    port = free_port()
+    spool = Spool(tmp_path / "spool", 1 << 20)
+    sink = OtlpSink(f"127.0.0.1:{port}", spool=spool, **FAST)
+    queued = QueuedSink.of(sink)
+    request = trace_pb.ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.add(name="left")
+    queued.submit(snapshot(1))
+    queued.submit(SignalRequest("traces", request, 1))
+    queued.shutdown(2)  # nobody listens: all of it stays in the spool
+    assert len(Spool(tmp_path / "spool", 1 << 20)) == 3
+    receiver = Receiver(port)
+    receiver.server.start()
+    try:
+        report = flush_spools(tmp_path / "spool", OtlpConfig(endpoint=f"127.0.0.1:{port}"))
+    finally:
+        receiver.server.stop(None)
+    assert report.complete and report.delivered_requests == 3
+    assert [kind for kind, _ in receiver.requests] == ["metrics", "logs", "traces"]

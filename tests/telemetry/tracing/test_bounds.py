@@ -74,7 +74,11 @@ def test_stalled_exporter_drops_on_the_replay_side(stalled: Stalled, caplog) -> 
             recorder.replayer.replay()  # keep the caller's queue short
     dropped = perf_tracer.get_tracer().health()["spans_dropped"]
     assert 200 - 16 <= dropped <= 200 - 8  # 8 waiting + at most one batch in the export
-    assert _warnings(caplog) == ["perf_tracer: 8 spans waiting for export; dropping"]
+    # once per change: dropping, and at most once more after the export took its one batch
+    warned = _warnings(caplog)
+    dropping = "perf_tracer: 8 spans waiting for export; dropping"
+    assert warned[0] == dropping and len(warned) in (1, 3), warned
+    assert warned[2:] in ([], [dropping]) and all("caught up" in w for w in warned[1:2])
     stalled.release.set()
     perf_tracer.save()
     assert len(stalled.spans) == 200 - dropped

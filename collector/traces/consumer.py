@@ -1,0 +1,183 @@
+"""The collector's trace consumer: every accepted trace request into each run's merged
+timeline, the span duration histograms and the forward queue.
+
+:class:`TraceMerge` is a ``TraceConsumer`` (:mod:`collector.signals`): the trace service
+calls :meth:`TraceMerge.consume_traces` with each request it accepted, from its gRPC
+threads. Nothing here raises into the service: a span that cannot be read (an attribute over
+the ``limits`` section's bounds) or a run that cannot be opened (a name that is no
+directory, past ``max_runs``) is counted and logged once per kind; a file that cannot be
+written is the run timeline's to log and count.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from collector.config import CollectorConfig
+from collector.pipeline import Pipeline
+from collector.scrape import PipelineDeliver
+from collector.traces.chrome_file import ChromeTraceFile
+from collector.traces.durations import DurationWindows
+from collector.traces.forward import ForwardStats, TraceForwarder
+from collector.traces.spans import SpanView, read_spans
+from collector.traces.timeline import RunTimeline, TimelineStats
+from collector.traces_config import TracesConfig
+from exporters.prometheus.sink_queues import run_label
+from telemetry.config import LabelLimits
+from telemetry.model.snapshot import Snapshot, Step
+from telemetry.otlp.values import UNLIMITED, Rejected
+
+__all__ = ["Deliver", "TraceMerge", "TraceStats", "trace_merge"]
+
+logger = logging.getLogger(__name__)
+
+Deliver = Callable[[Snapshot, Callable[[Step | None], Snapshot | None]], bool]
+"""``(snapshot, figures_at) -> kept``: the shared sinks get ``snapshot``, the run's
+step-based sinks ``figures_at(latest step)`` (:class:`collector.scrape.PipelineDeliver`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceStats:
+    """Spans received, spans rejected (unreadable or no run), and each run's timeline."""
+
+    spans: int
+    rejected: int
+    runs: dict[str, TimelineStats]
+    forward: ForwardStats | None
+
+
+class TraceMerge:
+    """Merged timelines, duration histograms and forwarding from one ``traces`` section.
+
+    Args:
+        config: the ``traces`` section.
+        run_dir: ``(experiment, trial) -> run directory``; raises ``ValueError`` (a
+            ``ConfigError``) for a name that is no directory.
+        deliver: where the duration histograms go; None: nowhere.
+        limits: the bounds on span attributes (the collector's ``limits`` section).
+        max_runs: runs with a timeline at most; spans of further runs are counted rejected.
+    """
+
+    def __init__(
+        self,
+        config: TracesConfig,
+        run_dir: Callable[[str, str], Path],
+        deliver: Deliver | None = None,
+        limits: LabelLimits = UNLIMITED,
+        max_runs: int = 32,
+    ) -> None:
+        self.config = config
+        self._run_dir = run_dir
+        self._deliver = deliver if config.durations else None
+        self._limits = limits
+        self._max_runs = max_runs
+        self._durations = DurationWindows(config.duration_buckets)
+        self.forwarder = TraceForwarder(config.forward) if config.forward.enabled else None
+        self._lock = threading.Lock()
+        self._timelines: dict[tuple[str, str], RunTimeline | None] = {}
+        self._spans = self._rejected = 0
+        self._logged: set[str] = set()
+
+    def consume_traces(self, request: ExportTraceServiceRequest) -> None:
+        """Forward ``request``, write its spans into their runs' timelines and deliver their
+        duration histograms. Never raises."""
+        try:
+            self._consume(request)
+        except Exception:  # a bug must cost one request's spans, never the service
+            logger.exception("traces: a request's spans were lost")
+
+    def _consume(self, request: ExportTraceServiceRequest) -> None:
+        if self.forwarder is not None:
+            self.forwarder.submit(request.SerializeToString())
+        by_run: dict[tuple[str, str], list[SpanView]] = {}
+        rejected = 0
+        for item in read_spans(request, self._limits):
+            if isinstance(item, Rejected):
+                rejected += 1
+                self._log_once("rejected", "traces: span rejected: %s", item)
+                continue
+            by_run.setdefault(item.run, []).append(item)
+        for run, spans in by_run.items():
+            if self.config.merged_file:
+                timeline = self._timeline(run)
+                if timeline is None:
+                    rejected += len(spans)
+                    continue
+                timeline.add(spans)
+        with self._lock:
+            self._spans += sum(len(spans) for spans in by_run.values())
+            self._rejected += rejected
+        if self._deliver is not None:
+            for window in self._durations.windows(s for spans in by_run.values() for s in spans):
+                try:
+                    self._deliver(window.snapshot(), window.at_step)
+                except Exception as exc:  # a run whose sinks cannot start: the file still has them
+                    self._log_once("durations", "traces: span durations not delivered: %s", exc)
+
+    def _timeline(self, run: tuple[str, str]) -> RunTimeline | None:
+        with self._lock:
+            if run in self._timelines:
+                return self._timelines[run]
+            if len(self._timelines) >= self._max_runs:
+                self._log_once("runs", "traces: run limit %d reached: %s", self._max_runs, run)
+                return None
+            label = run_label(*run)
+            try:
+                directory = Path(self._run_dir(*run))
+            except ValueError as exc:
+                self._log_once(f"run {label}", "traces: run %s has no directory: %s", label, exc)
+                self._timelines[run] = None
+                return None
+            file = ChromeTraceFile(directory, self.config.rotate_steps, label)
+            timeline = RunTimeline(file, self.config.hold_s, self.config.max_pending_spans)
+            self._timelines[run] = timeline
+            return timeline
+
+    def _log_once(self, kind: str, message: str, *args: object) -> None:
+        if kind not in self._logged:
+            self._logged.add(kind)
+            logger.error(message, *args)
+
+    def flush(self) -> bool:
+        """True when everything consumed so far is held for good: every span in its run's
+        file (none waiting for its root) and nothing waiting to be forwarded. The durable
+        journal acknowledges requests only then (:mod:`collector.signals`)."""
+        with self._lock:
+            timelines = [t for t in self._timelines.values() if t is not None]
+        forwarded = self.forwarder is None or not self.forwarder.stats().queued
+        return forwarded and all(t.holds_all() for t in timelines)
+
+    def stats(self) -> TraceStats:
+        """A copy of the counters."""
+        with self._lock:
+            timelines = dict(self._timelines)
+            spans, rejected = self._spans, self._rejected
+        runs = {run_label(*run): t.stats() for run, t in timelines.items() if t is not None}
+        forward = self.forwarder.stats() if self.forwarder is not None else None
+        return TraceStats(spans, rejected, runs, forward)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Write every waiting span, close each run's file whole, drain the forward queue."""
+        with self._lock:
+            timelines = [t for t in self._timelines.values() if t is not None]
+        for timeline in timelines:
+            timeline.flush()
+        if self.forwarder is not None:
+            self.forwarder.close(timeout_s)
+
+
+def trace_merge(config: CollectorConfig, pipeline: Pipeline) -> TraceMerge:
+    """The collector's trace merge: runs' directories as their sinks' (``sinks.fileroot``),
+    the duration histograms into ``pipeline``'s shared sinks and runs, ``limits`` applied."""
+
+    def run_dir(experiment: str, trial: str) -> Path:
+        return config.sinks.logger_config(experiment, trial).run_dir
+
+    limits = config.limits
+    return TraceMerge(config.traces, run_dir, PipelineDeliver(pipeline), limits, limits.max_runs)

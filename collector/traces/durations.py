@@ -1,0 +1,108 @@
+"""Span durations per phase and role as histograms in the run's metrics.
+
+Each request's spans become, per run and role, one snapshot holding a histogram window per
+phase (the span's name): count, sum, min, max and bucket counts of the durations in
+seconds. The Prometheus sink accumulates the windows into
+``rltel_span_duration_seconds{experiment,trial,role,phase}`` (``_bucket``, ``_count``,
+``_sum``); the run's W&B, SwanLab, TensorBoard and console sinks get the same windows at the
+run's latest training step as ``rltel/role_<role>/phase_<phase>/span_duration/avg|min|max``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+
+from collector.traces.spans import SpanView
+from telemetry.model import names
+from telemetry.model.snapshot import Histogram, Snapshot, Step
+
+__all__ = ["METRIC", "SERVICE", "DurationWindows", "RoleWindow"]
+
+METRIC = "rltel/span_duration"
+"""Prometheus: ``rltel_span_duration_seconds``."""
+SERVICE = "rltel-traces"
+"""The ``job`` of the duration series (``service.name`` of their resource)."""
+PHASE = "phase"
+
+
+@dataclass(slots=True)
+class _Window:
+    buckets: list[int]
+    count: int = 0
+    total: float = 0.0
+    low: float = float("inf")
+    high: float = float("-inf")
+
+    def point(self, phase: str, bounds: tuple[float, ...]) -> Histogram:
+        return Histogram(
+            METRIC, self.count, self.total, self.low, self.high, bounds, tuple(self.buckets),
+            unit="s", attributes=((PHASE, phase),),
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class RoleWindow:
+    """One run's and role's duration windows of one request, by phase."""
+
+    run: tuple[str, str]
+    role: str
+    bounds: tuple[float, ...]
+    phases: dict[str, _Window] = field(default_factory=dict)
+
+    def add(self, phase: str, seconds: float) -> None:
+        window = self.phases.get(phase)
+        if window is None:
+            window = self.phases[phase] = _Window([0] * (len(self.bounds) + 1))
+        window.buckets[bisect.bisect_left(self.bounds, seconds)] += 1
+        window.count += 1
+        window.total += seconds
+        window.low = min(window.low, seconds)
+        window.high = max(window.high, seconds)
+
+    def snapshot(self) -> Snapshot:
+        """The shared sinks' snapshot: ``role`` in the resource, ``phase`` a point attribute."""
+        resource = (
+            ("service.name", SERVICE),
+            (names.EXPERIMENT, self.run[0]),
+            (names.TRIAL, self.run[1]),
+            (names.ROLE, self.role),
+        )
+        points = tuple(w.point(phase, self.bounds) for phase, w in sorted(self.phases.items()))
+        return Snapshot(points, resource=resource, stream="traces")
+
+    def at_step(self, step: Step | None) -> Snapshot | None:
+        """The run's step-based sinks' snapshot at ``step`` (the role a point attribute, as
+        those sinks key series by name only); None before the run's first training step."""
+        if step is None:
+            return None
+        shared = self.snapshot()
+        points = tuple(
+            replace(p, attributes=(("role", self.role), *p.attributes)) for p in shared.points
+        )
+        return replace(shared, points=points, step=step)
+
+
+class DurationWindows:
+    """Builds the duration windows of a request's spans.
+
+    Args:
+        bounds: bucket bounds in seconds, increasing.
+    """
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = tuple(bounds)
+
+    def windows(self, spans: Iterable[SpanView]) -> list[RoleWindow]:
+        """One window per run and role that ``spans`` hold (instant events left out)."""
+        out: dict[tuple[tuple[str, str], str], RoleWindow] = {}
+        for span in spans:
+            if span.instant:
+                continue
+            key = (span.run, span.process.role)
+            window = out.get(key)
+            if window is None:
+                window = out[key] = RoleWindow(span.run, span.process.role, self.bounds)
+            window.add(span.name, span.duration_s)
+        return list(out.values())

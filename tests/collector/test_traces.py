@@ -1,0 +1,308 @@
+"""collector.traces: real OTLP trace requests (made by the stock SDK) into one merged
+Chrome trace file per run, rotated, resumed; the span duration windows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collector.config import from_dict
+from collector.traces import CURRENT, TraceMerge, part_name
+from collector.traces.chrome_file import ChromeTraceFile
+from collector.traces.durations import METRIC
+from collector.traces.spans import read_spans
+from collector.traces.timeline import RunTimeline
+from collector.traces_config import TracesConfig
+from telemetry.model import names, trace_names
+from telemetry.model.snapshot import Step
+from tests.collector.trace_checks import (
+    PHASES,
+    Requests,
+    check_format,
+    check_nested_ordered,
+    load,
+    processes,
+    provider,
+    record_steps,
+)
+
+
+def _span(request):
+    return request.resource_spans[0].scope_spans[0].spans[0]
+
+
+def merge_of(tmp_path: Path, **config) -> TraceMerge:
+    return TraceMerge(TracesConfig(**config), lambda e, t: tmp_path / e / t)
+
+
+def run_dir(tmp_path: Path) -> Path:
+    return tmp_path / "exp" / "t1"
+
+
+def test_two_ranks_and_two_workers_merge_into_one_file_valid_after_every_request(tmp_path):
+    made = Requests()
+    counts = {}
+    for role, rank, extra in (
+        ("trainer", 0, {}),
+        ("trainer", 1, {}),
+        ("rollout", 0, {names.WORKER_ID: "0"}),
+        ("rollout", 1, {names.WORKER_ID: "1"}),
+    ):
+        counts[role, rank] = record_steps(provider(made, role, rank, **extra), range(3))
+    merge = merge_of(tmp_path)
+    for request in made.requests:  # one span a request: children before their parents
+        merge.consume_traces(request)
+        if (run_dir(tmp_path) / CURRENT).exists():
+            check_format(load(run_dir(tmp_path) / CURRENT))  # whole after every write
+    merge.shutdown()
+    events = check_format(load(run_dir(tmp_path) / CURRENT))
+    check_nested_ordered(events)
+    named = processes(events)
+    assert sorted(named.values()) == [
+        "rollout worker 0",
+        "rollout worker 1",
+        "trainer rank 0",
+        "trainer rank 1",
+    ]
+    complete = [e for e in events if e["ph"] == "X"]
+    ids = [e["args"]["span_id"] for e in complete]
+    assert len(ids) == len(set(ids)) == sum(counts.values())  # every span once
+    for pid in named:
+        mine = [e for e in complete if e["pid"] == pid]
+        assert len(mine) == 3 * (1 + len(PHASES))
+        steps = [e for e in events if e["ph"] == "i" and e["cat"] == "step" and e["pid"] == pid]
+        assert [e["args"]["step"] for e in steps] == [0, 1, 2]
+        first = {e["args"]["step"]: e["ts"] for e in mine if e["name"] == "step"}
+        assert {e["args"]["step"]: e["ts"] for e in steps} == first
+    scored = [e for e in events if e["name"] == "scored"]
+    assert len(scored) == 12 and all(e["ph"] == "i" and e["args"] == {"n": 4} for e in scored)
+    assert merge.stats().runs["exp_t1"].orphans == 0
+
+
+def test_clocks_are_the_spans_own(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0), range(1))
+    merge = merge_of(tmp_path)
+    for request in made.requests:
+        merge.consume_traces(request)
+    merge.shutdown()
+    sent = {
+        span.span_id.hex(): (span.start_time_unix_nano, span.end_time_unix_nano)
+        for request in made.requests
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    }
+    events = [e for e in load(run_dir(tmp_path) / CURRENT)["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == len(sent)
+    for event in events:
+        start, end = sent[event["args"]["span_id"]]
+        assert event["ts"] * 1000 == start and (event["ts"] + event["dur"]) * 1000 == end
+
+
+@pytest.mark.parametrize("rotate", [1, 2, 5])
+def test_rotated_every_n_steps_each_part_whole_and_named(tmp_path, rotate):
+    made = Requests()
+    total = record_steps(provider(made, "trainer", 0), range(6))
+    merge = merge_of(tmp_path, rotate_steps=rotate)
+    for request in made.requests:
+        merge.consume_traces(request)
+    merge.shutdown()
+    parts = sorted(p.name for p in run_dir(tmp_path).glob("trace*.json"))
+    finished = [part_name(first, rotate) for first in range(0, 6, rotate)][:-1]
+    assert parts == sorted([*finished, CURRENT])
+    seen = 0
+    for name in parts:
+        events = check_format(load(run_dir(tmp_path) / name))
+        check_nested_ordered(events)
+        assert list(processes(events).values()) == ["trainer rank 0"]  # each part names it
+        steps = {e["args"]["step"] for e in events if e["ph"] == "X"}
+        first = (5 // rotate) * rotate if name == CURRENT else int(name.split("-")[1])
+        assert steps == set(range(first, min(first + rotate, 6)))
+        seen += sum(1 for e in events if e["ph"] == "X")
+    assert seen == total
+
+
+def test_a_restarted_collector_appends_and_a_torn_file_is_set_aside(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0), range(2))
+    first = merge_of(tmp_path)
+    for request in made.requests:
+        first.consume_traces(request)
+    first.shutdown()
+    before = load(run_dir(tmp_path) / CURRENT)["traceEvents"]
+    again = Requests()
+    record_steps(provider(again, "trainer", 0), range(2, 4))
+    second = merge_of(tmp_path)
+    for request in again.requests:
+        second.consume_traces(request)
+    second.shutdown()
+    events = check_format(load(run_dir(tmp_path) / CURRENT))
+    check_nested_ordered(events)
+    assert events[: len(before)] == before
+    assert sorted({e["args"]["step"] for e in events if e["ph"] == "X"}) == [0, 1, 2, 3]
+
+    path = run_dir(tmp_path) / CURRENT
+    torn = path.read_bytes()[:-7]
+    path.write_bytes(torn)  # killed mid-write
+    third = merge_of(tmp_path)
+    for request in again.requests:
+        third.consume_traces(request)
+    third.shutdown()
+    aside = list(run_dir(tmp_path).glob("trace.unfinished-*.json"))
+    assert len(aside) == 1 and aside[0].read_bytes() == torn
+    assert len([e for e in load(path)["traceEvents"] if e["ph"] == "X"]) == 8
+
+
+def test_a_span_whose_root_never_comes_is_written_after_hold_s(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0), range(2))
+    by_trace = {}
+    for request in made.requests:
+        span = _span(request)
+        if span.parent_span_id:
+            by_trace.setdefault(span.trace_id, request)
+    children = list(by_trace.values())  # a child of step 0's trace, one of step 1's
+    now = [0.0]
+    file = ChromeTraceFile(run_dir(tmp_path), 100, "exp_t1")
+    timeline = RunTimeline(file, hold_s=5.0, max_pending=100, clock=lambda: now[0])
+    timeline.add([s for s in read_spans(children[0])])
+    assert timeline.stats().pending == 1 and not (run_dir(tmp_path) / CURRENT).exists()
+    now[0] = 4.9
+    timeline.add([s for s in read_spans(children[1])])
+    assert timeline.stats().pending == 2
+    now[0] = 5.0
+    timeline.add([])
+    stats = timeline.stats()
+    assert (stats.pending, stats.orphans, stats.spans) == (1, 1, 1)  # the first waited 5 s
+    timeline.flush()
+    assert timeline.stats().orphans == 2
+    assert len([e for e in load(run_dir(tmp_path) / CURRENT)["traceEvents"] if e["ph"] == "X"]) == 2
+
+
+def test_pending_spans_are_bounded(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0), range(3))
+    children = [r for r in made.requests if _span(r).parent_span_id]
+    file = ChromeTraceFile(run_dir(tmp_path), 100, "exp_t1")
+    timeline = RunTimeline(file, hold_s=1e9, max_pending=3, clock=lambda: 0.0)
+    for request in children:
+        timeline.add(list(read_spans(request)))
+        assert timeline.stats().pending <= 3
+    assert timeline.stats().orphans == len(children) - timeline.stats().pending > 0
+
+
+def test_duration_windows_match_the_spans(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0), range(2))
+    record_steps(provider(made, "rollout", 0, **{names.WORKER_ID: "3"}), range(1))
+    delivered = []
+    merge = TraceMerge(
+        TracesConfig(duration_buckets=(1e-6, 1.0)),
+        lambda e, t: tmp_path / e / t,
+        deliver=lambda snapshot, at: delivered.append((snapshot, at(Step(0, 4, 4)), at(None))),
+    )
+    for request in made.requests:
+        merge.consume_traces(request)
+    merge.shutdown()
+    got: dict[tuple[str, str], list[int]] = {}
+    for snapshot, at_step, none in delivered:
+        assert none is None and at_step.step == Step(0, 4, 4)
+        role = snapshot.resource_value(names.ROLE)
+        assert snapshot.resource_value(names.EXPERIMENT) == "exp"
+        for point in snapshot.points:
+            assert point.metric == METRIC and point.unit == "s"
+            phase = dict(point.attributes)["phase"]
+            assert point.count == sum(point.bucket_counts) and point.bounds == (1e-6, 1.0)
+            assert 0 < point.min <= point.max < 1.0 and point.bucket_counts[2] == 0
+            totals = got.setdefault((role, phase), [0, 0])
+            totals[0] += point.count
+            totals[1] += point.bucket_counts[0]
+        for point in at_step.points:
+            assert dict(point.attributes)["role"] == role
+    expected = {("trainer", p): [2, 0] for p in (*PHASES, "step")}
+    expected.update({("rollout", p): [1, 0] for p in (*PHASES, "step")})
+    assert got == expected
+
+
+def test_spans_without_a_run_or_with_an_unusable_run_name_are_counted(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0, **{names.TRIAL: "a/b"}), range(1))
+
+    def run_dir_of(experiment, trial):
+        return from_dict({}).sinks.logger_config(experiment, trial).run_dir
+
+    merge = TraceMerge(TracesConfig(), run_dir_of)
+    for request in made.requests:
+        merge.consume_traces(request)
+    merge.shutdown()
+    stats = merge.stats()
+    assert stats.spans == stats.rejected == 4 and stats.runs == {}
+
+
+def test_non_finite_attributes_stay_json(tmp_path):
+    made = Requests()
+    tracer = provider(made, "trainer", 0).get_tracer("t")
+    with tracer.start_as_current_span("s", attributes={"rltel.args.loss": float("nan")}):
+        pass
+    merge = merge_of(tmp_path)
+    merge.consume_traces(made.requests[0])
+    merge.shutdown()
+    (event,) = [
+        e
+        for e in json.loads((run_dir(tmp_path) / CURRENT).read_text())["traceEvents"]
+        if e["ph"] == "X"
+    ]
+    assert event["args"]["loss"] == "nan"
+
+
+def test_a_replay_after_a_restart_writes_no_span_twice(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0), range(2))
+    first = merge_of(tmp_path)
+    for request in made.requests[:6]:
+        first.consume_traces(request)
+    first.shutdown()
+    replayed = merge_of(tmp_path)  # the durable queue hands everything on again, then more
+    for request in made.requests:
+        replayed.consume_traces(request)
+    replayed.shutdown()
+    events = check_format(load(run_dir(tmp_path) / CURRENT))
+    ids = [e["args"]["span_id"] for e in events if e["ph"] == "X"]
+    assert len(ids) == len(set(ids)) == len(made.requests)
+
+
+def test_flush_is_true_only_when_no_span_waits_for_its_root(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0), range(1))
+    merge = merge_of(tmp_path)
+    assert merge.flush()
+    merge.consume_traces(made.requests[0])  # a phase: its step span comes last
+    assert not merge.flush()
+    for request in made.requests[1:]:
+        merge.consume_traces(request)
+    assert merge.flush()
+    merge.shutdown()
+
+
+def test_rollout_sessions_are_async_pairs_beside_nested_spans(tmp_path):
+    made = Requests()
+    tracer = provider(made, "rollout", 0, **{names.WORKER_ID: "0"}).get_tracer("t")
+    session = {trace_names.CATEGORY: trace_names.SESSION_CATEGORY, trace_names.THREAD_ID: 1}
+    a = tracer.start_span("session", attributes={**session, "rltel.args.session_id": 1})
+    b = tracer.start_span("session", attributes={**session, "rltel.args.session_id": 2})
+    with tracer.start_as_current_span("generate", attributes={trace_names.THREAD_ID: 1}):
+        pass
+    a.end()
+    b.end()
+    merge = merge_of(tmp_path)
+    for request in made.requests:
+        merge.consume_traces(request)
+    merge.shutdown()
+    events = check_format(load(run_dir(tmp_path) / CURRENT))
+    check_nested_ordered(events)
+    pairs = sorted((e["id"], e["ph"]) for e in events if e["name"] == "session")
+    assert pairs == [(1, "b"), (1, "e"), (2, "b"), (2, "e")]
+    assert [e["ph"] for e in events if e["name"] == "generate"] == ["X"]

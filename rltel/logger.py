@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import socket
 import sys
@@ -23,13 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporters.fanout import FanOut
+from rltel.commit_points import stats_points
+from rltel.logger_sinks import STREAMS, build_context, logger_sinks, serve_sink_health, warn_no_sink
 from rltel.progress import progress_line
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
 from telemetry.heartbeat import start_heartbeat
 from telemetry.model import names
 from telemetry.model.errors import ConfigError, InvalidValueError
-from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, Snapshot, Step, flatten
-from telemetry.record.stats import Stats, points_from_flat
+from telemetry.model.snapshot import Gauge, Point, Snapshot, Step
+from telemetry.record.stats import Stats
 from telemetry.record.typed_keys import points_for
 from telemetry.samples import Drained, default_buffer
 
@@ -45,7 +46,6 @@ STEP_METRIC = names.STEP_METRIC
 """Gauge of the committed ``global_step`` in every trainer export: a heartbeat (stall alert)."""
 CLOSED_METRIC = names.CLOSED_METRIC
 """Gauge (1) a trainer sends the collector from :meth:`StatsLogger.close`: ended, not stalled."""
-_STREAMS = {"trainer": "train", "rollout": "rollout", "eval": "eval"}
 
 
 class StatsLogger:
@@ -94,7 +94,15 @@ class StatsLogger:
         self._closed = False
         self.resource = self._resource(worker_id)
         default_buffer().configure(self.config.samples)
-        self.fanout = FanOut(self._sinks(sinks, otlp_options) if self.enabled else [])
+        context = build_context(
+            self.config,
+            self.experiment_config,
+            role,
+            self.resource_id,
+            self.start_unix_nano,
+            otlp_options,
+        )
+        self.fanout = FanOut(logger_sinks(self.config, sinks, context) if self.enabled else [])
         self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
         self.heartbeat = start_heartbeat(
             self.config, role, self.rank, socket.gethostname(), self._sink("prometheus"), store
@@ -102,9 +110,9 @@ class StatsLogger:
         self.hardware = _start_hardware(self.config)
         if not self.enabled:
             return
-        self._serve_sink_health()
+        serve_sink_health(self.fanout, self.config)
         if not self.fanout.queued:
-            _warn_no_sink(self.config)
+            warn_no_sink(self.config)
         atexit.register(self.close)
         endpoint = self.config.otlp.endpoint
         logger.info(
@@ -113,42 +121,6 @@ class StatsLogger:
             f"otlp {endpoint}" if endpoint else "embedded",
             public_dict(self.config),
         )
-
-    def _sinks(self, given: Sequence[Any] | None, otlp_options: Mapping[str, Any] | None):
-        """The given sinks, or those the config enables; the OTLP sink whenever it is set."""
-        from exporters.factory import BuildContext
-        from exporters.registry import build_sinks
-
-        if given is not None and not self.config.otlp.endpoint:
-            return self._with_samples_file(list(given))
-        context = BuildContext(
-            run_name_suffix=None if self.role == "trainer" else _STREAMS[self.role],
-            experiment=self.experiment_config,
-            role=self.role,
-            worker=self.resource_id,
-            start_unix_nano=self.start_unix_nano,
-            otlp_options=otlp_options,
-        )
-        return self._with_samples_file([*(given or ()), *build_sinks(self.config, context)])
-
-    def _with_samples_file(self, sinks: list[Any]) -> list[Any]:
-        """Embedded sinks, and ``samples.jsonl`` beside them when ``samples.jsonl`` is on."""
-        samples = self.config.samples
-        if not sinks or self.config.otlp.endpoint or not (samples.enabled and samples.jsonl):
-            return sinks
-        from exporters.samples_file import SamplesFileSink
-
-        return [*sinks, SamplesFileSink(self.config.run_dir)]
-
-    def _serve_sink_health(self) -> None:
-        """Serve every sink's queue counters on the in-process Prometheus endpoint, if any,
-        as the collector serves them (the families the dashboards read)."""
-        for queued in self.fanout.queued:
-            if queued.sink.name == "prometheus":
-                from exporters.prometheus import SINK_FAMILIES, FanOutCollector, run_label
-
-                run = run_label(self.config.experiment_name, self.config.trial_name)
-                queued.sink.register(FanOutCollector(self.fanout, run), SINK_FAMILIES)
 
     def _resource(self, worker_id: str | int | None) -> tuple[tuple[str, Any], ...]:
         resource: list[tuple[str, Any]] = [
@@ -226,7 +198,7 @@ class StatsLogger:
                 raise InvalidValueError(
                     f"commit data must be a dict or a list of dicts, got {type(item).__name__}"
                 )
-            points = _stats_points(item) if isinstance(item, Stats) else points_for(item)
+            points = stats_points(item) if isinstance(item, Stats) else points_for(item)
             step = Step(int(epoch), int(epoch_step) + offset, int(global_step) + offset)
             self._emit(points, step, drained if offset == len(items) - 1 else ())
 
@@ -246,7 +218,7 @@ class StatsLogger:
             )
         samples = tuple(sample for window in drained for sample in window.samples)
         snapshot = Snapshot(
-            points, step, self.resource, time.time_ns(), _STREAMS[self.role], samples
+            points, step, self.resource, time.time_ns(), STREAMS[self.role], samples
         )
         self.fanout.export(snapshot)
 
@@ -256,7 +228,7 @@ class StatsLogger:
         Only the OTLP sink gets it: in-process sinks see the logger go away themselves.
         """
         points = (Gauge(STEP_METRIC, float(step.global_step)), Gauge(CLOSED_METRIC, 1.0))
-        snapshot = Snapshot(points, step, self.resource, time.time_ns(), _STREAMS[self.role])
+        snapshot = Snapshot(points, step, self.resource, time.time_ns(), STREAMS[self.role])
         for queued in self.fanout.queued:
             if queued.sink is self.otlp:
                 queued.submit(snapshot)
@@ -334,43 +306,6 @@ class StatsLogger:
                     spool_root(self.config),
                     self.config.otlp.endpoint,
                 )
-
-
-def _stats_points(stats: Stats) -> tuple[Point, ...]:
-    """The export's typed points the dict still holds unchanged, and gauges for every other
-    entry: a value changed, added or removed after the export (``stats[k] = v``,
-    ``stats.update(rollout_stats)``, ``del stats[k]``) logs as the dict holds it, as in AReaL."""
-    kept = [point for point in stats.points if _holds(stats, point)]
-    covered = set(flatten(kept, include_counts=True))
-    return (*kept, *points_from_flat({k: v for k, v in stats.items() if k not in covered}))
-
-
-def _holds(data: Mapping[str, Any], point: Point) -> bool:
-    """``data`` holds every value ``point`` flattens to (a missing ``__count`` is fine)."""
-    for key, value in point.flat():
-        if key not in data:
-            if key.endswith(COUNT_SUFFIX):
-                continue
-            return False
-        got = data[key]
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            return False
-        if not (got == value or (math.isnan(got) and math.isnan(value))):
-            return False
-    return True
-
-
-def _warn_no_sink(config: StatsLoggerConfig) -> None:
-    """Warn that ``commit`` logs nothing, naming every key that turns a sink on."""
-    from exporters.registry import switch_keys
-
-    local = ", ".join(switch_keys(config, "stats_logger", remote=False))
-    remote = " or ".join(switch_keys(config, "stats_logger", remote=True))
-    logger.warning(
-        "stats_logger: no sink is enabled, so commit() logs nothing; enable one of %s, or set %s",
-        local,
-        remote,
-    )
 
 
 def _start_hardware(config: StatsLoggerConfig) -> Any:

@@ -214,3 +214,26 @@ def test_refusals_have_their_status_and_metrics_keep_being_served(collector, sig
     assert by_code == {"OK": 2.0, "INVALID_ARGUMENT": 2.0, "UNAUTHENTICATED": 2.0}
     refused = samples(scraped, "rltel_collector_signal_items_refused_total", signal=signal)
     assert list(refused.values()) == [float(CAP + 1)]
+
+
+@pytest.mark.parametrize("signal", ["traces", "logs"])
+def test_a_request_without_time_left_is_refused_with_deadline_exceeded(tmp_path, signal):
+    """The gate's deadline check: less than ``deadline_margin_s`` left, nothing kept."""
+    consumer = Recording()
+    config = from_dict(
+        {
+            "receiver": {"port": 0},
+            "limits": {"deadline_margin_s": 30.0},  # more than the call's 10 s
+            "sinks": {"prometheus": {"enabled": False}, "fileroot": str(tmp_path)},
+        }
+    )
+    server = CollectorServer(config, trace_consumers=[consumer], log_consumers=[consumer])
+    server.start()
+    try:
+        code = call(server.endpoint, METHODS[signal], BODIES[signal](3), metadata=())
+    finally:
+        server.stop(10)
+    assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+    service = {s.kind.name: s for s in server.signals}[signal]
+    assert service.counts().requests == {"DEADLINE_EXCEEDED": 1}  # the collector answered
+    assert consumer.traces == [] and consumer.logs == []

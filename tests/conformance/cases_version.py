@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from telemetry.metrics.staleness import record_version_stats
-from telemetry.record.areal_tracker import DistributedStatsTracker
+from telemetry.record.tracker import DistributedStatsTracker
 from tests.conformance import loader
 from tests.conformance.cases import Case
 

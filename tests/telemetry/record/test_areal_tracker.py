@@ -10,7 +10,7 @@ import torch
 
 from telemetry import stats_tracker
 from telemetry.model.errors import InvalidValueError
-from telemetry.record.areal_tracker import DistributedStatsTracker
+from telemetry.record.tracker import DistributedStatsTracker
 
 # Every public name of AReaL's areal/utils/stats_tracker.py (module level).
 AREAL_NAMES = (

@@ -6,7 +6,8 @@ remote write), ``<directory>/runs/<run>/<sink>/`` for each run's step-based sink
 process can open it again and replay its journals before it takes any request
 (:mod:`exporters.journal`). One collector holds the directory at a time (an exclusive
 ``flock`` on ``<directory>/lock``). After a clean shutdown every journal is empty and what
-the collector wrote there is removed.
+the collector wrote there is removed, unless a sink keeps its undelivered backlog there for
+the next start (the remote-write sink during a receiver outage).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from collector.merge import RolloutMerger
 from exporters.fanout import FanOut
 from exporters.journal import Journal
+from exporters.remote_write.kept import FILE as KEPT
 from telemetry.model.errors import ConfigError
 
 __all__ = ["DurableState", "RunKey"]
@@ -101,7 +103,8 @@ class DurableState:
     def _attach(self, fanout: FanOut, part: Path) -> None:
         names = {_UNSAFE.sub("_", queued.name) for queued in fanout.queued} | {MERGE}
         for left in sorted(part.glob("*")):
-            if left.is_dir() and left.name not in names and any(left.glob("*.seg")):
+            held = any(left.glob("*.seg")) or (left / KEPT).exists()
+            if left.is_dir() and left.name not in names and held:
                 logger.warning("durable queue: %s is no sink of this collector: left there", left)
         for queued in fanout.queued:
             journal = self._open(part / _UNSAFE.sub("_", queued.name))
@@ -141,8 +144,9 @@ class DurableState:
             journals, self._journals = self._journals, []
         for journal in journals:
             journal.close()  # its acknowledged segments go
-        # Anything left (a sink not held yet, a run not opened, a sink no longer run) stays.
-        if not any(self.directory.rglob("*.seg")):
+        # Anything left (a sink not held yet, a run not opened, a sink no longer run, a
+        # backlog a sink keeps for the next start) stays.
+        if not any(self.directory.rglob("*.seg")) and not any(self.directory.rglob(KEPT)):
             for part in ("shared", "runs"):
                 shutil.rmtree(self.directory / part, ignore_errors=True)
             (self.directory / "lock").unlink(missing_ok=True)

@@ -121,8 +121,13 @@ class QueuedSink:
 
         The journal is acknowledged as the sink holds what it exported: after its
         ``force_flush`` and, for a sink with a ``settle_s`` attribute, that many seconds.
+        A sink with a ``keep_in(directory)`` method keeps what it holds undelivered at a
+        clean shutdown in the journal's directory itself (the remote-write backlog).
         """
         self.journal = journal
+        keep_in = getattr(self.sink, "keep_in", None)
+        if keep_in is not None:
+            keep_in(journal.directory)
         settle_s = float(getattr(self.sink, "settle_s", 0.0))
         self._drain.acks = Checkpoints(
             journal, lambda: self._drain.flush_sink(self.policy.timeout_s), settle_s

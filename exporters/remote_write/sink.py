@@ -19,7 +19,9 @@ cumulative series re-converge.
 A refresher thread writes, every ``interval_s``, the series idle for that long (as a scrape
 would, so unchanged series stay current), and the collector's own metrics (its sources:
 the sink's counters, ``up``, and what the server adds with :meth:`add_source`).
-``shutdown`` drains with a deadline and counts what is left.
+``shutdown`` drains with a deadline and counts what is left; with the collector's durable
+queue (:meth:`RemoteWriteSink.keep_in`) it keeps what is left for the next start instead,
+without waiting while the receiver is down (:mod:`exporters.remote_write.kept`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from prometheus_client.registry import Collector
 
@@ -37,7 +40,7 @@ from exporters.base import ExportResult, Sink
 from exporters.prometheus.naming import Kind
 from exporters.prometheus.sink import SELF_METRICS
 from exporters.prometheus.store import SeriesStore
-from exporters.remote_write import client, proto
+from exporters.remote_write import client, kept, proto
 from exporters.remote_write.config import (
     CLUSTER_LABEL,
     COLLECTOR_JOB,
@@ -59,10 +62,11 @@ RESENT = "re-sent as current totals by the next refresh"
 class _Write:
     """One encoded write waiting in the backlog."""
 
-    __slots__ = ("newest_ms", "payload", "samples")
+    __slots__ = ("kept", "newest_ms", "payload", "samples")
 
-    def __init__(self, payload: bytes, samples: int, newest_ms: int) -> None:
+    def __init__(self, payload: bytes, samples: int, newest_ms: int, kept: bool = False) -> None:
         self.payload, self.samples, self.newest_ms = payload, samples, newest_ms
+        self.kept = kept  # taken up from an earlier process's kept backlog
 
 
 class RemoteWriteSink(Sink):
@@ -106,6 +110,8 @@ class RemoteWriteSink(Sink):
         self._backlog: deque[_Write] = deque()
         self._pending = 0  # samples in the backlog and in the batch being sent
         self._sending = 0  # samples of the batch being sent
+        self._inflight: list[_Write] = []  # the batch being sent
+        self._keep: kept.KeptFile | None = None  # where a shutdown keeps the backlog
         self._resync = False
         self.health = LinkHealth(config.url or "", lambda: self._pending, summary_s)
         self._sources: list[Collector] = []
@@ -138,6 +144,22 @@ class RemoteWriteSink(Sink):
             self._store.reserve(names)
         if self.config.self_metrics:
             self._sources.append(source)
+
+    def keep_in(self, directory: str | Path) -> None:
+        """Keep the backlog in ``directory`` at shutdown (the collector's durable state), and
+        send what an earlier process kept there first, its series' timestamps taken up."""
+        keep = kept.KeptFile(directory)
+        taken_up = keep.take_up()
+        if taken_up is None:
+            return
+        writes, last = taken_up
+        with self._cond:
+            self._keep = keep
+            self._timeline.take_up(last)
+            taken = [_Write(payload, n, newest, kept=True) for payload, n, newest in writes]
+            self._backlog.extendleft(reversed(taken))
+            self._pending += sum(write.samples for write in taken)
+            self._cond.notify_all()
 
     # -- sink contract -----------------------------------------------------------------
 
@@ -173,11 +195,18 @@ class RemoteWriteSink(Sink):
             return not self._pending
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Stop refreshing, send the backlog until ``timeout_s``, drop and count the rest."""
+        """Stop refreshing, send the backlog until ``timeout_s``; keep the rest for the next
+        start (:meth:`keep_in`; at once while the receiver is down), else drop and count it.
+
+        Raises:
+            OSError: the rest could not be kept (it is counted as dropped).
+        """
         if self._closed:
             return
         self._closed = True
         deadline = time.monotonic() + timeout_s
+        if self._keep is not None and self.health.state == DOWN:
+            deadline = time.monotonic()  # nothing to wait for: the next start sends it
         self._stop.set()
         with self._cond:
             self._drain_until = deadline
@@ -185,12 +214,21 @@ class RemoteWriteSink(Sink):
         self._sender.join(max(0.0, deadline - time.monotonic()))
         self._refresher.join(max(0.0, deadline - time.monotonic()))
         with self._cond:
+            writes = [*self._inflight, *self._backlog]
             left, self._pending = self._pending, 0
             self._abandoned = True
             self._backlog.clear()
             self._cond.notify_all()
-        if left:
-            self.health.dropped("shutdown", left, "undelivered at shutdown")
+            last = self._timeline.last()
+        if self._keep is None:
+            if left:
+                self.health.dropped("shutdown", left, "undelivered at shutdown")
+            return
+        try:
+            self._keep.keep([(w.payload, w.samples, w.newest_ms) for w in writes], last)
+        except OSError as exc:
+            self.health.dropped("shutdown", left, f"undelivered at shutdown, not kept: {exc}")
+            raise
 
     @property
     def pending_samples(self) -> int:
@@ -213,9 +251,10 @@ class RemoteWriteSink(Sink):
         dropped = 0
         bound = self.config.max_pending_samples + self._sending
         while self._pending > bound and len(self._backlog) > 1:
-            oldest = self._backlog.popleft().samples
-            self._pending -= oldest
-            dropped += oldest
+            write = self._backlog.popleft()
+            self._left([write])
+            self._pending -= write.samples
+            dropped += write.samples
         if dropped:
             self._resync = True
             self.health.dropped(
@@ -233,13 +272,15 @@ class RemoteWriteSink(Sink):
         while self._backlog:
             write = self._backlog[0]
             if write.newest_ms < oldest_ms:
-                too_old += self._backlog.popleft().samples
+                self._left([self._backlog.popleft()])
+                too_old += write.samples
                 continue
             if batch and samples + write.samples > self.config.max_batch_samples:
                 break
             batch.append(self._backlog.popleft())
             samples += write.samples
         self._sending = samples
+        self._inflight = batch
         if too_old:
             self._pending -= too_old
             self._resync = True
@@ -252,12 +293,19 @@ class RemoteWriteSink(Sink):
             self._cond.notify_all()
         return batch
 
+    def _left(self, writes: Iterable[_Write]) -> None:
+        """``writes`` left the backlog for good (under the lock)."""
+        if self._keep is not None:
+            self._keep.gone(sum(1 for write in writes if write.kept))
+
     def _done(self, samples: int, resync: bool) -> bool:
         """The batch of ``samples`` left: sent, or refused (``resync``); False when shutdown
         gave it up first."""
         with self._cond:
             if self._abandoned:
                 return False
+            self._left(self._inflight)
+            self._inflight = []
             self._pending -= samples
             self._sending = 0
             self._resync = self._resync or resync

@@ -64,6 +64,16 @@ class Timeline:
                 out.append(self._at(key, value, now_ms))
         return out
 
+    def last(self) -> dict[Key, int]:
+        """Each series' last written timestamp (ms): kept for the next process."""
+        return dict(self._last)
+
+    def take_up(self, last: dict[Key, int]) -> None:
+        """Continue after an earlier process that wrote up to ``last``."""
+        for key, ts in last.items():
+            self._last[key] = max(ts, self._last.get(key, ts))
+            self._seen.add(key)
+
     def forget_unseen(self) -> None:
         """Forget every series :meth:`idle` did not see since the last call (expired ones)."""
         seen = self._seen

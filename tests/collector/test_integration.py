@@ -42,9 +42,10 @@ class CollectorProcess:
         limits: dict | None = None,
         durable: dict | None = None,
         start_timeout: float = 60,
+        port: int = 0,
     ) -> None:
         config = {
-            "receiver": {"port": 0},
+            "receiver": {"port": port},
             "limits": {"queue_size": 100_000, "drain_timeout_s": 60, **(limits or {})},
             "sinks": {"fileroot": str(tmp_path / "files"), "prometheus": {"port": 0}, **sinks},
         }

@@ -3,7 +3,8 @@ as it arrives, and the step-based ones each run gets.
 
 Every file of a run lies in its run directory ``<fileroot>/<experiment>/<trial>``, as the
 demo's embedded StatsLogger writes it: W&B in ``wandb/``, SwanLab in ``swanlog/``,
-TensorBoard in ``tensorboard/``. A set ``tensorboard.path`` or ``swanlab.logdir`` is a root
+TensorBoard in ``tensorboard/``, the kept rollout samples in ``samples.jsonl``
+(``sinks.samples.jsonl``). A set ``tensorboard.path`` or ``swanlab.logdir`` is a root
 of its own: ``<root>/<experiment>/<trial>`` is a symbolic link to that sink's directory in
 the run directory, so a TensorBoard server watching the root sees every run.
 """
@@ -21,6 +22,7 @@ from exporters import registry
 from exporters.base import Sink
 from exporters.local_files import link_dir
 from exporters.prometheus.sink_queues import run_label
+from exporters.samples_file import SamplesFileSink
 from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, StatsLoggerConfig
 
 __all__ = ["RunSinkFactory", "RunSinks", "SinksFailed", "run_sink_factory", "shared_sinks"]
@@ -92,6 +94,8 @@ class RunSinkFactory:
                     self._failures[run, factory.name] = error = _first_line(exc)
                 raise SinksFailed(f"sink {factory.name} failed to start: {error}") from exc
             self._link_root(factory.name, config, experiment, trial)
+        if config.samples.enabled and config.samples.jsonl:  # <run_dir>/samples.jsonl
+            sinks.append(SamplesFileSink(config.run_dir))
         with self._lock:
             for stale in [key for key in self._failures if key[0] == run]:
                 del self._failures[stale]  # an earlier try's: the sinks started since

@@ -51,6 +51,7 @@ __all__ = [
     "StatsLoggerConfig",
     "SwanlabConfig",
     "TensorBoardConfig",
+    "TracingConfig",
     "WandBConfig",
     "load_config",
     "load_experiment",
@@ -211,11 +212,41 @@ class OtlpConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
+class SamplesConfig:
+    """Bounded rollout samples (``telemetry.samples.log_sample``), per step and stream.
+
+    The StatsLogger bounds what it sends with it; the collector (``sinks.samples``) bounds
+    what it receives again with its own, whatever the senders send.
+
+    Attributes:
+        enabled: keep logged (in the collector: received) samples and hand them to the
+            sinks at each step.
+        reservoir: samples kept uniformly at random per step and stream.
+        extremes: samples with the lowest and, as many, the highest ``reward_key`` kept
+            besides.
+        max_text_bytes: a text field longer than this (UTF-8) is cut and marked.
+        reward_key: the numeric field that orders the extremes.
+        jsonl: each run's sinks also write ``<run_dir>/samples.jsonl`` (embedded, or in
+            the collector).
+    """
+
+    enabled: StrictBool = True
+    reservoir: StrictInt = Field(default=16, ge=0)
+    extremes: StrictInt = Field(default=2, ge=0)
+    max_text_bytes: StrictInt = Field(default=4096, ge=64)
+    reward_key: StrictStr = Field(default="reward", min_length=1)
+    jsonl: StrictBool = True
+
+
+@dataclass(frozen=True, config=SCHEMA)
 class SinkSections:
     """The sink sections the StatsLogger and the collector share, and the root of run files.
 
     :class:`StatsLoggerConfig` adds the run's names and ``otlp``; the collector's ``sinks``
     section (:class:`collector.config.SinksConfig`) its own defaults and ``remote_write``.
+
+    Attributes:
+        samples: bounded rollout samples per step and stream.
     """
 
     fileroot: StrictStr = Field(default="runs", min_length=1)
@@ -224,6 +255,7 @@ class SinkSections:
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
+    samples: SamplesConfig = field(default_factory=SamplesConfig)
 
     def shared_sections(self) -> dict[str, Any]:
         """The sections of :class:`SinkSections` as this config holds them, by key."""
@@ -282,25 +314,36 @@ class HardwareConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class SamplesConfig:
-    """Bounded rollout samples (``telemetry.samples.log_sample``), per step and stream.
+class TracingConfig:
+    """Spans of this process: AReaL's ``perf_tracer`` calls and ``record_timing`` scopes
+    (:mod:`telemetry.tracing`), configured by the StatsLogger on every rank and worker.
+
+    Embedded, each rank writes AReaL's Chrome trace file (and sessions file) under
+    ``output_dir``; with ``otlp.endpoint`` set, spans go to the collector through the OTLP
+    sink's queue and spool instead.
 
     Attributes:
-        enabled: keep logged samples and hand them to the sinks at each commit.
-        reservoir: samples kept uniformly at random per step and stream.
-        extremes: samples with the lowest and, as many, the highest ``reward_key`` kept
-            besides.
-        max_text_bytes: a text field longer than this (UTF-8) is cut and marked.
-        reward_key: the numeric field that orders the extremes.
-        jsonl: embedded sinks also write ``<run_dir>/samples.jsonl``.
+        enabled: configure this process's tracer with the StatsLogger.
+        sample_rate: spans kept per second at most (a token bucket holding one second's
+            spans; a span under a dropped one is dropped with it); unset keeps every span.
+        record_timing: each ``record_timing`` scope is a span too (``timeperf/<key>``).
+        sessions: AReaL's session tracer: ``sessions.jsonl`` and a span per rollout session
+            and phase.
+        session_flush_threshold: finished sessions written to the sessions file together.
+        save_interval: ``perf_tracer.save(step=s)`` exports at every ``save_interval``-th step.
+        output_dir: the root of the trace files (``perf_tracer/<role>/traces-r<rank>.jsonl``,
+            ``session_tracer/...``); unset: ``<run_dir>/traces``.
+        max_queue: ended spans waiting for export at most; more are dropped and counted.
     """
 
-    enabled: StrictBool = True
-    reservoir: StrictInt = Field(default=16, ge=0)
-    extremes: StrictInt = Field(default=2, ge=0)
-    max_text_bytes: StrictInt = Field(default=4096, ge=64)
-    reward_key: StrictStr = Field(default="reward", min_length=1)
-    jsonl: StrictBool = True
+    enabled: StrictBool = False
+    sample_rate: StrictFloat | None = Field(default=None, gt=0)
+    record_timing: StrictBool = True
+    sessions: StrictBool = True
+    session_flush_threshold: StrictInt = Field(default=256, ge=1)
+    save_interval: StrictInt = Field(default=1, ge=1)
+    output_dir: OptStr = None
+    max_queue: StrictInt = Field(default=8192, ge=1)
 
 
 @dataclass(frozen=True, config=SCHEMA)
@@ -310,7 +353,7 @@ class StatsLoggerConfig(SinkSections):
     Attributes:
         heartbeat: each rank's heartbeat (the stuck-rank alert).
         hardware: memory and GPU health per rank.
-        samples: bounded rollout samples per step and stream.
+        tracing: spans of ``perf_tracer`` calls and ``record_timing`` scopes.
     """
 
     experiment_name: StrictStr = Field(default="default", min_length=1)
@@ -318,7 +361,7 @@ class StatsLoggerConfig(SinkSections):
     otlp: OtlpConfig = field(default_factory=OtlpConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
-    samples: SamplesConfig = field(default_factory=SamplesConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
     def __post_init__(self) -> None:
         for name in ("experiment_name", "trial_name"):

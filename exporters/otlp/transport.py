@@ -123,7 +123,9 @@ class OtlpSender:
         self.retry_after_s: float | None = None  # the server's pushback after a FAILURE
         self.last_failure: str | None = None  # the status name of the last FAILURE
         self._outage = Streak()  # failed requests since the last delivered one
-        self._refusals = Streak()  # requests dropped for good since the last delivered one
+        # requests dropped for good since the last delivered one, per signal: an endpoint
+        # that refuses one signal (a collector without a logs service) is logged once
+        self._refusals = {signal: Streak() for signal in ("metrics", *ITEM_NAMES)}
         self._auth_logged_at: float | None = None
         self._closed = False
 
@@ -189,11 +191,14 @@ class OtlpSender:
                     ended.failures,
                     ended.over(),
                 )
-            ended = self._refusals.succeeded()
+            signal = _signal(batch)
+            ended = self._refusals[signal].succeeded()
             if ended is not None:
                 logger.warning(
-                    "otlp: %s takes requests again; %d requests (%d points) were dropped before%s",
+                    "otlp: %s takes %srequests again; %d requests (%d points) were dropped "
+                    "before%s",
                     self.endpoint,
+                    "" if signal == "metrics" else f"{signal} ",
                     ended.failures,
                     ended.points,
                     ended.over(),
@@ -221,7 +226,7 @@ class OtlpSender:
         self._bump("points_failed", batch.num_points)
         if isinstance(batch, SignalRequest):
             self._bump(f"{ITEM_NAMES[batch.signal]}_failed", batch.items)
-        if self._refusals.failed(batch.num_points):
+        if self._refusals[_signal(batch)].failed(batch.num_points):
             if isinstance(batch, SignalRequest):
                 name = ITEM_NAMES[batch.signal]
                 what, counter = f"{batch.items} {name.replace('_', ' ')}", f"{name}_failed"
@@ -245,3 +250,7 @@ class OtlpSender:
     def _bump(self, name: str, value: int) -> None:
         with self._lock:
             self._counts[name] += value
+
+
+def _signal(batch: Batch | SignalRequest) -> str:
+    return batch.signal if isinstance(batch, SignalRequest) else "metrics"

@@ -289,3 +289,28 @@ def test_rltel_spool_flush_sends_trace_and_logs_entries_in_order(tmp_path):
         receiver.server.stop(None)
     assert report.complete and report.delivered_requests == 3
     assert [kind for kind, _ in receiver.requests] == ["metrics", "logs", "traces"]
+
+
+def test_an_endpoint_without_a_logs_service_costs_the_samples_only_and_logs_once(caplog):
+    """A metrics-only receiver (an older collector) answers UNIMPLEMENTED to the samples:
+    they are dropped and counted, the metrics all arrive, and one line says so."""
+    from tests.telemetry.otlp_receiver import Receiver as MetricsOnly
+
+    receiver = MetricsOnly().start()
+    sink = OtlpSink(receiver.endpoint, **FAST)
+    queued = QueuedSink.of(sink)
+    steps = 8
+    try:
+        for step in range(steps):
+            assert queued.submit(snapshot(step))
+        assert queued.force_flush(WAIT_S)
+    finally:
+        queued.shutdown(10)
+        receiver.stop()
+    assert [step_of(request) for request in receiver.requests] == list(range(steps))
+    health = sink.health()
+    assert health["log_records_failed"] == steps and health["log_records_exported"] == 0
+    assert health["points_failed"] == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "exporters.otlp.transport"]
+    assert len(lines) == 1, lines
+    assert "UNIMPLEMENTED" in lines[0] and "1 log records" in lines[0]

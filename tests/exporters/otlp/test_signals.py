@@ -314,3 +314,21 @@ def test_an_endpoint_without_a_logs_service_costs_the_samples_only_and_logs_once
     lines = [r.getMessage() for r in caplog.records if r.name == "exporters.otlp.transport"]
     assert len(lines) == 1, lines
     assert "UNIMPLEMENTED" in lines[0] and "1 log records" in lines[0]
+
+
+def test_samples_and_spans_that_find_no_room_are_counted(tmp_path):
+    """A full spool refuses a trace request (its spans counted); without a spool and with
+    nobody listening, each snapshot's samples are counted as they are given up."""
+    spool = Spool(tmp_path / "spool", 200)
+    request = trace_pb.ExportTraceServiceRequest()
+    for i in range(20):
+        request.resource_spans.add().scope_spans.add().spans.add(name=f"span-{i}")
+    assert not spool.append(SignalRequest("traces", request, 20))  # over 200 bytes
+    assert spool.dropped_items == {"traces": 20, "logs": 0} and len(spool) == 0
+    sink = OtlpSink(f"127.0.0.1:{free_port()}", queue_size=4, **FAST)
+    queued = QueuedSink.of(sink)
+    for step in range(6):
+        queued.submit(snapshot(step))  # one sample each
+    queued.shutdown(2)
+    health = sink.health()
+    assert health["log_records_dropped"] == 6 and health["log_records_exported"] == 0

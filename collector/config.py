@@ -22,6 +22,7 @@ from pydantic import Field, SecretStr, StrictBool, StrictFloat, StrictInt, Stric
 from pydantic.dataclasses import dataclass
 
 from collector.scrape_config import ScrapeConfig, ScrapeTarget
+from collector.traces_config import TracesConfig
 from exporters.remote_write.config import (
     RemoteWriteConfig,
 )
@@ -222,7 +223,7 @@ class DurableConfig:
 @dataclass(frozen=True, config=SCHEMA)
 class CollectorConfig:
     """The whole collector: ``receiver``, ``auth``, ``limits``, ``sinks``, ``durable``,
-    ``scrape``."""
+    ``scrape``, ``traces``."""
 
     receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -230,6 +231,7 @@ class CollectorConfig:
     sinks: SinksConfig = field(default_factory=SinksConfig)
     durable: DurableConfig = field(default_factory=DurableConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
+    traces: TracesConfig = field(default_factory=TracesConfig)
 
 
 def default_config() -> CollectorConfig:
@@ -280,6 +282,7 @@ __all__ = [
     "ScrapeTarget",
     "SinksConfig",
     "TlsConfig",
+    "TracesConfig",
     "default_config",
     "from_dict",
     "load",

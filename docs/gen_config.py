@@ -123,6 +123,7 @@ FIELD_DOCS: dict[str, str] = {
     "CollectorConfig.sinks": "the StatsLogger's sink sections, with the collector's defaults",
     "CollectorConfig.durable": "what was accepted is on disk per sink until the sink holds it",
     "CollectorConfig.scrape": "Prometheus endpoints (vLLM, SGLang) scraped into their runs",
+    "CollectorConfig.traces": "spans: the merged timeline per run, duration histograms, forwarding",
     "ReceiverConfig.host": "bind address; beyond loopback is an explicit choice",
     "ReceiverConfig.port": "OTLP/gRPC port",
     "ReceiverConfig.max_message_bytes": "largest request accepted",

@@ -9,7 +9,8 @@ Routing of each decoded Snapshot:
   windows merged into the next training step).
 
 Heartbeat resources (a reading rank's beats of its run's ranks) go to neither: the
-pipeline's :class:`~collector.heartbeats.HeartbeatBoard` holds the latest beat per rank.
+pipeline's :class:`~collector.heartbeats.HeartbeatBoard` holds the latest beat per rank and
+the shared Prometheus sink serves them (``rltel_heartbeat_*``).
 
 Each sink has its own bounded queue (:class:`exporters.fanout.FanOut`); a slow sink never
 delays the others or the gRPC response. Accepted means kept (:mod:`collector.admission`):
@@ -32,11 +33,13 @@ from dataclasses import dataclass
 from collector.admission import Hold, MemoryBudget, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
+from collector.heartbeats import FAMILIES as HEARTBEAT_FAMILIES
 from collector.heartbeats import HeartbeatBoard
 from collector.runs import Runs, RunUnavailable
 from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
+from exporters.prometheus import PrometheusSink
 from exporters.prometheus.sink_queues import run_label
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.decode import Decoder, DecodeResult, Request
@@ -119,6 +122,9 @@ class Pipeline:
         self.shared = FanOut(shared_sinks, **queue)
         self.runs = Runs(run_sinks, self.limits.max_runs, **queue)
         self.heartbeats = HeartbeatBoard(self.limits.max_runs, self.limits.max_series_per_metric)
+        for sink in shared_sinks:  # the beats' one way out: the /metrics of the shared sink
+            if isinstance(sink, PrometheusSink):
+                sink.register(self.heartbeats.collector, HEARTBEAT_FAMILIES)
         self._lock = threading.Lock()
         self._closed = False
         self._accepted = self._rejected = self._snapshots = 0

@@ -13,6 +13,7 @@ consumer sees every accepted request at least once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import threading
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from typing import Any
 from exporters.journal import Checkpoints, Journal
 
 __all__ = ["RequestJournal", "SignalJournal"]
+
+logger = logging.getLogger(__name__)
 
 DIRECTORY = "signals"
 """The signal journals' directory under the durable state directory."""
@@ -63,6 +66,7 @@ class SignalJournal:
         self.journal = RequestJournal(self.root / signal, limit_bytes, fsync)
         self._acks = Checkpoints(self.journal, flush)
         self._lock = threading.Lock()
+        self._refused = 0  # requests refused in a row (full, or a write failed)
 
     def replay(self, consume: Callable[[bytes], None]) -> int:
         """Hand every request an earlier process left unacknowledged to ``consume``, in
@@ -83,13 +87,30 @@ class SignalJournal:
             OSError: the journal is full or cannot be written (nothing was consumed).
         """
         with self._lock:
-            if self.journal.full:
-                raise OSError(
-                    f"durable queue {self.journal.directory} is full "
-                    f"({self.journal.limit_bytes} bytes): retry later"
+            try:
+                if self.journal.full:
+                    raise OSError(
+                        f"durable queue {self.journal.directory} is full "
+                        f"({self.journal.limit_bytes} bytes): retry later"
+                    )
+                seq = self.journal.append(data)
+                self.journal.sync()  # raises the append's error too
+            except OSError as exc:
+                self._refused += 1
+                if self._refused == 1:
+                    logger.error(
+                        "durable queue %s: %s; refusing requests until it takes them again",
+                        self.journal.directory,
+                        exc,
+                    )
+                raise
+            if self._refused:
+                logger.warning(
+                    "durable queue %s takes requests again after %d refused",
+                    self.journal.directory,
+                    self._refused,
                 )
-            seq = self.journal.append(data)
-            self.journal.sync()  # raises the append's error too
+                self._refused = 0
             assert seq is not None
             consume()
             self._acks.done(seq, idle=True)

@@ -282,15 +282,17 @@ class SignalService:
             if self._closed:
                 return
             self._closed = True
-        if self.journal is not None:
-            self.journal.close(self.flush())
+        flushed = self.flush() if self.journal is not None else False
         for consumer in self.consumers:
             stop = getattr(consumer, "shutdown", None)
             if stop is not None:
                 try:
                     stop(timeout_s)
                 except Exception:
+                    flushed = False  # what it held may not be written: replayed next time
                     logger.exception("collector: %s consumer shutdown failed", self.kind.name)
+        if self.journal is not None:
+            self.journal.close(flushed)
 
     def tally(self, code: str, size: int) -> None:
         """Count one answered request by its status code name."""

@@ -96,7 +96,7 @@ def test_what_the_consumers_did_not_hold_reaches_the_next_collector_in_order(tmp
     assert third.spans() == [] and third.logs == []  # nothing handed on twice
 
 
-def test_a_full_journal_refuses_with_a_retry_delay_and_keeps_nothing(tmp_path):
+def test_a_full_journal_refuses_with_a_retry_delay_and_keeps_nothing(tmp_path, caplog):
     consumer = Holding(False)
     server = start(tmp_path, consumer, limit_bytes=2000)
     try:
@@ -119,3 +119,5 @@ def test_a_full_journal_refuses_with_a_retry_delay_and_keeps_nothing(tmp_path):
         assert "grpc-retry-pushback-ms" in trailers
     finally:
         server.stop(10)
+    refusals = [r for r in caplog.records if "refusing requests" in r.getMessage()]
+    assert len(refusals) == 1  # once for the run of refusals, not once a request

@@ -279,7 +279,7 @@ def test_rltel_spool_flush_sends_trace_and_logs_entries_in_order(tmp_path):
     request.resource_spans.add().scope_spans.add().spans.add(name="left")
     queued.submit(snapshot(1))
     queued.submit(SignalRequest("traces", request, 1))
-    queued.shutdown(2)  # nobody listens: all of it stays in the spool
+    queued.shutdown(0.5)  # nobody listens: all of it stays in the spool
     assert len(Spool(tmp_path / "spool", 1 << 20)) == 3
     receiver = Receiver(port)
     receiver.server.start()

@@ -44,8 +44,10 @@ def start_heartbeat(
             reads every rank's beats and serves them.
         store: a ``torch.distributed`` store to use instead of the default group's.
 
-    With ``otlp.endpoint`` set, rank 0 reads every rank's beats and sends them to the
-    collector at each beat (:mod:`telemetry.heartbeat.send`), which serves them.
+    With ``otlp.endpoint`` set, a trainer's rank 0 reads every rank's beats and sends them to
+    the collector at each beat (:mod:`telemetry.heartbeat.send`), which serves them. Rollout
+    and eval workers send none yet: each is rank 0 of its own process, and the collector
+    would hold their beats under one rank.
     """
     section = config.heartbeat
     if not section.enabled:
@@ -64,7 +66,7 @@ def start_heartbeat(
         return BeatGroup(run, section.stall_floor_s, beats)
 
     emit = None
-    if config.otlp.endpoint and rank == 0:
+    if config.otlp.endpoint and rank == 0 and role == "trainer":
         from telemetry.heartbeat.send import OtlpBeats
 
         send = OtlpBeats(config)

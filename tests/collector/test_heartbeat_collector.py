@@ -4,7 +4,8 @@ named through a real ``rltel collector``.
 Served: a rank's newer beat replaces its series (a phase change leaves no old phase behind),
 with the embedded endpoint's labels (no job/instance of the collector's series store), never
 in the step path; a closed reader takes its run's beats away; a request mixing heartbeats
-and data has each go its own way.
+and data has each go its own way; a trainer's rank 0 sends beats, a rollout worker none
+yet.
 
 The stuck rank: the job of :mod:`tests.telemetry.heartbeat.stuck` (3 gloo ranks, rank 2
 blocked inside ``ppo_actor/update``) logs over OTLP to a collector process; rank 0's
@@ -18,6 +19,8 @@ run, and the run's TensorBoard files (the bridged step logs) hold the steps and 
 from __future__ import annotations
 
 import signal
+import threading
+import time
 import urllib.parse
 
 import grpc
@@ -25,6 +28,7 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import MetricsServiceStub
 
+from rltel.logger import StatsLogger
 from telemetry.heartbeat import BeatGroup
 from telemetry.heartbeat.wire import snapshot_of
 from telemetry.model.snapshot import Gauge, Snapshot
@@ -66,6 +70,35 @@ def test_a_heartbeat_beside_data_is_held_apart(start_collector):
     assert list(samples(got, "train_x", experiment="e", trial="t").values()) == [2.0]
     assert list(samples(got, "rltel_heartbeat_step", rank=0, experiment="e").values()) == [3.0]
     assert server.pipeline.stats().snapshots == 1  # the data's; the beats held apart
+
+
+def test_a_trainers_beats_reach_the_collector_and_a_rollout_workers_do_not(
+    start_collector, tmp_path
+):
+    server = start_collector()
+    config = {
+        "experiment_name": "e",
+        "trial_name": "t",
+        "fileroot": str(tmp_path),
+        "console": {"enabled": False},
+        "otlp": {"endpoint": server.endpoint},
+        "heartbeat": {"interval_s": 0.05},
+    }
+    trainer = StatsLogger(config)
+    rollout = StatsLogger(config, role="rollout", worker_id=1)  # rank 0 of its own process
+    board = server.pipeline.heartbeats
+    try:
+        sent: set[float] = set()
+        waited = threading.Event()
+        deadline = time.monotonic() + 60
+        while len(sent) < 5:  # five beats of the trainer: the worker beat as often meanwhile
+            sent |= {b.sent for group in board.groups() for b in group.beats}
+            assert not waited.wait(0.02) and time.monotonic() < deadline, "no trainer beats"
+        assert [group.run for group in board.groups()] == [("e", "t", "trainer")]
+    finally:
+        rollout.close()
+        trainer.close()
+    assert board.groups() == []  # the trainer's rank 0 closed
 
 
 @pytest.mark.timeout(300)

@@ -7,8 +7,9 @@ and a rollout session's async pairs) of the chosen steps are drawn as bars colou
 phase (the span's name): nested spans thinner on top of their parents, overlapping sessions
 in lanes that split their row; a dotted line marks each step's first start. A step is a
 span's ``args.step`` (AReaL's ``args.global_step``); a span without one is drawn when it
-lies within one of its process's chosen steps. Steps are ``--since``/``--until``, else the last
-:data:`LAST_STEPS`; a trace without steps is drawn whole (its last :data:`MAX_BARS` spans).
+lies within one of its process's chosen steps (a process without steps: any chosen step).
+Steps are ``--since``/``--until``, else the last :data:`LAST_STEPS`; a trace without steps
+is drawn whole (its last :data:`MAX_BARS` spans).
 The slowest trainer rank of each step (its spans of the step from first start to last end
 take longest) is marked with a red triangle and named in the title.
 """
@@ -155,6 +156,7 @@ def read_timeline(run_dir: Path, filters: Filters | None = None) -> Timeline | N
     for (key, step), window in scan.own.items():
         if step in chosen:
             within.setdefault(key, []).append(window)
+    everywhere = [scan.windows[s] for s in steps]  # for a process whose spans have no step
     spans: list[tuple[tuple[str, int], dict[str, Any]]] = []
     opened: dict[tuple, dict[str, Any]] = {}
     for path in paths:
@@ -177,7 +179,11 @@ def read_timeline(run_dir: Path, filters: Filters | None = None) -> Timeline | N
             step, start = _step(event), float(event["ts"])
             if step is not None and chosen and step not in chosen:
                 continue
-            if step is None and chosen and not any(a <= start <= b for a, b in within.get(key, ())):
+            if (
+                step is None
+                and chosen
+                and not any(a <= start <= b for a, b in within.get(key, everywhere))
+            ):
                 continue
             spans.append((key, event))
     spans = spans[-MAX_BARS:]

@@ -119,15 +119,16 @@ def read_spans(
         if experiment is None:
             continue
         run = (str(experiment), str(resource.get(names.TRIAL, "default")))
+        process = _process(resource)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
                 try:
-                    yield _view(run, resource, span, limits)
+                    yield _view(run, process, span, limits)
                 except Rejected as exc:
                     yield exc
 
 
-def _view(run: tuple[str, str], resource: dict[str, object], span, limits) -> SpanView:
+def _view(run: tuple[str, str], process: Process, span, limits) -> SpanView:
     found = dict(reversed(attributes(span.attributes, limits)))
     prefix = trace_names.ARGS_PREFIX
     args = tuple(
@@ -143,7 +144,7 @@ def _view(run: tuple[str, str], resource: dict[str, object], span, limits) -> Sp
         error = span.status.message or "error"
     return SpanView(
         run=run,
-        process=_process(resource),
+        process=process,
         name=span.name,
         trace_id=span.trace_id,
         span_id=span.span_id,

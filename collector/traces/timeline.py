@@ -141,7 +141,8 @@ class RunTimeline:
             return
         if self.file.resumed_spans:
             spans = [s for s in spans if s.span_id.hex() not in self.file.resumed_spans]
-        spans.sort(key=lambda s: (s.process.label, s.thread, s.start_ns, -s.end_ns))
+        pids = {s.process: pid_of(s.process) for s in spans}
+        spans.sort(key=lambda s: (pids[s.process], s.thread, s.start_ns, -s.end_ns))
         current = self.file.first_step
         parts: dict[int | None, list[SpanView]] = {}
         for span in spans:
@@ -151,18 +152,20 @@ class RunTimeline:
                 part = None
             parts.setdefault(part, []).append(span)
         for part in sorted(parts, key=lambda p: -1 if p is None else p):
-            self._append(parts[part], part)
+            self._append(parts[part], part, pids)
 
     def _failed_write(self, spans: list[SpanView], exc: OSError) -> None:
         self._failed += len(spans)
         if self._streak.failed(len(spans)):
             logger.error("traces: cannot write %s: %s", self.file.path, exc)
 
-    def _append(self, spans: list[SpanView], part: int | None) -> None:
-        events, named = [], []
+    def _append(self, spans: list[SpanView], part: int | None, pids: dict[Process, int]) -> None:
+        events, named, threads = [], [], set()
         for span in spans:
-            pid = pid_of(span.process)
-            named.extend(metadata(span, pid))
+            pid = pids[span.process]
+            if (pid, span.thread) not in threads:
+                threads.add((pid, span.thread))
+                named.extend(metadata(span, pid))
             last = self._steps.get(span.process)
             if span.step is not None and (last is None or span.step > last):
                 self._steps[span.process] = span.step

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from exporters.fanout import FanOut
 from rltel.commit_points import stats_points
 from rltel.logger_sinks import STREAMS, build_context, logger_sinks, serve_sink_health, warn_no_sink
+from rltel.logger_tracing import start_tracing, stop_tracing
 from rltel.progress import progress_line
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
 from telemetry.heartbeat import start_heartbeat
@@ -108,6 +109,9 @@ class StatsLogger:
             self.config, role, self.rank, socket.gethostname(), self._sink("prometheus"), store
         )
         self.hardware = _start_hardware(self.config)
+        self.tracing = start_tracing(
+            self.config, role, self.rank, self.resource_id, self.otlp, self.resource
+        )
         if not self.enabled:
             return
         serve_sink_health(self.fanout, self.config)
@@ -208,8 +212,11 @@ class StatsLogger:
         if step is not None and self.role == "trainer":
             points = (*points, Gauge(STEP_METRIC, float(step.global_step)))
             self._last_step = step
+        # a worker's counts are its process's own (rltel/..., as its sender's health): the
+        # collector does not merge them into the run, where the trainer's carry the names
+        own = "" if self.role == "trainer" else "rltel/"
         for window in drained:
-            prefix = f"samples/{window.stream}/"
+            prefix = f"{own}samples/{window.stream}/"
             points = (
                 *points,
                 Gauge(prefix + "seen", float(window.seen)),
@@ -290,6 +297,8 @@ class StatsLogger:
             self.heartbeat.close()
         if self.hardware is not None:
             self.hardware.close()
+        if self.tracing:  # its spans reach the OTLP sink's queue before the sink drains
+            stop_tracing()
         if self.otlp is not None and self._last_step is not None and self.role == "trainer":
             self._send_closed(self._last_step)
         self.fanout.shutdown(timeout_s)

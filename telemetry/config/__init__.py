@@ -316,7 +316,7 @@ class HardwareConfig:
 @dataclass(frozen=True, config=SCHEMA)
 class TracingConfig:
     """Spans of this process: AReaL's ``perf_tracer`` calls and ``record_timing`` scopes
-    (:mod:`telemetry.tracing`), configured by the StatsLogger on every rank and worker.
+    (``telemetry.tracing``), configured by the StatsLogger on every rank and worker.
 
     Embedded, each rank writes AReaL's Chrome trace file (and sessions file) under
     ``output_dir``; with ``otlp.endpoint`` set, spans go to the collector through the OTLP

@@ -43,6 +43,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _tracer: PerfTracer | None = None
+_shared = False  # configured by the StatsLogger: a later configure() call gets it
 _lock = threading.Lock()
 _atexit_registered = False
 
@@ -68,9 +69,15 @@ def configure(
     role: str | None = None,
     exporter: SpanExporter | None = None,
     output_dir: str | Path | None = None,
+    resource: tuple[tuple[str, Any], ...] = (),
+    shared: bool = False,
 ) -> PerfTracer:
     """Configure this process's tracer from AReaL's ``PerfTracerConfig`` or rltel's
     ``TracingConfig`` (see :func:`telemetry.tracing.settings.resolve`).
+
+    A tracer configured with ``shared`` (the StatsLogger's, from ``stats_logger.tracing``)
+    is what a later call returns (logged), so that AReaL's own ``configure`` call after
+    the StatsLogger's keeps working and records into the StatsLogger's tracer.
 
     Args:
         config: the tracer config (read by attribute).
@@ -79,14 +86,19 @@ def configure(
         exporter: where spans go (the OTLP sink's span exporter); default: the Chrome
             trace file.
         output_dir: the folder of the trace and session files (default: AReaL's).
+        resource: more resource attributes of the spans (the StatsLogger's run identity).
+        shared: later calls get this tracer instead of an error.
 
     Raises:
         RuntimeError: already configured (call :func:`reset` first), as AReaL.
         ConfigError: a bad value in ``config``, naming its key.
     """
-    global _tracer, _atexit_registered
-    settings = resolve(config, rank=rank, role=role, output_dir=output_dir)
+    global _tracer, _shared, _atexit_registered
+    settings = resolve(config, rank=rank, role=role, output_dir=output_dir, resource=resource)
     with _lock:
+        if _tracer is not None and _shared:
+            logger.info("perf_tracer: configured by the StatsLogger (stats_logger.tracing): kept")
+            return _tracer
         if _tracer is not None:
             raise RuntimeError(
                 "PerfTracer has already been configured. Call perf_tracer.reset() "
@@ -95,6 +107,7 @@ def configure(
         from telemetry.tracing.tracer import PerfTracer
 
         _tracer = PerfTracer(settings, exporter)
+        _shared = shared
         if not _atexit_registered:
             atexit.register(_close_at_exit)
             _atexit_registered = True
@@ -134,9 +147,9 @@ def get_session_tracer() -> SessionTracer | None:
 def reset() -> None:
     """Close the tracer (sessions written, spans exported) so that :func:`configure` may
     run again."""
-    global _tracer
+    global _tracer, _shared
     with _lock:
-        tracer, _tracer = _tracer, None
+        tracer, _tracer, _shared = _tracer, None, False
     if tracer is not None:
         tracer.close()
 

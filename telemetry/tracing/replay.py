@@ -166,6 +166,7 @@ class Replayer:
             resource[names.EXPERIMENT] = settings.experiment
         if settings.trial:
             resource[names.TRIAL] = settings.trial
+        resource.update(settings.resource)
         self._ids = _Assigned()
         self.provider = TracerProvider(
             sampler=ALWAYS_ON,

@@ -42,6 +42,8 @@ class TraceSettings:
         max_queue: spans waiting for export at most; more are dropped and counted.
         experiment: the run's experiment name (resource attribute), if known.
         trial: the run's trial name (resource attribute), if known.
+        resource: more resource attributes (the StatsLogger's: run, role, rank, worker),
+            over the ones above.
     """
 
     enabled: bool
@@ -56,6 +58,7 @@ class TraceSettings:
     max_queue: int = 8192
     experiment: str | None = None
     trial: str | None = None
+    resource: tuple[tuple[str, Any], ...] = ()
 
 
 def _areal_base(config: Any) -> Path:
@@ -78,10 +81,16 @@ def _positive_int(value: Any, key: str) -> int:
 
 
 def resolve(
-    config: Any, *, rank: int, role: str | None = None, output_dir: str | Path | None = None
+    config: Any,
+    *,
+    rank: int,
+    role: str | None = None,
+    output_dir: str | Path | None = None,
+    resource: tuple[tuple[str, Any], ...] = (),
 ) -> TraceSettings:
     """The settings for ``config`` on ``rank``/``role``; files under ``output_dir`` when
-    given, else under AReaL's directory for the config's fileroot, experiment and trial.
+    given, else under AReaL's directory for the config's fileroot, experiment and trial;
+    ``resource``: more resource attributes.
 
     Raises:
         ConfigError: a negative rank, or a value of the wrong type or range (naming the key).
@@ -121,4 +130,5 @@ def resolve(
         max_queue=max_queue,
         experiment=getattr(config, "experiment_name", None),
         trial=getattr(config, "trial_name", None),
+        resource=tuple(resource),
     )

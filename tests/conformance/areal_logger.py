@@ -350,7 +350,7 @@ def run_rltel(
     """rltel's ``StatsLogger`` driven as in :func:`run_areal`, given AReaL's own config
     objects (``config(root, wandb_mode)``: the whole experiment by default) and AReaL's
     ``FinetuneSpec``."""
-    from telemetry import logger as rltel_logger
+    from rltel import logger as rltel_logger
 
     def make(root: Path) -> Any:
         return rltel_logger.StatsLogger(config(root, wandb_mode), finetune_spec())

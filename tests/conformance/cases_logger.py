@@ -236,6 +236,19 @@ RLTEL_SECTION_KEYS = [
     ["samples", ["enabled", "extremes", "jsonl", "max_text_bytes", "reservoir", "reward_key"]],
     ["swanlab", ["config", "logdir", "mode", "name", "project"]],
     ["tensorboard", ["path"]],
+    [
+        "tracing",
+        [
+            "enabled",
+            "max_queue",
+            "output_dir",
+            "record_timing",
+            "sample_rate",
+            "save_interval",
+            "session_flush_threshold",
+            "sessions",
+        ],
+    ],
     ["trial_name", None],
     [
         "wandb",
@@ -346,7 +359,7 @@ CASES: list[Case] = [
         rltel=lambda: run_config("rltel"),
         why="rltel logs the whole experiment config with its validated stats_logger section: "
         "secrets removed (wandb_api_key, swanlab.api_key), rltel's console, otlp, "
-        "prometheus, samples, heartbeat and hardware sections added, trackio (not "
+        "prometheus, samples, heartbeat, hardware and tracing sections added, trackio (not "
         "implemented, accepted with a warning) dropped; AReaL's version_info describes "
         "AReaL's own git checkout and is not logged",
         expected=(

@@ -1,7 +1,10 @@
 """The telemetry path's own Grafana dashboard: senders' OTLP sinks, the collector, its sinks.
 
-Names come from :mod:`dashboards.catalog`, the collector's self-metrics prefix and the
-families the alert rules read; the training run's dashboards are in :mod:`dashboards.boards`.
+Names come from :mod:`dashboards.catalog`, the collector's self-metrics prefix, the
+remote-write sink's families and the families the alert rules read; the training run's
+dashboards are in :mod:`dashboards.boards`. The remote-write row reads the sink's own
+families on the collector's ``/metrics`` (or on the shared store, where the collector
+remote-writes them too).
 """
 
 from __future__ import annotations
@@ -10,6 +13,35 @@ from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
 from dashboards import catalog as c
 from dashboards.alerts import COLLECTOR_JOB, OVERFLOW_POINTS, POINTS_REJECTED, SINK_DROPPED
 from dashboards.panels import Panel, Query, dashboard, row, stat, timeseries
+from exporters.remote_write.health import PREFIX as RW
+
+
+def remote_write() -> list[Panel]:
+    """The remote-write row: the link's state, samples by outcome, backlog, retries."""
+    rate = "[$__rate_interval]"
+    return [
+        row("Remote write"),
+        stat("Remote write degraded", Query(f"max({RW}degraded)")),
+        stat("Samples pending (backlog)", Query(f"sum({RW}samples_pending)")),
+        stat(
+            "Since the last accepted write",
+            Query(f"time() - (max({RW}last_success_timestamp_seconds) > 0)"),
+            unit="s",
+        ),
+        stat("Samples dropped (10m)", Query(f"sum(increase({RW}samples_dropped_total[10m]))")),
+        timeseries(
+            "Remote-write samples/s",
+            Query(f"sum(rate({RW}samples_sent_total{rate}))", "sent"),
+            Query(f"sum(rate({RW}samples_rejected_total{rate}))", "rejected (4xx)"),
+            Query(f"sum by (reason) (rate({RW}samples_dropped_total{rate}))", "dropped {{reason}}"),
+            Query(f"sum(rate({RW}samples_late_total{rate}))", "late (moved 1 ms)"),
+        ),
+        timeseries(
+            "Remote-write backlog and retries",
+            Query(f"sum by (instance) ({RW}samples_pending)", "pending {{instance}}"),
+            Query(f"sum by (instance) (rate({RW}retries_total{rate}))", "retries/s {{instance}}"),
+        ),
+    ]
 
 
 def pipeline() -> dict:
@@ -47,6 +79,7 @@ def pipeline() -> dict:
                 "failed {{sink}}",
             ),
         ),
+        *remote_write(),
         row("Senders (OTLP sink)"),
         timeseries(
             "Points/s per sender",

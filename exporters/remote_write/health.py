@@ -29,6 +29,7 @@ FAMILIES: dict[str, str] = {
     f"{PREFIX}retries": "counter",
     f"{PREFIX}samples_pending": "gauge",
     f"{PREFIX}degraded": "gauge",
+    f"{PREFIX}last_success_timestamp_seconds": "gauge",
 }
 """The sink's families on the collector's ``/metrics`` (``name -> kind``)."""
 DROP_REASONS = ("backlog_full", "too_old", "refused", "shutdown")
@@ -46,6 +47,7 @@ class Counts:
     retries: int
     pending: int
     state: str
+    last_success: float  # Unix seconds of the last accepted write; 0 before the first
 
 
 class LinkHealth:
@@ -56,6 +58,7 @@ class LinkHealth:
         pending: ``() -> samples waiting in the backlog``.
         summary_s: seconds between two summaries while the link is not ok.
         clock: monotonic seconds.
+        wall: Unix seconds (the last accepted write's time).
     """
 
     def __init__(
@@ -64,11 +67,14 @@ class LinkHealth:
         pending: Callable[[], int],
         summary_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.url = url
         self._pending = pending
         self.summary_s = summary_s
         self._clock = clock
+        self._wall = wall
+        self._last_success = 0.0
         self._lock = threading.Lock()
         self._sent = self._rejected = self._late = self._retries = 0
         self._dropped = dict.fromkeys(DROP_REASONS, 0)
@@ -83,6 +89,7 @@ class LinkHealth:
         """A write was accepted (2xx)."""
         with self._lock:
             self._sent += samples
+            self._last_success = self._wall()
             if self.state != OK:
                 logger.info(
                     "remote_write %s: writes accepted again after %.0f s %s (%s)",
@@ -157,6 +164,7 @@ class LinkHealth:
                 self._retries,
                 pending,
                 self.state,
+                self._last_success,
             )
 
     def problem(self) -> str | None:
@@ -192,6 +200,11 @@ class LinkHealth:
         )
         yield GaugeMetricFamily(
             f"{PREFIX}degraded", "1 while the receiver is down or refusing writes", c.state != OK
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}last_success_timestamp_seconds",
+            "Unix time of the last write the receiver accepted (0: none yet)",
+            c.last_success,
         )
 
     # -- state ---------------------------------------------------------------------------

@@ -298,17 +298,21 @@ class RemoteWriteSink(Sink):
         if self._keep is not None:
             self._keep.gone(sum(1 for write in writes if write.kept))
 
-    def _done(self, samples: int, resync: bool) -> bool:
-        """The batch of ``samples`` left: sent, or refused (``resync``); False when shutdown
-        gave it up first."""
+    def _done(self, samples: int, outcome: ExportResult, detail: str) -> bool:
+        """The batch of ``samples`` left: sent, or refused; counted before a flush waiting
+        for it returns. False when shutdown gave it up first."""
         with self._cond:
             if self._abandoned:
                 return False
+            if outcome is ExportResult.SUCCESS:
+                self.health.delivered(samples)
+            else:
+                self.health.refused(samples, detail)
+                self._resync = True
             self._left(self._inflight)
             self._inflight = []
             self._pending -= samples
             self._sending = 0
-            self._resync = self._resync or resync
             self._cond.notify_all()
             return True
 
@@ -350,12 +354,8 @@ class RemoteWriteSink(Sink):
                     self._cond.wait_for(lambda: self._abandoned, delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 continue
-            if not self._done(samples, resync=outcome is not ExportResult.SUCCESS):
+            if not self._done(samples, outcome, detail):
                 return  # shutdown counted this batch as dropped already
-            if outcome is ExportResult.SUCCESS:
-                self.health.delivered(samples)
-            else:
-                self.health.refused(samples, detail)
             batch, delay = [], BACKOFF_S
 
     # -- refresher ---------------------------------------------------------------------

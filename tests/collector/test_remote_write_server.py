@@ -16,15 +16,16 @@ def healthz(server) -> str:
     return urllib.request.urlopen(url, timeout=10).read().decode()
 
 
-def test_an_unreachable_receiver_shows_on_metrics_and_healthz(start_collector):
+def test_an_unreachable_receiver_shows_on_metrics_and_healthz(start_collector, tmp_path):
     server = start_collector(
         sinks={
+            "fileroot": str(tmp_path),  # its durable state: the backlog is kept there at stop
             "remote_write": {
                 "enabled": True,
                 "url": "http://127.0.0.1:9/api/v1/write",  # nothing listens on port 9
                 "collector": "node-a",
                 "interval_s": 0.2,  # the collector's own metrics are written this often
-            }
+            },
         }
     )
     assert healthz(server) == "ok\n"
@@ -43,4 +44,5 @@ def test_an_unreachable_receiver_shows_on_metrics_and_healthz(start_collector):
     assert set(dropped) == {
         (("reason", r),) for r in ("backlog_full", "too_old", "refused", "shutdown")
     }
-    server.stop(1.0)  # what is left is dropped at shutdown's deadline (not the fixture's 10 s)
+    server.stop(1.0)  # the receiver is down: what is left is kept for the next start
+    assert list(tmp_path.glob(".collector-state/*/shared/remote_write/backlog.kept"))

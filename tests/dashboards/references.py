@@ -27,8 +27,13 @@ LAYER = 1
 """The MoE layer the ``$layer`` variable is set to."""
 SERIES_LIMIT = 32
 """The collector's Prometheus series limit per metric (the decoy's noise goes past it)."""
-SHARED_SINK = ("shared", "prometheus")
-"""``(run, sink)`` labels of the collector's Prometheus sink, its only sink."""
+SHARED_SINKS = (
+    ("shared", "prometheus"),
+    ("shared", "remote_write"),
+    *((f"{EXPERIMENT}_{trial}", "samples") for trial in (CHOSEN, DECOY)),
+)
+"""``(run, sink)`` labels of the collector's sinks: Prometheus and remote write for every
+snapshot, each run's ``samples.jsonl``."""
 
 
 @dataclass(frozen=True)
@@ -339,7 +344,7 @@ def _zero_per_sender(by: tuple[str, ...]) -> Reference:
     )
 
 
-_SHARED_SINK_ZERO = Reference(("run", "sink"), lambda w: {SHARED_SINK: 0.0})
+_SHARED_SINK_ZERO = Reference(("run", "sink"), lambda w: dict.fromkeys(SHARED_SINKS, 0.0))
 
 
 # -- the panel targets -------------------------------------------------------------------

@@ -54,12 +54,19 @@ from tests.dashboards.references import (
     Step,
     Window,
 )
+from tests.dashboards.remote_write_references import (
+    LEDGER,
+    REMOTE_WRITE_REFERENCES,
+    TimedReference,
+)
+from tests.dashboards.remote_write_references import config as remote_write_config
+from tests.exporters.test_remote_write import Receiver
 
 STEPS = 10
 SCRAPE_INTERVAL = "1s"
 RATE_SCRAPES = 4
 """Grafana's ``$__rate_interval``: 4 scrape intervals (more only for long time ranges)."""
-REFERENCES = {**REFERENCES, **ENGINE_REFERENCES}
+REFERENCES = {**REFERENCES, **ENGINE_REFERENCES, **REMOTE_WRITE_REFERENCES}
 CHOSEN_VALUES = {"experiment": [EXPERIMENT], "trial": [CHOSEN], "layer": [str(LAYER)]}
 BOARDS = {n: json.loads((build.GRAFANA_DIR / f"{n}.json").read_text()) for n in build.BOARDS}
 VARIABLES = {name: board["templating"]["list"] for name, board in BOARDS.items()}
@@ -111,14 +118,14 @@ def _inputs(step: int, decoy: bool) -> StepInputs:
     )
 
 
-def _collector(tmp: Path) -> CollectorServer:
+def _collector(tmp: Path, receiver: Receiver) -> CollectorServer:
     prometheus = {"enabled": True, "host": "127.0.0.1", "port": 0, "series_limit": SERIES_LIMIT}
-    config = from_dict(
-        {
-            "receiver": {"host": "127.0.0.1", "port": 0},
-            "sinks": {"fileroot": str(tmp / "runs"), "prometheus": prometheus},
-        }
-    )
+    sinks = {
+        "fileroot": str(tmp / "runs"),
+        "prometheus": prometheus,
+        "remote_write": remote_write_config(receiver),
+    }
+    config = from_dict({"receiver": {"host": "127.0.0.1", "port": 0}, "sinks": sinks})
     server = CollectorServer(config)
     server.start()
     return server
@@ -161,12 +168,14 @@ def _send_steps(
             assert logger.fanout.force_flush(10)
         for engine in engines:
             engine.advance(step)
-        assert collector.pipeline.force_flush(10)
+        assert collector.pipeline.force_flush(10)  # the remote writes too: all counted
         timeperf = exported[CHOSEN]["timeperf/train_step"]
         peak_rss = exported[CHOSEN]["hardware/memory/peak_rss_bytes/rank_0/per_rank"]
         sent = tuple(_sent(lg) for lg in loggers.values())
         history.append(Step(inputs, timeperf, peak_rss, sent))
-        target.publish(*_exposition(collector.metrics_url))
+        exposition = _exposition(collector.metrics_url)
+        LEDGER.record(exposition[0])
+        target.publish(*exposition)
         target.wait_scraped()
     # A later scrape starts only once the previous one is stored: the last step is in.
     target.publish(*_exposition(collector.metrics_url))
@@ -223,7 +232,10 @@ def scraped(tmp_path_factory) -> Iterator[Scraped]:
     rules.write_text("groups: []\n")
     with ExitStack() as stack:
         target = stack.enter_context(servers.FrozenTarget())
-        collector = _collector(tmp)
+        LEDGER.instance = target.address
+        receiver = Receiver([204])
+        stack.callback(receiver.close)
+        collector = _collector(tmp, receiver)
         stack.callback(collector.stop, 10)
         engines = engine_runs(collector)
         for engine in engines:
@@ -298,7 +310,10 @@ def test_panel_target_shows_the_reference(scraped, name, panel, target):
         }
         expr = interpolate(target["expr"], variables, CHOSEN_VALUES, builtins)
         got = _series(_query(scraped.prometheus, expr, evaluation.time_ms), reference.by)
-        expected = reference.values(evaluation.window)
+        if isinstance(reference, TimedReference):
+            expected = reference.values(evaluation.window, evaluation.time_ms)
+        else:
+            expected = reference.values(evaluation.window)
         where = f"{expr!r} at step {len(evaluation.window.end) - 1}"
         assert expected, f"no reference series for {where}"
         assert got.keys() == expected.keys(), f"{where}: {got} != {expected}"

@@ -55,6 +55,7 @@ from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.durable import DurableState
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge, Unavailable
+from collector.samples import SamplesConsumer
 from collector.scrape import FAMILIES as SCRAPE_FAMILIES
 from collector.scrape import PipelineDeliver, Scraper
 from collector.selfmetrics import FAMILIES, SelfMetrics
@@ -69,6 +70,7 @@ from collector.signals import (
     TraceConsumer,
 )
 from collector.sinks import RunSinkFactory, shared_sinks
+from collector.traces import trace_merge
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
 from exporters.remote_write import RemoteWriteSink
@@ -108,9 +110,12 @@ class CollectorServer:
         prometheus: the Prometheus sink that serves the self-metrics (with a given
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
         trace_consumers: handed every accepted ``TraceService/Export`` request
-            (:class:`~collector.signals.TraceConsumer`; the trace merge).
+            (:class:`~collector.signals.TraceConsumer`); with the pipeline built here, the
+            trace merge of ``config.traces`` (:func:`collector.traces.trace_merge`) first.
         log_consumers: handed every accepted ``LogsService/Export`` request
-            (:class:`~collector.signals.LogConsumer`; the samples' consumer).
+            (:class:`~collector.signals.LogConsumer`); with the pipeline built here, the
+            samples' consumer of ``config.sinks.samples``
+            (:class:`collector.samples.SamplesConsumer`) first.
 
     The per-request bounds and the heavy-request gate are the pipeline's ``limits`` (with
     the pipeline built here, ``config.limits``).
@@ -136,6 +141,9 @@ class CollectorServer:
             prometheus = next((s for s in shared if isinstance(s, PrometheusSink)), None)
             self.run_sinks = RunSinkFactory(config.sinks)
             pipeline = Pipeline(shared, self.run_sinks, config.limits)
+            trace_consumers = [trace_merge(config, pipeline), *trace_consumers]
+            samples = SamplesConsumer(pipeline.runs, config.sinks.samples)
+            log_consumers = [samples, *log_consumers]
         self.pipeline = pipeline
         self.limits = pipeline.limits
         self._heavy = HeavyGate(self.limits.max_heavy_requests)

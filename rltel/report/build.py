@@ -19,7 +19,8 @@ from pathlib import Path
 from rltel.report.figures import FIGURES, FigureSpec
 from rltel.report.panels import Drawn, axes_data
 from rltel.report.runs import Filters, ReportInputError, Run
-from rltel.report.samples import samples_html
+from rltel.report.samples import LENGTHS_FIGURE, LENGTHS_TITLE, draw_lengths, samples_html
+from rltel.report.timeline import TIMELINE, draw_timeline, has_traces
 
 PAGE_WIDTH_PX = 1300  # the page's widest content: figures (at most 1240 px) show at 1:1
 
@@ -47,6 +48,13 @@ def build_report(runs: Sequence[Run], out: Path, filters: Filters | None = None)
     try:
         out.mkdir(parents=True, exist_ok=True)
         written = [write_figure(spec, spec.draw(runs), runs, out) for spec in FIGURES]
+        lengths = draw_lengths(runs, filters)  # beside the samples tables; none without samples
+        if lengths.figure is not None:
+            spec = FigureSpec(LENGTHS_FIGURE, LENGTHS_TITLE, lambda _: lengths)
+            written.append(write_figure(spec, lengths, runs, out))
+        if has_traces(runs):  # timeline.png from trace.json or the per-rank trace files
+            spec = FigureSpec(TIMELINE, "Timeline", lambda shown: draw_timeline(shown, filters))
+            written.append(write_figure(spec, spec.draw(runs), runs, out))
         index = out / "index.html"
         index.write_text(_html(runs, written, filters), encoding="utf-8")
     except OSError as exc:

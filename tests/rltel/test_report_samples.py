@@ -1,12 +1,23 @@
 """``rltel report``'s samples section: the last (or ``--until``) step per stream, lowest and
-highest reward first, escaped text, completion lengths per step."""
+highest reward first, escaped text, completion lengths per step as a table and as a figure
+(its PNG embedded, its plotted quantiles checked against a reference)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import random
 import re
 from html.parser import HTMLParser
 
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from PIL import Image
+
+from rltel.report import build_report
 from rltel.report.runs import Filters, Run
 from rltel.report.samples import samples_html
 
@@ -91,3 +102,63 @@ def test_last_step_per_stream_lowest_and_highest_first_and_lengths(tmp_path):
     assert [r[2] for r in chosen.tables[2][1:]] == ["-1.0", "4.0", "1.5", "2.0"]
     assert samples_html(Run(tmp_path / "none", "x", {}, ()), Filters()) == ""
     assert re.search(r"<h2>Samples: run-a</h2>", page)
+
+
+def quartile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) with linear interpolation between order statistics."""
+    ordered_values = sorted(values)
+    position = q * (len(ordered_values) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered_values) - 1)
+    return ordered_values[low] + (position - low) * (ordered_values[high] - ordered_values[low])
+
+
+def test_the_length_distribution_figure_is_a_png_beside_the_tables(tmp_path):
+    rng = random.Random(5)
+    rows, lengths, chars = [], {}, {}
+    for step in (0, 1, 2, 3):
+        for i in range(7):
+            n = rng.randrange(1, 50 + 20 * step)
+            lengths.setdefault(step, []).append(float(n))
+            rows.append(
+                {"step": step, "stream": "rollout", "completion": "c" * (n + 3)}
+                | {
+                    "length": n,  # the field wins over the completion's characters
+                    "reward": float(i),
+                }
+            )
+        text = "e" * (10 * step + 1)
+        chars[step] = [float(len(text))]
+        rows.append({"step": step, "stream": "eval-rollout", "completion": text})
+    run = write_run(tmp_path, rows)
+    out = tmp_path / "report"
+    page = build_report([run], out, Filters(since=1)).read_text()
+
+    png = out / "sample_lengths.png"
+    with Image.open(png) as image:
+        image.verify()
+    with Image.open(png) as image:
+        assert len(np.unique(np.asarray(image.convert("RGB")).reshape(-1, 3), axis=0)) > 50
+    assert base64.b64encode(png.read_bytes()).decode() in page
+    assert page.index("id='sample_lengths'") < page.index("<h2>Samples: run-a</h2>")
+    data = json.loads((out / "sample_lengths.json").read_text())
+    panels = {ax["title"]: ax for ax in data["axes"]}
+    rollout = panels["rollout: length per step"]
+    assert rollout["ylabel"] == "length (the samples' length field)"
+    drawn = {line["label"]: line for line in rollout["lines"]}
+    for label, q in [("min", 0), ("25%", 0.25), ("median", 0.5), ("75%", 0.75), ("max", 1)]:
+        assert drawn[label]["x"] == [1, 2, 3]  # --since 1
+        expected = [quartile(lengths[step], q) for step in (1, 2, 3)]
+        assert drawn[label]["y"] == pytest.approx(expected, rel=1e-12), label
+    evals = panels["eval-rollout: length per step"]
+    assert evals["ylabel"] == "length (characters)"
+    assert {line["label"]: line["y"] for line in evals["lines"]}["max"] == [
+        chars[step][0] for step in (1, 2, 3)
+    ]
+
+
+def test_no_samples_no_length_figure(tmp_path):
+    out = tmp_path / "report"
+    build_report([Run(tmp_path, "bare", {}, ())], out, Filters())
+    assert not (out / "sample_lengths.png").exists()
+    assert "sample_lengths" not in (out / "index.html").read_text()

@@ -1,5 +1,9 @@
 """A real OTLP/gRPC metrics receiver on 127.0.0.1 for tests: records every request.
 
+A StatsLogger's heartbeat requests (rank 0 beats to its endpoint out of band, in requests
+of their own) are kept apart in ``heartbeats``: they are answered OK at once, never counted
+in ``calls`` or ``requests`` and never take a failure ``fail_with`` set up for the data.
+
 Built on opentelemetry-proto's ``MetricsServiceServicer``. ``fail_with(code, times)``
 answers the next requests with a chosen gRPC status (and, with ``pushback_ms``, asks for
 that retry delay as the rltel collector does); ``stop()``/``start()`` on the same port
@@ -18,6 +22,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as serv
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc as service_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from telemetry.heartbeat.wire import SIGNAL
 from tests.distributed import free_port
 
 
@@ -34,9 +39,14 @@ class Receiver(service_grpc.MetricsServiceServicer):
         self.calls = 0
         self.call_times: list[float] = []  # time.monotonic() of every call
         self.stall_s = 0.0  # each call waits this long before answering
+        self.heartbeats: list[service.ExportMetricsServiceRequest] = []
         self._server: grpc.Server | None = None
 
     def Export(self, request, context):
+        if is_heartbeat_request(request):
+            with self._lock:
+                self.heartbeats.append(request)
+            return service.ExportMetricsServiceResponse()
         if self.stall_s:
             time.sleep(self.stall_s)
         with self._lock:
@@ -103,6 +113,15 @@ class Receiver(service_grpc.MetricsServiceServicer):
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def is_heartbeat_request(request) -> bool:
+    """Whether ``request`` carries a heartbeat (its resources marked as one)."""
+    return any(
+        kv.key == SIGNAL and any_value(kv.value) == "heartbeat"
+        for resource_metrics in request.resource_metrics
+        for kv in resource_metrics.resource.attributes
+    )
 
 
 def any_value(value: AnyValue):

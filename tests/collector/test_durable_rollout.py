@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections import Counter as Tally
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
@@ -103,11 +104,12 @@ def wandb_rows(files: Path) -> list[dict]:
     """The history rows holding rollout keys, over every offline part of the run."""
     parts = sorted(glob.glob(str(files / "exp" / "t1" / "wandb" / "offline-run-*" / "*.wandb")))
     rows = []
-    for part in parts:
-        for record in inspect_wandb(part):
-            row = record["history"]["item"] if record["type"] == "history" else {}
-            if any(key.startswith("rollout/") for key in row):
-                rows.append(row)
+    with ThreadPoolExecutor(len(parts)) as pool:  # one W&B CLI process per part, at once
+        for records in pool.map(inspect_wandb, parts):
+            for record in records:
+                row = record["history"]["item"] if record["type"] == "history" else {}
+                if any(key.startswith("rollout/") for key in row):
+                    rows.append(row)
     return rows
 
 

@@ -80,14 +80,14 @@ def test_sigterm_during_an_outage_keeps_the_backlog_and_the_restart_sends_it_in_
         with receiver(tmp_path, prometheus):
             trainer.start()
             start_s = time.time()
-            time.sleep(3.0)  # the scenario's length, as every sleep here
+            time.sleep(2.0)  # the scenario's length, as every sleep here
         wait_for(lambda: _degraded(first), 30, "the sink reports the outage")
-        time.sleep(2.0)
+        time.sleep(1.0)
         assert first.stop(signal.SIGTERM, timeout=60) == 0, "".join(first.lines)
         assert (kept / "backlog.kept").exists(), "".join(first.lines)
         assert any("kept in" in line for line in first.lines), "".join(first.lines)
         second = CollectorProcess(tmp_path, remote_write(NODE, url), port=otlp)
-        time.sleep(2.0)  # the trainer's spooled steps reach the new process; still no receiver
+        time.sleep(1.0)  # the trainer's spooled steps reach the new process; still no receiver
         with receiver(tmp_path, prometheus):
             trainer.stop.set()
             trainer.join(30)

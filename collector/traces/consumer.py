@@ -23,7 +23,7 @@ from collector.config import CollectorConfig
 from collector.pipeline import Pipeline
 from collector.scrape import PipelineDeliver
 from collector.traces.chrome_file import ChromeTraceFile
-from collector.traces.durations import DurationWindows
+from collector.traces.durations import DurationWindows, RunFigures
 from collector.traces.forward import ForwardStats, TraceForwarder
 from collector.traces.spans import SpanView, read_spans
 from collector.traces.timeline import RunTimeline, TimelineStats
@@ -81,6 +81,7 @@ class TraceMerge:
         self.forwarder = TraceForwarder(config.forward) if config.forward.enabled else None
         self._lock = threading.Lock()
         self._timelines: dict[tuple[str, str], RunTimeline | None] = {}
+        self._figures: dict[tuple[str, str], RunFigures] = {}
         self._spans = self._rejected = 0
         self._logged: set[str] = set()
 
@@ -115,10 +116,21 @@ class TraceMerge:
             self._rejected += rejected
         if self._deliver is not None:
             for window in self._durations.windows(s for spans in by_run.values() for s in spans):
+                figures = self._figures_of(window.run)
+                if figures is None:
+                    continue
+                figures.add(window)
                 try:
-                    self._deliver(window.snapshot(), window.at_step)
+                    self._deliver(window.snapshot(), figures.at_step)
                 except Exception as exc:  # a run whose sinks cannot start: the file still has them
                     self._log_once("durations", "traces: span durations not delivered: %s", exc)
+
+    def _figures_of(self, run: tuple[str, str]) -> RunFigures | None:
+        with self._lock:
+            figures = self._figures.get(run)
+            if figures is None and len(self._figures) < self._max_runs:
+                figures = self._figures[run] = RunFigures(run, self._durations.bounds)
+            return figures
 
     def _timeline(self, run: tuple[str, str]) -> RunTimeline | None:
         with self._lock:

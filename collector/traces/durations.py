@@ -4,13 +4,15 @@ Each request's spans become, per run and role, one snapshot holding a histogram 
 phase (the span's name): count, sum, min, max and bucket counts of the durations in
 seconds. The Prometheus sink accumulates the windows into
 ``rltel_span_duration_seconds{experiment,trial,role,phase}`` (``_bucket``, ``_count``,
-``_sum``); the run's W&B, SwanLab, TensorBoard and console sinks get the same windows at the
-run's latest training step as ``rltel/role_<role>/phase_<phase>/span_duration/avg|min|max``.
+``_sum``); the run's W&B, SwanLab, TensorBoard and console sinks get, once per training step
+of the run, the windows received since the last time, as
+``rltel/role_<role>/phase_<phase>/span_duration/avg|min|max`` (:class:`RunFigures`).
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
@@ -18,7 +20,7 @@ from collector.traces.spans import SpanView
 from telemetry.model import names
 from telemetry.model.snapshot import Histogram, Snapshot, Step
 
-__all__ = ["METRIC", "SERVICE", "DurationWindows", "RoleWindow"]
+__all__ = ["METRIC", "SERVICE", "DurationWindows", "RoleWindow", "RunFigures"]
 
 METRIC = "rltel/span_duration"
 """Prometheus: ``rltel_span_duration_seconds``."""
@@ -34,6 +36,12 @@ class _Window:
     total: float = 0.0
     low: float = float("inf")
     high: float = float("-inf")
+
+    def merge(self, other: _Window) -> None:
+        self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
+        self.count += other.count
+        self.total += other.total
+        self.low, self.high = min(self.low, other.low), max(self.high, other.high)
 
     def point(self, phase: str, bounds: tuple[float, ...]) -> Histogram:
         return Histogram(
@@ -72,16 +80,49 @@ class RoleWindow:
         points = tuple(w.point(phase, self.bounds) for phase, w in sorted(self.phases.items()))
         return Snapshot(points, resource=resource, stream="traces")
 
+
+class RunFigures:
+    """One run's duration windows for its step-based sinks: every window added since the
+    last snapshot, handed out once per training step of the run (W&B and SwanLab keep one
+    value of a key per step), with the role a point attribute (those sinks key series by
+    name only). The windows added after the run's last step are not handed out (at
+    shutdown); Prometheus has them.
+    """
+
+    def __init__(self, run: tuple[str, str], bounds: tuple[float, ...]) -> None:
+        self.run = run
+        self.bounds = bounds
+        self._lock = threading.Lock()
+        self._held: dict[tuple[str, str], _Window] = {}  # (role, phase) -> window
+        self._last: int | None = None  # the global step last handed out
+
+    def add(self, window: RoleWindow) -> None:
+        with self._lock:
+            for phase, part in window.phases.items():
+                held = self._held.get((window.role, phase))
+                if held is None:
+                    held = self._held[window.role, phase] = _Window([0] * len(part.buckets))
+                held.merge(part)
+
     def at_step(self, step: Step | None) -> Snapshot | None:
-        """The run's step-based sinks' snapshot at ``step`` (the role a point attribute, as
-        those sinks key series by name only); None before the run's first training step."""
-        if step is None:
-            return None
-        shared = self.snapshot()
+        """The windows held, at ``step``, when it is a later step than the last one handed
+        out; else None (they wait for the next step)."""
+        with self._lock:
+            if step is None or not self._held:
+                return None
+            if self._last is not None and step.global_step <= self._last:
+                return None
+            held, self._held, self._last = self._held, {}, step.global_step
         points = tuple(
-            replace(p, attributes=(("role", self.role), *p.attributes)) for p in shared.points
+            replace(w.point(phase, self.bounds), attributes=(("role", role), (PHASE, phase)))
+            for (role, phase), w in sorted(held.items())
         )
-        return replace(shared, points=points, step=step)
+        resource = (
+            ("service.name", SERVICE),
+            (names.EXPERIMENT, self.run[0]),
+            (names.TRIAL, self.run[1]),
+        )
+        return Snapshot(points, step=step, resource=resource, stream="traces")
 
 
 class DurationWindows:

@@ -195,36 +195,51 @@ def test_pending_spans_are_bounded(tmp_path):
 
 
 def test_duration_windows_match_the_spans(tmp_path):
+    """Every request's windows to the shared sinks; the run's sinks get what arrived since
+    the last time, once per step of the run (never twice at one step), nothing lost."""
     made = Requests()
     record_steps(provider(made, "trainer", 0), range(2))
     record_steps(provider(made, "rollout", 0, **{names.WORKER_ID: "3"}), range(1))
-    delivered = []
+    shared, figures, handed = [], [], []
+    run_step = [None]
+
+    def deliver(snapshot, at):
+        shared.append(snapshot)
+        handed.append(at)
+        figure = at(run_step[0])
+        if figure is not None:
+            figures.append(figure)
+        assert at(run_step[0]) is None  # a step's figures are handed out once
+
     merge = TraceMerge(
-        TracesConfig(duration_buckets=(1e-6, 1.0)),
-        lambda e, t: tmp_path / e / t,
-        deliver=lambda snapshot, at: delivered.append((snapshot, at(Step(0, 4, 4)), at(None))),
+        TracesConfig(duration_buckets=(1e-6, 1.0)), lambda e, t: tmp_path / e / t, deliver
     )
-    for request in made.requests:
+    for n, request in enumerate(made.requests):
+        run_step[0] = None if n < 2 else Step(0, n // 5, n // 5)  # no step yet, then some
         merge.consume_traces(request)
     merge.shutdown()
-    got: dict[tuple[str, str], list[int]] = {}
-    for snapshot, at_step, none in delivered:
-        assert none is None and at_step.step == Step(0, 4, 4)
-        role = snapshot.resource_value(names.ROLE)
-        assert snapshot.resource_value(names.EXPERIMENT) == "exp"
-        for point in snapshot.points:
-            assert point.metric == METRIC and point.unit == "s"
-            phase = dict(point.attributes)["phase"]
-            assert point.count == sum(point.bucket_counts) and point.bounds == (1e-6, 1.0)
-            assert 0 < point.min <= point.max < 1.0 and point.bucket_counts[2] == 0
-            totals = got.setdefault((role, phase), [0, 0])
-            totals[0] += point.count
-            totals[1] += point.bucket_counts[0]
-        for point in at_step.points:
-            assert dict(point.attributes)["role"] == role
+    last = handed[-1](Step(0, 99, 99))  # what came after the run's last step
+    figures += [last] if last is not None else []
+    assert [f.step.global_step for f in figures] == sorted({f.step.global_step for f in figures})
+
+    def totals(snapshots, role_of) -> dict:
+        out: dict[tuple[str, str], list[int]] = {}
+        for snapshot in snapshots:
+            assert snapshot.resource_value(names.EXPERIMENT) == "exp"
+            for point in snapshot.points:
+                assert point.metric == METRIC and point.unit == "s"
+                assert point.count == sum(point.bucket_counts) and point.bounds == (1e-6, 1.0)
+                assert 0 < point.min <= point.max < 1.0 and point.bucket_counts[2] == 0
+                key = (role_of(snapshot, point), dict(point.attributes)["phase"])
+                total = out.setdefault(key, [0, 0])
+                total[0] += point.count
+                total[1] += point.bucket_counts[0]
+        return out
+
     expected = {("trainer", p): [2, 0] for p in (*PHASES, "step")}
     expected.update({("rollout", p): [1, 0] for p in (*PHASES, "step")})
-    assert got == expected
+    assert totals(shared, lambda s, p: s.resource_value(names.ROLE)) == expected
+    assert totals(figures, lambda s, p: dict(p.attributes)["role"]) == expected
 
 
 def test_spans_without_a_run_or_with_an_unusable_run_name_are_counted(tmp_path):

@@ -1,9 +1,11 @@
 """`rltel report`'s timeline from a run's merged trace (the collector's, from real OTLP
 requests made by the stock SDK) and from the embedded tracer's per-rank files: every rank
-and worker a row, the chosen steps, the slowest rank marked on the figure."""
+and worker a row, the chosen steps, the slowest rank marked, timeline.png in the page."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +18,7 @@ pytest.importorskip("tensorboard")
 
 from collector.traces import TraceMerge
 from collector.traces_config import TracesConfig
-from rltel.report import Filters, load_runs
+from rltel.report import Filters, build_report, load_runs
 from rltel.report.timeline import draw_timeline, read_timeline
 from telemetry import perf_tracer
 from telemetry.model import names, trace_names
@@ -103,11 +105,27 @@ def test_the_figure_shows_every_rank_and_marks_the_slowest(traced_run: Path):
     assert sorted(int(m.get_ydata()[0]) for m in markers) == [0, 0, 1]  # rows of 2, 4 and 3
 
 
+def test_report_page_embeds_timeline_png(traced_run: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    index = build_report(load_runs([traced_run]), out)
+    png = out / "timeline.png"
+    assert png.stat().st_size > 10_000
+    page = index.read_text()
+    assert "<section id='timeline'>" in page
+    assert base64.b64encode(png.read_bytes()).decode() in page
+    data = json.loads((out / "timeline.json").read_text())
+    assert data["figure"] == "timeline"
+
+
 def test_no_trace_no_timeline(tmp_path: Path):
     run_dir = tmp_path / "exp" / "t1"
     write_run(run_dir / "tb", 3, {"timeperf/train_step": lambda s: 1.0})
     assert read_timeline(run_dir) is None
     assert draw_timeline(load_runs([run_dir])).figure is None
+    out = tmp_path / "out"
+    build_report(load_runs([run_dir]), out)
+    assert not (out / "timeline.png").exists()
+    assert "<section id='timeline'>" not in (out / "index.html").read_text()
 
 
 def test_embedded_per_rank_trace_files(tmp_path: Path):

@@ -130,13 +130,15 @@ def rollout_worker(worker: int, options: DemoOptions, endpoint: str, link: Rollo
 
 
 def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) -> None:
-    from telemetry import StatsLogger, stats_tracker
+    from rltel.demo.tracing import TRACING
+    from telemetry import StatsLogger, perf_tracer, stats_tracker
 
     config = {
         "experiment_name": "rltel-demo",
         "trial_name": "trial0",
         "fileroot": options.fileroot,
         "otlp": {"endpoint": endpoint},
+        "tracing": TRACING,  # the worker's spans to the collector (rltel.demo.tracing)
     }
     logger = StatsLogger(config, role="rollout", worker_id=worker)
     record = logger.config.run_dir / "rollout-workers" / f"worker-{worker}.jsonl"
@@ -146,7 +148,10 @@ def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) 
     try:
         while (command := _next_command(link.commands[worker])) is not None:
             step, version = command
-            with stats_tracker.record_timing("generate"):
+            with (
+                perf_tracer.trace_scope("rollout_step", args={"global_step": step}),
+                stats_tracker.record_timing("generate"),
+            ):
                 model.load_state_dict(torch.load(link.policy_path, weights_only=True))
                 tokens = generate(model, generator, worker_batch(worker))
                 logp = rollout_logp(model, tokens, generator)

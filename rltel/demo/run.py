@@ -61,6 +61,7 @@ from rltel.demo.rollout import (
     request_rollouts,
     wait_exported,
 )
+from rltel.demo.tracing import TRACING, rank_tracing
 from telemetry.config import TENSORBOARD_DIR
 
 __all__ = ["DEMO_PEAK_FLOPS_PER_CORE", "DemoOptions", "run_demo", "train_rank"]
@@ -93,7 +94,7 @@ def train_rank(
 def _train(
     rank: int, world: int, options: DemoOptions, endpoint: str | None, link: RolloutLink | None
 ) -> None:
-    from telemetry import StatsLogger, stats_tracker
+    from telemetry import StatsLogger, perf_tracer, stats_tracker
     from telemetry.metrics import (
         MoEBalance,
         TrainPerf,
@@ -137,67 +138,78 @@ def _train(
 
     evaluator.before_train(evaluate)
 
+    run_dir = Path(options.fileroot) / EXPERIMENT / TRIAL
+    stop_tracing = rank_tracing(rank, (EXPERIMENT, TRIAL), run_dir, endpoint)
     for step in range(options.steps):
-        with stats_tracker.record_timing("rollout"):
-            if link is not None:  # the rollout workers sample with the current policy
-                if rank == 0:
-                    request_rollouts(link, step, model)
-                dist.barrier()
-                tokens, old_logp, behavior_version = load_rollouts(link, step, rank, world)
-            else:
-                tokens = generate(behavior, generator)
-                old_logp = rollout_logp(behavior, tokens, generator)
-        reward = even_reward(tokens)
-        if link is None:  # with workers, rollout/reward is theirs (merged by the collector)
-            for value in reward.tolist():
-                stats_tracker.get("rollout").scalar(reward=value)
+        with perf_tracer.trace_scope("train_step", args={"global_step": step}):
+            with stats_tracker.record_timing("rollout"):
+                if link is not None:  # the rollout workers sample with the current policy
+                    if rank == 0:
+                        request_rollouts(link, step, model)
+                    dist.barrier()
+                    tokens, old_logp, behavior_version = load_rollouts(link, step, rank, world)
+                else:
+                    tokens = generate(behavior, generator)
+                    old_logp = rollout_logp(behavior, tokens, generator)
+            reward = even_reward(tokens)
+            if link is None:  # with workers, rollout/reward is theirs (merged by the collector)
+                for value in reward.tolist():
+                    stats_tracker.get("rollout").scalar(reward=value)
+                if logger is not None:
+                    log_rollout_samples(tokens, reward, "rollout")
+            batch = tokens.shape[0]
+            advantages = ((reward - reward.mean()) / (reward.std() + 1e-6)).unsqueeze(1)
+            advantages = advantages.expand(-1, GEN_LEN).contiguous()
+            gen_mask = torch.ones(batch, GEN_LEN, dtype=torch.bool)
+            gen_mask[:, GEN_LEN - 1 - (step % 3) :] = step % 2 == 0  # some padded tails
+            attention_mask = torch.cat(
+                [torch.ones(batch, PROMPT_LEN, dtype=torch.bool), gen_mask], 1
+            )
+
+            with (
+                perf_tracer.trace_scope("train", args={"global_step": step}),
+                perf.measure(attention_mask),
+                balance.training(),
+            ):
+                optimizer.zero_grad()
+                trainer_logp = token_logp(model, tokens)
+                ratio = (trainer_logp - old_logp).exp()
+                clipped = ratio.clamp(0.8, 1.2)
+                per_token = -torch.minimum(ratio * advantages, clipped * advantages)
+                loss = (per_token * gen_mask).sum() / gen_mask.sum().clamp(min=1)
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+
+            with stats_tracker.scope("ppo_actor"):
+                record_train_infer(trainer_logp.detach(), old_logp, gen_mask)
+                record_advantage_fractions(advantages, gen_mask)
+                with stats_tracker.scope("update"):
+                    stats_tracker.denominator(
+                        n_valid_tokens=gen_mask, n_seqs=torch.ones(batch, dtype=torch.bool)
+                    )
+                    stats_tracker.stat(
+                        loss=per_token.detach(),
+                        importance_weight=ratio.detach(),
+                        clip_ratio=(ratio.detach() != clipped.detach()).float(),
+                        denominator="n_valid_tokens",
+                    )
+                    stats_tracker.stat(task_reward=reward, denominator="n_seqs")
+                    versions = torch.full((batch, GEN_LEN), behavior_version)
+                    record_version_stats(versions, step, gen_mask)
+                    stats_tracker.scalar(grad_norm=grad_norm, lr=optimizer.param_groups[0]["lr"])
+
+            evaluator.evaluate(evaluate, epoch=0, epoch_step=step, global_step=step)
+            with perf_tracer.trace_scope("export", category="comm"):
+                stats = stats_tracker.export_all(reduce_group=dist.group.WORLD)
             if logger is not None:
-                log_rollout_samples(tokens, reward, "rollout")
-        batch = tokens.shape[0]
-        advantages = ((reward - reward.mean()) / (reward.std() + 1e-6)).unsqueeze(1)
-        advantages = advantages.expand(-1, GEN_LEN).contiguous()
-        gen_mask = torch.ones(batch, GEN_LEN, dtype=torch.bool)
-        gen_mask[:, GEN_LEN - 1 - (step % 3) :] = step % 2 == 0  # some padded tails
-        attention_mask = torch.cat([torch.ones(batch, PROMPT_LEN, dtype=torch.bool), gen_mask], 1)
-
-        with perf.measure(attention_mask), balance.training():
-            optimizer.zero_grad()
-            trainer_logp = token_logp(model, tokens)
-            ratio = (trainer_logp - old_logp).exp()
-            clipped = ratio.clamp(0.8, 1.2)
-            per_token = -torch.minimum(ratio * advantages, clipped * advantages)
-            loss = (per_token * gen_mask).sum() / gen_mask.sum().clamp(min=1)
-            loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-
-        with stats_tracker.scope("ppo_actor"):
-            record_train_infer(trainer_logp.detach(), old_logp, gen_mask)
-            record_advantage_fractions(advantages, gen_mask)
-            with stats_tracker.scope("update"):
-                stats_tracker.denominator(
-                    n_valid_tokens=gen_mask, n_seqs=torch.ones(batch, dtype=torch.bool)
-                )
-                stats_tracker.stat(
-                    loss=per_token.detach(),
-                    importance_weight=ratio.detach(),
-                    clip_ratio=(ratio.detach() != clipped.detach()).float(),
-                    denominator="n_valid_tokens",
-                )
-                stats_tracker.stat(task_reward=reward, denominator="n_seqs")
-                versions = torch.full((batch, GEN_LEN), behavior_version)
-                record_version_stats(versions, step, gen_mask)
-                stats_tracker.scalar(grad_norm=grad_norm, lr=optimizer.param_groups[0]["lr"])
-
-        evaluator.evaluate(evaluate, epoch=0, epoch_step=step, global_step=step)
-        stats = stats_tracker.export_all(reduce_group=dist.group.WORLD)
-        if logger is not None:
-            logger.commit(epoch=0, epoch_step=step, global_step=step, data=stats)
-            if link is not None:  # this step reaches the collector before the next rollouts
-                exported = wait_exported(logger, exported)
-            progress.update(step, stats)
-        if link is None and step % 2 == 1:  # rollout one version behind, refreshed every 2nd
-            behavior, behavior_version = copy.deepcopy(model), step
+                logger.commit(epoch=0, epoch_step=step, global_step=step, data=stats)
+                if link is not None:  # this step reaches the collector before the next rollouts
+                    exported = wait_exported(logger, exported)
+                progress.update(step, stats)
+            if link is None and step % 2 == 1:  # rollout one version behind, refreshed every 2nd
+                behavior, behavior_version = copy.deepcopy(model), step
+    stop_tracing()
     dist.barrier()
     if logger is not None:
         progress.close()
@@ -208,7 +220,12 @@ def _train(
 
 
 def _logger_config(options: DemoOptions, endpoint: str | None) -> dict:
-    base = {"experiment_name": EXPERIMENT, "trial_name": TRIAL, "fileroot": options.fileroot}
+    base = {
+        "experiment_name": EXPERIMENT,
+        "trial_name": TRIAL,
+        "fileroot": options.fileroot,
+        "tracing": TRACING,
+    }
     if endpoint is not None:  # no in-process sinks: the collector fans out
         return {**base, "otlp": {"endpoint": endpoint}, "console": {"enabled": False}}
     run_dir = Path(options.fileroot) / EXPERIMENT / TRIAL

@@ -13,6 +13,7 @@ from rltel.demo import DEMO_PEAK_FLOPS_PER_CORE, DemoOptions, run_demo
 from rltel.demo.model import BATCH, GEN_LEN, PROMPT_LEN
 from rltel.demo.progress import StepProgress, headline
 from rltel.demo.rollout import TOKEN_TEXT
+from rltel.report.timeline import read_timeline
 
 # One tag of every metric family the demo records, as TensorBoard shows it.
 FAMILIES = (
@@ -104,6 +105,10 @@ def test_demo_runs_two_ranks_and_writes_every_sink(tmp_path: Path, capfd):
     assert list((run_dir / "swanlog").iterdir())
     assert str(run_dir / "samples.jsonl") in listed
     assert_rollout_samples(run_dir / "samples.jsonl", steps=4)
+    timeline = read_timeline(run_dir)  # each rank's perf_tracer file (rltel/demo/tracing.py)
+    assert timeline.rows == ("[trainer] Rank 0, Process", "[trainer] Rank 1, Process")
+    assert timeline.steps == (1, 2, 3) and set(timeline.slowest) == {1, 2, 3}
+    assert {"train_step", "train", "export", "timeperf/rollout"} <= {b.name for b in timeline.bars}
 
 
 def assert_rollout_samples(path: Path, steps: int) -> None:

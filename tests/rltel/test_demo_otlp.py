@@ -28,6 +28,7 @@ from rltel.demo.health import HealthUnavailable, settled_health
 from rltel.demo.hints import collector_hints, print_hints
 from rltel.logger import StatsLogger
 from rltel.report.runs import load_run
+from rltel.report.timeline import read_timeline
 from tests.distributed import free_port
 from tests.rltel.test_demo import assert_families, read_tensorboard
 from tests.rltel.test_demo_loopback import listening
@@ -201,6 +202,11 @@ def test_demo_with_collector_merges_rollout_workers_and_drains(tmp_path: Path):
     assert_reported(run_dir)
     log = (run_dir / "collector.log").read_text()
     assert "rltel collector: stopped" in log
+    timeline = read_timeline(run_dir)  # the collector's trace.json: every rank and worker
+    workers = ("rollout worker 0", "rollout worker 1")
+    assert timeline.rows == ("trainer rank 0", "trainer rank 1", *workers)
+    assert set(timeline.slowest) == set(timeline.steps) and len(timeline.steps) == 3
+    assert {"train_step", "rollout_step", "timeperf/generate"} <= {b.name for b in timeline.bars}
 
 
 @pytest.mark.slow

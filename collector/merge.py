@@ -35,7 +35,7 @@ import threading
 from dataclasses import dataclass, field
 
 from collector import merge_state
-from exporters.journal import Journal
+from exporters.journal import Journal, encoded
 from telemetry.model import names
 from telemetry.model.snapshot import (
     Attributes,
@@ -73,7 +73,7 @@ class RolloutMerger:
     """Count-weighted merge of one run's rollout/eval streams, released per training step.
 
     Thread-safe. Memory is one small record per key per stream (plus, for counters and
-    plain gauges, one value per worker).
+    plain gauges, one value per worker) and each worker's last window (to recognise a retry).
     """
 
     def __init__(self) -> None:
@@ -83,7 +83,9 @@ class RolloutMerger:
         self._step: Step | None = None
         self._resource: Attributes = ()
         self._latest_ns = 0
-        self._last: dict[tuple[str, Attributes], tuple[int, str]] = {}  # time, digest
+        # each worker's last window: its time, and itself (the digest of its record once
+        # journaled: what a checkpoint keeps)
+        self._last: dict[tuple[str, Attributes], tuple[int, Snapshot | str]] = {}
         self.duplicates = 0
         self.journal: Journal | None = None
         self._unsaved = False  # windows or a step not in a checkpoint yet
@@ -116,24 +118,35 @@ class RolloutMerger:
     def add(self, snapshot: Snapshot) -> bool:
         """Accumulate one worker's decoded rollout/eval window (``snapshot.stream``); False
         for a duplicate of the worker's last window (counted, not merged)."""
-        digest = _digest(snapshot)
         with self._lock:
-            last = self._last.get((snapshot.stream, snapshot.resource))
-            if last == (snapshot.time_unix_nano, digest):
+            if self._repeats(snapshot):
                 self.duplicates += 1
                 return False
+            kept: Snapshot | str = snapshot
             if self.journal is not None:
                 self.journal.append(snapshot)  # a failed write refuses the request (sync)
                 self._unsaved = True
-            self._merge(snapshot, digest)
+                kept = _digest(snapshot)  # of the record just encoded: cheap
+            self._merge(snapshot, kept)
             return True
 
-    def _merge(self, snapshot: Snapshot, digest: str) -> None:
+    def _repeats(self, snapshot: Snapshot) -> bool:
+        """``snapshot`` equals its worker's last window (compared only at the same time; a
+        sender that sets no time is never taken for a retry)."""
+        last = self._last.get((snapshot.stream, snapshot.resource))
+        if last is None or not snapshot.time_unix_nano or last[0] != snapshot.time_unix_nano:
+            return False
+        kept = last[1]
+        if isinstance(kept, str):
+            return kept == _digest(snapshot)
+        return kept.points == snapshot.points
+
+    def _merge(self, snapshot: Snapshot, kept: Snapshot | str) -> None:
         worker = snapshot.resource
         if not self._resource:
             self._resource = _run_resource(snapshot.resource)
         self._latest_ns = max(self._latest_ns, snapshot.time_unix_nano)
-        self._last[(snapshot.stream, worker)] = (snapshot.time_unix_nano, digest)
+        self._last[(snapshot.stream, worker)] = (snapshot.time_unix_nano, kept)
         windows = self._windows.setdefault(snapshot.stream, {})
         for point in snapshot.points:
             if point.metric.startswith(PER_PROCESS_PREFIX):
@@ -180,7 +193,8 @@ class RolloutMerger:
                 return
             first = None
             if self._unsaved:
-                for (stream, worker), (time_ns, digest) in self._last.items():
+                for (stream, worker), (time_ns, kept) in self._last.items():
+                    digest = kept if isinstance(kept, str) else _digest(kept)
                     counters = tuple(
                         totals[worker]
                         for (s, _), totals in self._totals.items()
@@ -293,8 +307,9 @@ def _pick(current: float | None, new: float | None, choose) -> float | None:
 
 
 def _digest(snapshot: Snapshot) -> str:
-    """A digest of the window's points, the same in every process (a retry's is equal)."""
-    return hashlib.blake2b(repr(snapshot.points).encode(), digest_size=12).hexdigest()
+    """A digest of a window's journal record, the same in every process (a retry's is
+    equal); the record is encoded once for the journal and the digest."""
+    return hashlib.blake2b(encoded(snapshot), digest_size=12).hexdigest()
 
 
 def _run_resource(resource: Attributes) -> Attributes:

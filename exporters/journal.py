@@ -32,7 +32,7 @@ from exporters.otlp.spool import batch_from_json, batch_to_json
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.encode import Batch
 
-__all__ = ["Checkpoints", "Journal"]
+__all__ = ["Checkpoints", "Journal", "encoded"]
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class Journal:
 
     def _encode(self, snapshot: Snapshot) -> bytes:
         """A record's payload (a subclass may journal other records)."""
-        return _encoded(snapshot)
+        return encoded(snapshot)
 
     def _decode(self, payload: bytes) -> Snapshot:
         """The record of a payload written by :meth:`_encode`."""
@@ -226,9 +226,10 @@ class Journal:
 _last: tuple[Snapshot, bytes] | None = None
 
 
-def _encoded(snapshot: Snapshot) -> bytes:
-    """``snapshot`` in the spool's JSON format; encoded once for the several journals a
-    fan-out hands the same snapshot to in turn."""
+def encoded(snapshot: Snapshot) -> bytes:
+    """``snapshot`` as a record's payload, the spool's JSON format; encoded once for the
+    several journals a fan-out hands the same snapshot to in turn (and for a digest of what
+    was just appended)."""
     global _last
     last = _last
     if last is not None and last[0] is snapshot:

@@ -12,9 +12,11 @@ most ``reservoir + 2 * extremes`` samples whatever the senders send, each text f
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from telemetry.config import SamplesConfig
@@ -24,6 +26,8 @@ from telemetry.model.sample_window import Drained, StreamWindow
 from telemetry.model.snapshot import Attributes, Snapshot, Step
 from telemetry.otlp.samples import ReceivedSample
 
+logger = logging.getLogger(__name__)
+
 SAMPLES_STREAM = "samples"
 """The stream of a released step's samples (W&B plots them against ``samples/step``)."""
 WAITING_STREAMS = ("rollout", "eval")
@@ -32,6 +36,8 @@ MAX_HELD_STEPS = 64
 """Steps a run holds at most; past it the oldest is released."""
 MAX_STREAMS = 64
 """Sample streams per step at most; samples of more are dropped and counted."""
+MAX_PARTS = 4096
+"""Senders' parts (resource, snapshot time, step) remembered to skip a retried one."""
 
 
 @dataclass(slots=True)
@@ -67,7 +73,20 @@ class RunSamples:
         self._steps: dict[int, _Step] = {}
         self._train = train  # the last training step routed
         self._known: dict[int, Step] = {} if train is None else {train.global_step: train}
-        self.dropped = 0
+        self._parts: OrderedDict[tuple, None] = OrderedDict()
+        self.dropped = self.duplicates = 0
+
+    def fresh(self, part: tuple) -> bool:
+        """Whether ``part`` (a sender's resource, its snapshot's time and step) is new; a retried
+        logs request's is not: its samples are skipped and counted in :attr:`duplicates`."""
+        with self._lock:
+            if part in self._parts:
+                self.duplicates += 1
+                return False
+            self._parts[part] = None
+            if len(self._parts) > MAX_PARTS:
+                self._parts.popitem(last=False)
+            return True
 
     def add(self, received: ReceivedSample) -> list[Snapshot]:
         """Keep ``received`` in its step's window; the steps its arrival releases."""
@@ -129,6 +148,11 @@ class RunSamples:
         if window is None:
             if len(held.windows) >= MAX_STREAMS:
                 self.dropped += 1
+                if self.dropped == 1:
+                    logger.warning(
+                        "samples: a step has %d streams; samples of more are dropped (counted)",
+                        MAX_STREAMS,
+                    )
                 return
             window = held.windows[sample.stream] = self._window(sample.stream)
         held.latest_ns = max(held.latest_ns, received.time_unix_nano)

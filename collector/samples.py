@@ -78,13 +78,20 @@ class SamplesConsumer:
             if run.samples is None:
                 resource = ((names.EXPERIMENT, key[0]), (names.TRIAL, key[1]))
                 run.samples = RunSamples(self._config, resource, run.merger.step, self._seed)
+            parts: dict[tuple, list[ReceivedSample]] = {}
+            for received in items:  # one part per sender's snapshot
+                part = (received.resource, received.time_unix_nano, received.step)
+                parts.setdefault(part, []).append(received)
             released: list[Snapshot] = []
             closed: set[int] = set()
-            for received in items:
-                released.extend(run.samples.add(received))
-                origin = dict(received.resource).get(names.STREAM, "train")
-                if origin not in WAITING_STREAMS and received.step is not None:
-                    closed.add(received.step)
+            for part, group in parts.items():
+                if not run.samples.fresh(part):  # a retried request's samples are here already
+                    continue
+                for received in group:
+                    released.extend(run.samples.add(received))
+                    origin = dict(received.resource).get(names.STREAM, "train")
+                    if origin not in WAITING_STREAMS and received.step is not None:
+                        closed.add(received.step)
             for step in sorted(closed):
                 released.extend(run.samples.close_step(step))
             for snapshot in released:

@@ -144,8 +144,9 @@ def test_the_consumer_queues_each_steps_samples_in_the_runs_sinks_after_its_metr
     worker = (*RUN, (names.ROLE, "rollout"), (names.WORKER_ID, "w0"))
     for step in (1, 2):
         at = Step(0, step, step)
-        logs = Snapshot((), None, worker, 1, "rollout", kept_set(3, step, tag="w"))
+        logs = Snapshot((), None, worker, step, "rollout", kept_set(3, step, tag="w"))
         consumer.consume_logs(encode_samples(logs))  # before the step: it waits for it
+        consumer.consume_logs(encode_samples(logs))  # a retry (the answer was lost): skipped
         train = Snapshot((Gauge("loss", 1.0),), at, trainer, 2, "train")
         runs.of(train).route(train, None)
         assert not consumer.flush()  # held until the trainer's samples close the step
@@ -154,8 +155,9 @@ def test_the_consumer_queues_each_steps_samples_in_the_runs_sinks_after_its_metr
         assert consumer.flush()
     stray = Snapshot((), None, ((names.ROLE, "rollout"),), 1, "rollout", kept_set(2, 0))
     consumer.consume_logs(encode_samples(stray))  # names no run
-    assert consumer.received == 3 + 2 + 3 + 2 + 2 and consumer.dropped == 2
+    assert consumer.received == 2 * (3 + 3 + 2) + 2 and consumer.dropped == 2
     (run,) = [run for _, run in runs.items()]
+    assert run.samples.duplicates == 2
     assert run.fanout.force_flush(10)
     got = [(s.stream, s.step.global_step, completions([s])) for s in sinks["exp", "t"].snapshots]
     assert got == [

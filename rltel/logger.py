@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from exporters.fanout import FanOut
 from rltel.commit_points import stats_points
 from rltel.logger_sinks import STREAMS, build_context, logger_sinks, serve_sink_health, warn_no_sink
-from rltel.logger_tracing import start_tracing, stop_tracing
+from rltel.logger_tracing import sends_spans, start_tracing, stop_tracing
 from rltel.progress import progress_line
 from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
 from telemetry.heartbeat import start_heartbeat
@@ -103,7 +103,8 @@ class StatsLogger:
             self.start_unix_nano,
             otlp_options,
         )
-        self.fanout = FanOut(logger_sinks(self.config, sinks, context) if self.enabled else [])
+        sends = self.enabled or sends_spans(self.config)  # a trainer rank > 0: spans only
+        self.fanout = FanOut(logger_sinks(self.config, sinks, context) if sends else [])
         self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
         self.heartbeat = start_heartbeat(
             self.config, role, self.rank, socket.gethostname(), self._sink("prometheus"), store
@@ -113,6 +114,8 @@ class StatsLogger:
             self.config, role, self.rank, self.resource_id, self.otlp, self.resource
         )
         if not self.enabled:
+            if self.fanout.queued:  # its spans are drained at exit
+                atexit.register(self.close)
             return
         serve_sink_health(self.fanout, self.config)
         if not self.fanout.queued:

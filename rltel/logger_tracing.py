@@ -3,7 +3,8 @@
 
 Embedded, spans go to the per-rank Chrome trace file under ``tracing.output_dir`` (default
 ``<run_dir>/traces``); when the logger has an OTLP sink they go to the collector through the
-sink's queue and spool (:meth:`exporters.otlp.sink.OtlpSink.span_exporter`). A process whose
+sink's queue and spool (:meth:`exporters.otlp.sink.OtlpSink.span_exporter`): a trainer's rank
+other than 0, which logs no stats, then has an OTLP sink for its spans alone. A process whose
 tracer is already configured (by AReaL's own ``perf_tracer.configure`` call) keeps it; a
 ``perf_tracer.configure`` call after the StatsLogger's gets the StatsLogger's tracer.
 """
@@ -16,7 +17,7 @@ from typing import Any
 from telemetry import tracing
 from telemetry.config import StatsLoggerConfig
 
-__all__ = ["start_tracing", "stop_tracing"]
+__all__ = ["sends_spans", "start_tracing", "stop_tracing"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,12 @@ logger = logging.getLogger(__name__)
 def _rank(process: str, rank: int) -> int:
     """The trace files' rank: a worker's numeric id, else the process's rank."""
     return int(process) if process.isdigit() else rank
+
+
+def sends_spans(config: StatsLoggerConfig) -> bool:
+    """Whether a process that logs no stats (a trainer's rank other than 0) still needs the
+    OTLP sink: to send its spans to the collector."""
+    return config.tracing.enabled and bool(config.otlp.endpoint)
 
 
 def start_tracing(

@@ -26,7 +26,8 @@ def spool_root(config: StatsLoggerConfig) -> Path:
 def create(config: StatsLoggerConfig, context: BuildContext) -> Sink:
     """The OTLP sink of one sender, its spool under ``otlp.spool_dir`` or the run directory.
 
-    A trainer's spool is ``trainer/``, a rollout or eval worker's ``<role>-<worker>/``.
+    A trainer's spool is ``trainer/`` (``trainer-<rank>/`` on a rank other than 0, which sends
+    only spans), a rollout or eval worker's ``<role>-<worker>/``.
     """
     from exporters.otlp.fork_safety import keep_forked_children_safe
 
@@ -36,7 +37,7 @@ def create(config: StatsLoggerConfig, context: BuildContext) -> Sink:
 
     otlp = config.otlp
     role = context.role
-    name = role if role == "trainer" else f"{role}-{context.worker}"
+    name = role if role == "trainer" and context.worker == "0" else f"{role}-{context.worker}"
     directory = spool_root(config)
     try:
         spool = Spool(directory / name, otlp.spool_limit_bytes)

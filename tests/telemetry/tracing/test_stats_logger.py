@@ -109,3 +109,37 @@ def test_spans_reach_a_trace_service_through_the_otlp_sink(tmp_path: Path) -> No
         assert timing.start_time_unix_nano <= update.start_time_unix_nano
         assert update.end_time_unix_nano <= timing.end_time_unix_nano
     assert not (tmp_path / "exp" / "t1" / "traces").exists()  # no trace file: the collector's
+
+
+def _rank_steps(rank: int, world: int, endpoint: str, root: str) -> list[str]:
+    tracing = {"enabled": True, "record_timing": True}
+    logger = StatsLogger(_config(Path(root), tracing, endpoint))
+    try:
+        for step in range(STEPS):
+            with (
+                stats_tracker.record_timing("train_step"),
+                perf_tracer.trace_scope("train.ppo_update", args={"global_step": step}),
+            ):
+                pass
+            stats = stats_tracker.export_all()
+            logger.commit(0, step, step, stats)
+    finally:
+        logger.close()
+    return sorted(p.name for p in (Path(root) / "exp" / "t1" / "otlp-spool").iterdir())
+
+
+def test_every_trainer_rank_sends_its_spans(tmp_path: Path) -> None:
+    """Rank 1 logs no stats but has an OTLP sink for its spans (its own spool)."""
+    from tests.distributed import run_ranks
+
+    with TraceReceiver() as receiver:
+        endpoint = f"127.0.0.1:{receiver.port}"
+        spools = run_ranks(_rank_steps, 2, endpoint, str(tmp_path), timeout=120)
+        receiver.wait_for(2 * 2 * STEPS)
+        spans = receiver.spans()
+    assert spools == [["trainer", "trainer-1"]] * 2
+    ranks = sorted(resource["rltel.rank"] for resource, _ in spans)
+    assert ranks == [0] * 2 * STEPS + [1] * 2 * STEPS
+    for rank in (0, 1):
+        names = sorted(s.name for r, s in spans if r["rltel.rank"] == rank)
+        assert names == sorted(["timeperf/train_step", "train.ppo_update"] * STEPS)

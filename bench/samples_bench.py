@@ -10,7 +10,9 @@ do not inflate), their ratio, the drain per step, and the memory the buffer hold
 end of a step (tracemalloc), with and without a regex redact hook. Then the gather of
 samples from every rank (``telemetry.samples.gather``): what one rank sends in the export's
 ``gather_object`` (pickled bytes of its kept samples) and what merging every rank's part costs
-the committing rank at 8 and 64 ranks, against its own drain in the same run.
+the committing rank at 8 and 64 ranks, against its own drain in the same run; and the bytes
+of a step's OTLP logs request (``encode_samples``, what the OTLP sink sends) at 100 and at
+``--per-step`` samples logged.
 
     python bench/samples_bench.py [--per-step 10000] [--steps 5]
 """
@@ -27,6 +29,8 @@ import tracemalloc
 
 from telemetry import stats_tracker
 from telemetry.config import SamplesConfig
+from telemetry.model.snapshot import Snapshot
+from telemetry.otlp.samples import encode_samples
 from telemetry.samples import SampleBuffer
 
 EMAIL = re.compile(r"[\w.]+@[\w.]+")
@@ -120,6 +124,14 @@ def gather(per_step: int, ranks: int, steps: int) -> dict[str, float]:
     }
 
 
+def request_bytes(per_step: int) -> int:
+    """The logs request of one step's kept samples after ``per_step`` were logged."""
+    buffer = SampleBuffer(SamplesConfig(), seed=0)
+    log_all(buffer, workload(per_step, 0))
+    kept = tuple(sample for drained in buffer.drain() for sample in drained.samples)
+    return encode_samples(Snapshot((), None, (), 0, "train", kept)).ByteSize()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-step", type=int, default=10_000)
@@ -144,6 +156,9 @@ def main() -> None:
             f"| {ranks} | {g['sent_kib']:.1f} | {g['merge_us']:.0f} | {g['drain_us']:.0f} | "
             f"{g['merge_us'] / g['drain_us']:.1f}x |"
         )
+    small, large = request_bytes(100), request_bytes(args.per_step)
+    print()
+    print(f"logs request of a step: {small} bytes at 100 samples, {large} at {args.per_step}")
 
 
 if __name__ == "__main__":

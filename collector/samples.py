@@ -14,7 +14,8 @@ snapshot at the step's ``global_step``, bounded as embedded:
   trainer logged no samples for is released before the next training snapshot is queued
   (:meth:`collector.runs.Run.route`).
 
-What waits for its step is in memory only: :meth:`SamplesConsumer.flush` is True only when
+A retried logs request (a sender's same resource, snapshot time and step) is skipped and
+counted. What waits for its step is in memory only: :meth:`SamplesConsumer.flush` is True only when
 nothing waits, so the logs journal (``durable``) replays a request whose samples were not
 released yet.
 """

@@ -104,15 +104,16 @@ class TraceMerge:
                 self._log_once("rejected", "traces: span rejected: %s", item)
                 continue
             by_run.setdefault(item.run, []).append(item)
-        for run, spans in by_run.items():
+        read = sum(len(spans) for spans in by_run.values())
+        for run, spans in list(by_run.items()):
             if self.config.merged_file:
                 timeline = self._timeline(run)
-                if timeline is None:
-                    rejected += len(spans)
+                if timeline is None:  # no directory or past max_runs: nothing of it kept
+                    rejected += len(by_run.pop(run))
                     continue
                 timeline.add(spans)
         with self._lock:
-            self._spans += sum(len(spans) for spans in by_run.values())
+            self._spans += read
             self._rejected += rejected
         if self._deliver is not None:
             for window in self._durations.windows(s for spans in by_run.values() for s in spans):

@@ -249,12 +249,13 @@ def test_spans_without_a_run_or_with_an_unusable_run_name_are_counted(tmp_path):
     def run_dir_of(experiment, trial):
         return from_dict({}).sinks.logger_config(experiment, trial).run_dir
 
-    merge = TraceMerge(TracesConfig(), run_dir_of)
+    delivered = []
+    merge = TraceMerge(TracesConfig(), run_dir_of, lambda s, at: delivered.append(s))
     for request in made.requests:
         merge.consume_traces(request)
     merge.shutdown()
     stats = merge.stats()
-    assert stats.spans == stats.rejected == 4 and stats.runs == {}
+    assert stats.spans == stats.rejected == 4 and stats.runs == {} and delivered == []
 
 
 def test_non_finite_attributes_stay_json(tmp_path):

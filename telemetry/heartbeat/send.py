@@ -2,18 +2,24 @@
 
 A beat that cannot be sent is not kept (the next one replaces it): no queue, no spool, no
 retry. The sender has its own gRPC channel to ``otlp.endpoint`` (its TLS, headers and
-token), made on the caller's thread; each request waits at most the beat interval (or
-``otlp.timeout``, if shorter). Failures are logged once per outage by the sender, with a
-count when it ends.
+token, as the OTLP sink's), made on the caller's thread; each request waits at most the beat
+interval (or ``otlp.timeout``, if shorter). It never raises: a failed beat is counted and
+logged once per change of state, at INFO while the collector is down or refuses the
+credentials (the OTLP sink warns about those, with their fix) and as a warning otherwise.
 """
 
 from __future__ import annotations
+
+import logging
+from urllib.parse import urlparse
 
 from telemetry.config import StatsLoggerConfig
 from telemetry.heartbeat.beat import BeatGroup
 from telemetry.heartbeat.wire import snapshot_of
 
 __all__ = ["OtlpBeats"]
+
+_log = logging.getLogger(__name__)
 
 
 class OtlpBeats:
@@ -27,23 +33,72 @@ class OtlpBeats:
         from exporters.otlp.fork_safety import keep_forked_children_safe
 
         keep_forked_children_safe()  # before gRPC loads, as the OTLP sink
-        from exporters.otlp.transport import OtlpSender
-        from telemetry.otlp.encode import Batch
+        import grpc
+        from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2_grpc import (
+            MetricsServiceStub,
+        )
+
+        from exporters.otlp.grpc_exporter import channel_credentials
+        from exporters.otlp.transport import AUTH_CODES, RETRYABLE_CODES
+        from telemetry.otlp.encode import Batch, encode_batch
 
         otlp = config.otlp
-        self._batch = Batch
-        self.sender = OtlpSender(
-            str(otlp.endpoint),
-            insecure=otlp.insecure,
-            tls=otlp.tls if otlp.tls is not None and otlp.tls.enabled else None,
-            headers=otlp.plain_headers(),
-            timeout_s=min(otlp.timeout, config.heartbeat.interval_s),
-            down_hint="heartbeats are not kept; the next beat is sent as usual",
+        endpoint = str(otlp.endpoint)
+        url = urlparse(endpoint)
+        target = url.netloc or endpoint
+        tls = otlp.tls if otlp.tls is not None and otlp.tls.enabled else None
+        if tls is not None:
+            self._channel = grpc.secure_channel(target, channel_credentials(tls))
+        elif url.scheme == "https" or not otlp.insecure:
+            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials())
+        else:
+            self._channel = grpc.insecure_channel(target)
+        self._export = MetricsServiceStub(self._channel).Export
+        self._request = lambda group, closed: encode_metrics(
+            encode_batch(Batch(snapshot_of(group, closed)))
         )
+        self._metadata = tuple((k.lower(), v) for k, v in (otlp.plain_headers() or {}).items())
+        self._timeout_s = min(otlp.timeout, config.heartbeat.interval_s)
+        self._quiet = RETRYABLE_CODES | AUTH_CODES
+        self._rpc_error = grpc.RpcError
+        self.endpoint = endpoint
+        self.sent = self.failures = 0
+        self._failing: str | None = None
 
     def __call__(self, group: BeatGroup, closed: bool) -> None:
         """Send ``group``; when ``closed`` (the reader's last one) close the channel after.
         Never raises."""
-        self.sender.send(self._batch(snapshot_of(group, closed)))
+        try:
+            self._export(
+                self._request(group, closed), timeout=self._timeout_s, metadata=self._metadata
+            )
+        except self._rpc_error as exc:
+            self._failed(exc.code() if hasattr(exc, "code") else None)
+        except Exception as exc:  # an encoding bug: the beat is lost, never the caller
+            self._failed(None, f"{type(exc).__name__}: {exc}")
+        else:
+            self.sent += 1
+            if self._failing is not None:
+                _log.info(
+                    "heartbeat: %s takes beats again after %d failed",
+                    self.endpoint,
+                    self.failures,
+                )
+                self._failing = None
         if closed:
-            self.sender.close()
+            self._channel.close()
+
+    def _failed(self, code, why: str | None = None) -> None:
+        self.failures += 1
+        state = why or getattr(code, "name", "closed")
+        if state == self._failing:
+            return
+        self._failing = state
+        level = logging.INFO if code in self._quiet else logging.WARNING
+        _log.log(
+            level,
+            "heartbeat: %s did not take a beat (%s); beats are not kept, the next is sent as usual",
+            self.endpoint,
+            state,
+        )

@@ -101,13 +101,17 @@ class PerfTracer:
             self.recorder.instant(name, category_name(category), args)
 
     def save(self, *, step: int | None = None, force: bool = False) -> None:
-        """Export the ended spans now, as AReaL writes its file: at every ``save_interval``-th
+        """Export the ended spans, where AReaL writes its file: at every ``save_interval``-th
         step (``(step + 1) % save_interval == 0``), with no step, or when ``force`` (which also
-        writes every session, finished or not)."""
+        writes every session, finished or not). With a step (the training loop's per-step
+        call) the spans are handed to rltel's threads and this returns at once; without one,
+        or with ``force``, they are exported before it returns."""
         if force and self._session_tracer is not None:
             self._session_tracer.flush(force=True)
         interval = self.settings.save_interval
-        if not force and step is not None and interval > 1 and (step + 1) % interval:
+        if not force and step is not None:
+            if interval == 1 or (step + 1) % interval == 0:
+                self.recorder.replayer.wake.set()
             return
         if not self.recorder.flush():
             logger.warning("perf_tracer: spans not all exported at save")

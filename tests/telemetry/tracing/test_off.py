@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[3]
 PROGRAM = """
 import json, sys
 from telemetry import perf_tracer, stats_tracker
-from tests.telemetry.tracing import areal_style
 
 # not configured: every call of AReaL's trainer and workflow is a no-op
 scope = perf_tracer.trace_scope("train.rollout", args={"global_step": 0})
@@ -26,7 +25,20 @@ same = perf_tracer.trace_scope("other") is scope
 assert perf_tracer.register_session(1) is None and perf_tracer.get_session_tracer() is None
 perf_tracer.save(force=True)
 loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
-print(json.dumps({"same": same, "loaded": loaded, "configured": perf_tracer.is_configured()}))
+# a StatsLogger whose tracing section is off (the default) starts no tracer either (its
+# queue's modules load the SDK's trace encoder for the OTLP sink: not the tracer's doing)
+from telemetry import StatsLogger
+
+logger = StatsLogger({"fileroot": sys.argv[1]}, sinks=[])
+with stats_tracker.record_timing("step"):
+    pass
+logger.commit(0, 0, 0, stats_tracker.export_all(reduce_group=None))
+logger.close()
+recorder = [m for m in ("telemetry.tracing.recorder", "telemetry.tracing.replay")
+            if m in sys.modules]
+print(json.dumps({
+    "same": same, "loaded": loaded, "recorder": recorder, "configured": perf_tracer.is_configured()
+}))
 """
 
 
@@ -42,7 +54,7 @@ def test_unconfigured_calls_import_nothing_and_write_nothing(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result == {"same": True, "loaded": [], "configured": False}
+    assert result == {"same": True, "loaded": [], "recorder": [], "configured": False}
     assert list(tmp_path.rglob("*.jsonl")) == []
 
 

@@ -145,6 +145,9 @@ def draw_lengths(runs: Sequence[Run], filters: Filters) -> Drawn:
                 values = [float(np.percentile(by_step[step], q)) for step in steps]
                 plot(ax, steps, values, f"{prefix}{name}", linestyle=style)
         decorate(ax, f"{stream}: length per step", f"length ({' / '.join(sorted(units))})")
+        low, high = ax.get_xlim()
+        if high - low < 2:  # one step: whole steps around it, not fractions
+            ax.set_xlim(round((low + high) / 2) - 1, round((low + high) / 2) + 1)
     more = f"; first {len(shown)} of {len(streams)} streams" if len(streams) > len(shown) else ""
     figure.suptitle(LENGTHS_TITLE + more)
     return Drawn(figure)

@@ -105,7 +105,10 @@ class SpanScope:
         end = time.time_ns()
         if self._token is None:
             return False
-        _current.reset(self._token)
+        try:
+            _current.reset(self._token)
+        except ValueError:  # left in another context (an async generator closed elsewhere)
+            _current.set(self._parent)
         self._token = None
         me = self._self
         if me[1]:

@@ -82,3 +82,25 @@ def test_stalled_exporter_drops_on_the_replay_side(stalled: Stalled, caplog) -> 
     stalled.release.set()
     perf_tracer.save()
     assert len(stalled.spans) == 200 - dropped
+
+
+def test_a_scope_left_in_another_context_raises_nothing(tmp_path: Path) -> None:
+    """An ``async with`` scope entered in one task and left in another (an async generator
+    finalized elsewhere) still records its span and never raises into the caller."""
+    import asyncio
+    import contextvars
+
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    perf_tracer.configure(Config(64), rank=0, exporter=exporter, output_dir=tmp_path)
+    try:
+        scope = perf_tracer.atrace_scope("moved")
+        asyncio.run(scope.__aenter__())  # entered in one context ...
+        contextvars.Context().run(asyncio.run, scope.__aexit__(None, None, None))  # left in another
+        with perf_tracer.trace_scope("next"):
+            pass
+        perf_tracer.save()
+    finally:
+        perf_tracer.reset()
+    assert sorted(s.name for s in exporter.get_finished_spans()) == ["moved", "next"]

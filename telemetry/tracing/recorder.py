@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import random
 import threading
 import time
@@ -45,6 +46,15 @@ def _thread_ids() -> tuple[int, str]:
     if ids is None:
         ids = _thread.ids = (threading.get_native_id(), threading.current_thread().name)
     return ids
+
+
+def _forget_thread_ids() -> None:
+    """A forked child's thread has a native id of its own."""
+    global _thread
+    _thread = threading.local()
+
+
+os.register_at_fork(after_in_child=_forget_thread_ids)
 
 
 def _record(

@@ -55,6 +55,7 @@ def test_forked_child_traces_itself_only(tmp_path: Path) -> None:
     events = read_events(path)
     check_fields(events)
     spans = [(e["name"], e["pid"]) for e in events if e["ph"] == "X"]
+    assert {e["tid"] for e in events if e["name"] == "child.scope"} == {result["child"]}
     parent, child = result["parent"], result["child"]
     assert sorted(spans) == sorted(
         [("parent.before", parent)] * 100 + [("child.scope", child), ("parent.after", parent)]

@@ -181,6 +181,7 @@ class Replayer:
         self._queue = queue
         self._delay_s = delay_s
         self.failures = 0
+        self._failing = False
         self._closed = False
         self._start_thread()
         reference = weakref.WeakMethod(self._after_fork)
@@ -214,8 +215,13 @@ class Replayer:
                     emit(record)
                 except Exception as exc:  # a span we cannot build is counted, never raised
                     self.failures += 1
-                    if self.failures == 1:
+                    if not self._failing:  # logged once per change between failing and not
+                        self._failing = True
                         logger.warning("perf_tracer: span %r not recorded (%r)", record[0], exc)
+                    continue
+                if self._failing:
+                    self._failing = False
+                    logger.warning("perf_tracer: spans recorded again (%d failed)", self.failures)
 
     def _emit(self, record: Record) -> None:
         name, _, _, start, end, trace_id, span_id, parent_id, *_ = record

@@ -104,3 +104,33 @@ def test_a_scope_left_in_another_context_raises_nothing(tmp_path: Path) -> None:
     finally:
         perf_tracer.reset()
     assert sorted(s.name for s in exporter.get_finished_spans()) == ["moved", "next"]
+
+
+class Unprintable:
+    """An arg whose text form fails (a user's object): its span cannot be built."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_span_that_cannot_be_built_is_counted_and_logged_once(tmp_path: Path, caplog) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    perf_tracer.configure(Config(64), rank=0, exporter=exporter, output_dir=tmp_path)
+    try:
+        with caplog.at_level(logging.WARNING):
+            for _ in range(3):
+                with perf_tracer.trace_scope("bad", args={"x": Unprintable()}):
+                    pass
+            with perf_tracer.trace_scope("good"):
+                pass
+            perf_tracer.save()
+        health = perf_tracer.get_tracer().health()
+    finally:
+        perf_tracer.reset()
+    assert [s.name for s in exporter.get_finished_spans()] == ["good"]
+    assert health["replay_failures"] == 3
+    warned = _warnings(caplog)
+    assert len(warned) == 2 and "not recorded" in warned[0]
+    assert warned[1] == "perf_tracer: spans recorded again (3 failed)"

@@ -17,7 +17,8 @@ snapshot at the step's ``global_step``, bounded as embedded:
 A retried logs request (a sender's same resource, snapshot time and step) is skipped and
 counted. What waits for its step is in memory only: :meth:`SamplesConsumer.flush` is True only when
 nothing waits, so the logs journal (``durable``) replays a request whose samples were not
-released yet.
+released yet after a crash; a stopping server releases them first
+(:meth:`SamplesConsumer.release`).
 """
 
 from __future__ import annotations
@@ -111,6 +112,15 @@ class SamplesConsumer:
                 unrouted,
                 names.EXPERIMENT,
             )
+
+    def release(self) -> None:
+        """Queue every sample still waiting, at its run's last training step (the server
+        stops: no request comes any more)."""
+        for _, run in self._runs.items():
+            with run.lock:
+                released = run.samples.flush() if run.samples is not None else []
+                for snapshot in released:
+                    run.fanout.export(snapshot)
 
     def flush(self) -> bool:
         """True when no sample waits for its step (all are in their sinks' queues)."""

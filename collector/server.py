@@ -136,14 +136,15 @@ class CollectorServer:
     ) -> None:
         self.config = config
         self.run_sinks: RunSinkFactory | None = None
+        self.samples: SamplesConsumer | None = None
         if pipeline is None:
             shared = shared_sinks(config.sinks)
             prometheus = next((s for s in shared if isinstance(s, PrometheusSink)), None)
             self.run_sinks = RunSinkFactory(config.sinks)
             pipeline = Pipeline(shared, self.run_sinks, config.limits)
             trace_consumers = [trace_merge(config, pipeline), *trace_consumers]
-            samples = SamplesConsumer(pipeline.runs, config.sinks.samples)
-            log_consumers = [samples, *log_consumers]
+            self.samples = SamplesConsumer(pipeline.runs, config.sinks.samples)
+            log_consumers = [self.samples, *log_consumers]
         self.pipeline = pipeline
         self.limits = pipeline.limits
         self._heavy = HeavyGate(self.limits.max_heavy_requests)
@@ -279,6 +280,8 @@ class CollectorServer:
             self._server = None
         if self.scraper is not None:
             self.scraper.stop(min(5.0, timeout_s / 4))
+        if self.samples is not None:  # no request comes any more: every waiting sample to
+            self.samples.release()  # its sinks' queues, so the logs journal is acknowledged
         for service in self.signals:  # before the pipeline's shutdown closes the durable state
             service.shutdown(min(5.0, timeout_s / 4))
         self.pipeline.shutdown(timeout_s)

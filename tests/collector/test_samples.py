@@ -153,9 +153,14 @@ def test_the_consumer_queues_each_steps_samples_in_the_runs_sinks_after_its_metr
         logs = Snapshot((), at, trainer, 3, "train", kept_set(2, step, tag="t"))
         consumer.consume_logs(encode_samples(logs))
         assert consumer.flush()
+    late = Snapshot((), None, worker, 9, "rollout", kept_set(1, 9, tag="late"))
+    consumer.consume_logs(encode_samples(late))  # waits for a step that never comes
+    assert not consumer.flush()
+    consumer.release()  # the server stops: at the last training step, and acknowledged
+    assert consumer.flush()
     stray = Snapshot((), None, ((names.ROLE, "rollout"),), 1, "rollout", kept_set(2, 0))
     consumer.consume_logs(encode_samples(stray))  # names no run
-    assert consumer.received == 2 * (3 + 3 + 2) + 2 and consumer.dropped == 2
+    assert consumer.received == 2 * (3 + 3 + 2) + 1 + 2 and consumer.dropped == 2
     (run,) = [run for _, run in runs.items()]
     assert run.samples.duplicates == 2
     assert run.fanout.force_flush(10)
@@ -165,6 +170,7 @@ def test_the_consumer_queues_each_steps_samples_in_the_runs_sinks_after_its_metr
         (SAMPLES_STREAM, 1, ["w1.0", "w1.1", "w1.2", "t1.0", "t1.1"]),
         ("train", 2, []),
         (SAMPLES_STREAM, 2, ["w2.0", "w2.1", "w2.2", "t2.0", "t2.1"]),
+        (SAMPLES_STREAM, 2, ["late9.0"]),
     ]
 
 

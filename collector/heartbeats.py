@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from telemetry.heartbeat import FAMILIES, BeatGroup, HeartbeatCollector
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+
+from telemetry.heartbeat import FAMILIES as BEAT_FAMILIES
+from telemetry.heartbeat import BeatGroup, HeartbeatCollector
 from telemetry.heartbeat.beat import Beat
 from telemetry.heartbeat.wire import group_of, is_heartbeat
 from telemetry.model.snapshot import Snapshot
@@ -28,10 +31,14 @@ __all__ = ["FAMILIES", "HeartbeatBoard"]
 logger = logging.getLogger(__name__)
 
 Run = tuple[str, str, str]
+DROPPED = "rltel_collector_heartbeats_dropped"
+FAMILIES = {**BEAT_FAMILIES, DROPPED: "counter"}
+"""Family name -> kind of what the board serves, to reserve on the Prometheus sink."""
 
 
 class HeartbeatBoard:
-    """The latest beat of every rank of every run, as a prometheus_client collector.
+    """The latest beat of every rank of every run, and the beats dropped, as a
+    prometheus_client collector (:meth:`collect`).
 
     Args:
         max_runs: runs held at most (``limits.max_runs``).
@@ -43,7 +50,7 @@ class HeartbeatBoard:
         self._lock = threading.Lock()
         self._runs: dict[Run, tuple[float, dict[int, Beat]]] = {}  # run -> (floor, beats)
         self.dropped = 0
-        self.collector = HeartbeatCollector(self.groups)
+        self._served = HeartbeatCollector(self.groups)
 
     def consume(self, decoder: Decoder, request: Request) -> tuple[Request, DecodeResult | None]:
         """Hold the beats of ``request``'s heartbeat resources (gauges only: no decoder state).
@@ -102,6 +109,16 @@ class HeartbeatBoard:
         if self.dropped == n:
             logger.warning("heartbeats: %s; further drops counted", why)
         return 0
+
+    def collect(self) -> Iterator[Metric]:
+        """Every rank's latest beat (``rltel_heartbeat_*``) and the beats dropped."""
+        yield from self._served.collect()
+        yield CounterMetricFamily(
+            DROPPED,
+            "beats the collector dropped: past limits.max_runs runs or "
+            "limits.max_series_per_metric ranks of a run, or not a whole heartbeat",
+            value=self.dropped,
+        )
 
     def groups(self) -> list[BeatGroup]:
         """A copy of every run's beats, ranks in order."""

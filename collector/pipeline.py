@@ -124,7 +124,7 @@ class Pipeline:
         self.heartbeats = HeartbeatBoard(self.limits.max_runs, self.limits.max_series_per_metric)
         for sink in shared_sinks:  # the beats' one way out: the /metrics of the shared sink
             if isinstance(sink, PrometheusSink):
-                sink.register(self.heartbeats.collector, HEARTBEAT_FAMILIES)
+                sink.register(self.heartbeats, HEARTBEAT_FAMILIES)
         self._lock = threading.Lock()
         self._closed = False
         self._accepted = self._rejected = self._snapshots = 0

@@ -52,6 +52,7 @@ def test_beats_replace_their_rank_and_a_closed_reader_takes_them_away(start_coll
     assert list(step.values()) == [4.0]
     assert not [key for key in step for name, _ in key if name in ("job", "instance")]
     assert samples(got, "rltel_heartbeat_stall_floor_seconds", role="trainer")
+    assert samples(got, "rltel_collector_heartbeats_dropped_total") == {(): 0.0}
     assert server.pipeline.stats().snapshots == 0  # never in the step path
     send(BeatGroup(RUN, 30.0, (beat(0, "", 13.0, exited=True),)), True)
     got = scrape(server.metrics_url)

@@ -30,7 +30,6 @@ import logging
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from exporters.remote_write.config import (
 from exporters.remote_write.health import DOWN, FAMILIES, LinkHealth
 from exporters.remote_write.sources import StoreFamilies, Up
 from exporters.remote_write.timeline import Timeline
+from exporters.remote_write.writes import Write, Writes
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -57,16 +57,6 @@ logger = logging.getLogger(__name__)
 BACKOFF_S, MAX_BACKOFF_S = 0.1, 2.0
 DEADLINE_SHARE = 0.8  # of a flush's timeout: the rest is margin before the queue abandons it
 RESENT = "re-sent as current totals by the next refresh"
-
-
-class _Write:
-    """One encoded write waiting in the backlog."""
-
-    __slots__ = ("kept", "newest_ms", "payload", "samples")
-
-    def __init__(self, payload: bytes, samples: int, newest_ms: int, kept: bool = False) -> None:
-        self.payload, self.samples, self.newest_ms = payload, samples, newest_ms
-        self.kept = kept  # taken up from an earlier process's kept backlog
 
 
 class RemoteWriteSink(Sink):
@@ -107,13 +97,10 @@ class RemoteWriteSink(Sink):
         self._timeline = Timeline(self.external_labels)
         self._lock = threading.Lock()  # store, timeline, backlog: never held for I/O
         self._cond = threading.Condition(self._lock)
-        self._backlog: deque[_Write] = deque()
-        self._pending = 0  # samples in the backlog and in the batch being sent
-        self._sending = 0  # samples of the batch being sent
-        self._inflight: list[_Write] = []  # the batch being sent
+        self._writes = Writes()
         self._keep: kept.KeptFile | None = None  # where a shutdown keeps the backlog
         self._resync = False
-        self.health = LinkHealth(config.url or "", lambda: self._pending, summary_s)
+        self.health = LinkHealth(config.url or "", lambda: self._writes.pending, summary_s)
         self._sources: list[Collector] = []
         self._errors = 0  # snapshots the store rejected
         self.add_source(self.health, FAMILIES)
@@ -156,9 +143,7 @@ class RemoteWriteSink(Sink):
         with self._cond:
             self._keep = keep
             self._timeline.take_up(last)
-            taken = [_Write(payload, n, newest, kept=True) for payload, n, newest in writes]
-            self._backlog.extendleft(reversed(taken))
-            self._pending += sum(write.samples for write in taken)
+            self._writes.put_first([Write(*write, kept=True) for write in writes])
             self._cond.notify_all()
 
     # -- sink contract -----------------------------------------------------------------
@@ -190,9 +175,10 @@ class RemoteWriteSink(Sink):
         """
         with self._cond:
             self._cond.wait_for(
-                lambda: not self._pending or self.health.state == DOWN, timeout_s * DEADLINE_SHARE
+                lambda: not self._writes.pending or self.health.state == DOWN,
+                timeout_s * DEADLINE_SHARE,
             )
-            return not self._pending
+            return not self._writes.pending
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Stop refreshing, send the backlog until ``timeout_s``; keep the rest for the next
@@ -214,10 +200,9 @@ class RemoteWriteSink(Sink):
         self._sender.join(max(0.0, deadline - time.monotonic()))
         self._refresher.join(max(0.0, deadline - time.monotonic()))
         with self._cond:
-            writes = [*self._inflight, *self._backlog]
-            left, self._pending = self._pending, 0
+            left = self._writes.pending
+            writes = self._writes.clear()
             self._abandoned = True
-            self._backlog.clear()
             self._cond.notify_all()
             last = self._timeline.last()
         if self._keep is None:
@@ -233,7 +218,7 @@ class RemoteWriteSink(Sink):
     @property
     def pending_samples(self) -> int:
         """Samples waiting for the receiver."""
-        return self._pending
+        return self._writes.pending
 
     # -- backlog -----------------------------------------------------------------------
 
@@ -246,15 +231,10 @@ class RemoteWriteSink(Sink):
         if not samples:
             return
         payload, n = proto.encode(samples)
-        self._backlog.append(_Write(payload, n, max(ts for _, _, ts in samples)))
-        self._pending += n
-        dropped = 0
-        bound = self.config.max_pending_samples + self._sending
-        while self._pending > bound and len(self._backlog) > 1:
-            write = self._backlog.popleft()
-            self._left([write])
-            self._pending -= write.samples
-            dropped += write.samples
+        write = Write(payload, n, max(ts for _, _, ts in samples))
+        gone = self._writes.add(write, self.config.max_pending_samples)
+        self._left(gone)
+        dropped = sum(write.samples for write in gone)
         if dropped:
             self._resync = True
             self.health.dropped(
@@ -265,24 +245,13 @@ class RemoteWriteSink(Sink):
             )
         self._cond.notify_all()
 
-    def _take(self) -> list[_Write]:
+    def _take(self) -> list[Write]:
         """The next batch, taken off the backlog (too old writes dropped); under the lock."""
         oldest_ms = int(self._wall() * 1000) - int(self.config.max_sample_age_s * 1000)
-        batch, samples, too_old = [], 0, 0
-        while self._backlog:
-            write = self._backlog[0]
-            if write.newest_ms < oldest_ms:
-                self._left([self._backlog.popleft()])
-                too_old += write.samples
-                continue
-            if batch and samples + write.samples > self.config.max_batch_samples:
-                break
-            batch.append(self._backlog.popleft())
-            samples += write.samples
-        self._sending = samples
-        self._inflight = batch
+        batch, gone = self._writes.take(oldest_ms, self.config.max_batch_samples)
+        self._left(gone)
+        too_old = sum(write.samples for write in gone)
         if too_old:
-            self._pending -= too_old
             self._resync = True
             self.health.dropped(
                 "too_old",
@@ -293,7 +262,7 @@ class RemoteWriteSink(Sink):
             self._cond.notify_all()
         return batch
 
-    def _left(self, writes: Iterable[_Write]) -> None:
+    def _left(self, writes: Iterable[Write]) -> None:
         """``writes`` left the backlog for good (under the lock)."""
         if self._keep is not None:
             self._keep.gone(sum(1 for write in writes if write.kept))
@@ -309,10 +278,7 @@ class RemoteWriteSink(Sink):
             else:
                 self.health.refused(samples, detail)
                 self._resync = True
-            self._left(self._inflight)
-            self._inflight = []
-            self._pending -= samples
-            self._sending = 0
+            self._left(self._writes.done())
             self._cond.notify_all()
             return True
 
@@ -325,7 +291,7 @@ class RemoteWriteSink(Sink):
             logger.exception("remote_write sink: sender failed")
 
     def _send_all(self) -> None:
-        batch: list[_Write] = []
+        batch: list[Write] = []
         delay = BACKOFF_S
         while True:
             with self._cond:

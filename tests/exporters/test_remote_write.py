@@ -227,9 +227,9 @@ def test_an_unreachable_receiver_bounds_the_backlog_and_logs_the_drops_once(capl
         assert sink.force_flush(10) is False  # at once: the receiver is down
         for i in range(20):
             sink.export(Snapshot((Gauge("y", float(i)),), resource=RESOURCE))
-            assert sink.pending_samples - sink._sending <= 25  # the batch being sent aside
+            assert sink.pending_samples - sink._writes.sending <= 25  # the batch being sent aside
         counts = sink.health.counts()
-        waiting = counts.pending - sink._sending
+        waiting = counts.pending - sink._writes.sending
     finally:
         sink.shutdown(0.2)
     assert waiting >= 24  # only what did not fit was dropped

@@ -9,15 +9,23 @@ from concurrent import futures
 
 import grpc
 import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from collector.traces import TraceForwarder, TraceMerge
+from collector.traces import CURRENT, TraceForwarder, TraceMerge
 from collector.traces_config import TraceForwardConfig, TracesConfig
 from telemetry.otlp.wire import PUSHBACK_KEY
-from tests.collector.trace_checks import Requests, provider, record_steps
+from tests.collector.trace_checks import (
+    Requests,
+    check_format,
+    check_nested_ordered,
+    load,
+    provider,
+    record_steps,
+)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
@@ -140,3 +148,23 @@ def test_a_full_queue_drops_and_counts_never_blocks(receiver_of):
     forwarder.close(0.2)
     stats = forwarder.stats()
     assert (stats.sent, stats.failed, stats.dropped, stats.queued) == (0, 1, 3 + 2, 0)
+
+
+def test_one_collector_forwards_to_another_whose_timeline_has_every_span(start_collector, tmp_path):
+    """Collector A (its own timeline) forwards to collector B, a real OTLP trace endpoint:
+    B's merged file holds every span the stock SDK exporter sent to A, once."""
+    second = start_collector(sinks={"fileroot": str(tmp_path / "b")})
+    first = start_collector(
+        sinks={"fileroot": str(tmp_path / "a")},
+        traces={"forward": {"endpoint": second.endpoint}},
+    )
+    sdk = provider(OTLPSpanExporter(endpoint=first.endpoint, insecure=True), "trainer", 0)
+    sent = record_steps(sdk, range(3))
+    sdk.shutdown()
+    first.stop(30)  # its forward queue drained into the second
+    second.stop(30)
+    for root in ("a", "b"):
+        events = check_format(load(tmp_path / root / "exp" / "t1" / CURRENT))
+        check_nested_ordered(events)
+        ids = [e["args"]["span_id"] for e in events if e["ph"] == "X"]
+        assert len(ids) == len(set(ids)) == sent, root

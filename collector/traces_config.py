@@ -74,8 +74,8 @@ class TracesConfig:
             ``trace.steps-<first>-<last>.json`` (steps zero-padded to 8 digits) and a new
             ``trace.json`` begins.
         hold_s: a span waits this long at most for its trace's root span (a parent ends
-            after its children) before it is written without it (checked when the run's
-            next spans arrive, and at shutdown).
+            after its children) before it is written without it (checked whenever spans
+            arrive, at the durable queue's flushes, and at shutdown).
         max_pending_spans: spans waiting for their root, per run, at most; past it the
             oldest traces are written as they are.
         durations: per phase (span name) and role, a span duration histogram

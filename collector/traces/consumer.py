@@ -112,6 +112,8 @@ class TraceMerge:
                     rejected += len(by_run.pop(run))
                     continue
                 timeline.add(spans)
+        for timeline in self._open_timelines():
+            timeline.expire()  # a run that went quiet writes what waited past hold_s
         with self._lock:
             self._spans += read
             self._rejected += rejected
@@ -157,12 +159,18 @@ class TraceMerge:
             self._logged.add(kind)
             logger.error(message, *args)
 
-    def flush(self) -> bool:
-        """True when everything consumed so far is held for good: every span in its run's
-        file (none waiting for its root) and nothing waiting to be forwarded. The durable
-        journal acknowledges requests only then (:mod:`collector.signals`)."""
+    def _open_timelines(self) -> list[RunTimeline]:
         with self._lock:
-            timelines = [t for t in self._timelines.values() if t is not None]
+            return [t for t in self._timelines.values() if t is not None]
+
+    def flush(self) -> bool:
+        """Write what waited past ``hold_s``; True when everything consumed so far is held
+        for good: every span in its run's file (none waiting for its root) and nothing
+        waiting to be forwarded. The durable journal acknowledges requests only then
+        (:mod:`collector.signals`)."""
+        timelines = self._open_timelines()
+        for timeline in timelines:
+            timeline.expire()
         forwarded = self.forwarder is None or not self.forwarder.stats().queued
         return forwarded and all(t.holds_all() for t in timelines)
 
@@ -177,9 +185,7 @@ class TraceMerge:
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Write every waiting span, close each run's file whole, drain the forward queue."""
-        with self._lock:
-            timelines = [t for t in self._timelines.values() if t is not None]
-        for timeline in timelines:
+        for timeline in self._open_timelines():
             timeline.flush()
         if self.forwarder is not None:
             self.forwarder.close(timeout_s)

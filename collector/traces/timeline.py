@@ -98,6 +98,11 @@ class RunTimeline:
             ready.extend(self._expired(now))
             self._write(ready)
 
+    def expire(self) -> None:
+        """Write the traces whose wait is over (or past ``max_pending``), as :meth:`add` does."""
+        with self._lock:
+            self._write(self._expired(self._clock()))
+
     def flush(self) -> None:
         """Write every waiting span (at shutdown), then close the file."""
         with self._lock:

@@ -4,6 +4,7 @@ Chrome trace file per run, rotated, resumed; the span duration windows."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -322,3 +323,21 @@ def test_rollout_sessions_are_async_pairs_beside_nested_spans(tmp_path):
     pairs = sorted((e["id"], e["ph"]) for e in events if e["name"] == "session")
     assert pairs == [(1, "b"), (1, "e"), (2, "b"), (2, "e")]
     assert [e["ph"] for e in events if e["name"] == "generate"] == ["X"]
+
+
+def test_a_quiet_runs_orphans_are_written_when_other_spans_arrive_or_at_a_flush(tmp_path):
+    made, other = Requests(), Requests()
+    record_steps(provider(made, "trainer", 0), range(1))
+    record_steps(provider(other, "trainer", 0, **{names.TRIAL: "t2"}), range(1))
+    merge = TraceMerge(TracesConfig(hold_s=0.5), lambda e, t: tmp_path / e / t)
+    merge.consume_traces(made.requests[0])  # a phase; its step span never comes
+    assert not merge.flush() and not (run_dir(tmp_path) / CURRENT).exists()
+    time.sleep(0.6)  # past hold_s (time passing, not a synchronisation)
+    merge.consume_traces(other.requests[0])  # another run's spans: the waits are checked
+    runs = merge.stats().runs
+    assert (runs["exp_t1"].orphans, runs["exp_t1"].spans, runs["exp_t2"].pending) == (1, 1, 1)
+    assert (run_dir(tmp_path) / CURRENT).exists() and not merge.flush()
+    time.sleep(0.6)
+    assert merge.flush()  # t2's wait is over: written at the flush
+    assert merge.stats().runs["exp_t2"].orphans == 1
+    merge.shutdown()

@@ -8,11 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from collector.config import from_dict
 from collector.traces import CURRENT, TraceMerge, part_name
 from collector.traces.chrome_file import ChromeTraceFile
 from collector.traces.durations import METRIC
+from collector.traces.metrics import FAMILIES, TraceMetrics
 from collector.traces.spans import read_spans
 from collector.traces.timeline import RunTimeline
 from collector.traces_config import TracesConfig
@@ -340,4 +343,38 @@ def test_a_quiet_runs_orphans_are_written_when_other_spans_arrive_or_at_a_flush(
     time.sleep(0.6)
     assert merge.flush()  # t2's wait is over: written at the flush
     assert merge.stats().runs["exp_t2"].orphans == 1
+    merge.shutdown()
+
+
+def test_the_merge_counters_as_prometheus_families(tmp_path):
+    made = Requests()
+    record_steps(provider(made, "trainer", 0), range(3))
+    merge = merge_of(tmp_path, rotate_steps=1)
+    for request in made.requests[1:]:
+        merge.consume_traces(request)
+    merge.consume_traces(made.requests[0])  # step 0's first phase, after its root and 2 steps
+    registry = CollectorRegistry()
+    registry.register(TraceMetrics(merge))
+    samples = {
+        (s.name, tuple(s.labels.items())): s.value
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in f.samples
+        if not s.name.endswith("_created")
+    }
+    run = (("run", "exp_t1"),)
+    assert samples == {
+        ("rltel_collector_trace_spans_received_total", ()): 12,
+        ("rltel_collector_trace_spans_rejected_total", ()): 0,
+        ("rltel_collector_trace_spans_written_total", run): 12,
+        ("rltel_collector_trace_spans_orphaned_total", run): 0,
+        ("rltel_collector_trace_spans_late_total", run): 1,  # into step 2's part
+        ("rltel_collector_trace_spans_failed_total", run): 0,
+        ("rltel_collector_trace_parts_rotated_total", run): 2,
+        ("rltel_collector_trace_spans_pending", run): 0,
+    }
+    assert {name.removesuffix("_total") for name, _ in samples} == {
+        name
+        for name in FAMILIES
+        if "forward" not in name  # no forward endpoint set
+    }
     merge.shutdown()

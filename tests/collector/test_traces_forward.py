@@ -14,8 +14,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from prometheus_client import CollectorRegistry
 
 from collector.traces import CURRENT, TraceForwarder, TraceMerge
+from collector.traces.metrics import TraceMetrics
 from collector.traces_config import TraceForwardConfig, TracesConfig
 from telemetry.otlp.wire import PUSHBACK_KEY
 from tests.collector.trace_checks import (
@@ -102,6 +104,12 @@ def test_every_request_reaches_the_receiver_once_in_order(tmp_path, receiver_of)
     assert all(m.get("authorization") == "Bearer t" for m in receiver.metadata)
     stats = merge.stats().forward
     assert (stats.sent, stats.dropped, stats.failed, stats.queued) == (len(sent), 0, 0, 0)
+    registry = CollectorRegistry()
+    registry.register(TraceMetrics(merge))
+    get = registry.get_sample_value
+    name = "rltel_collector_trace_forward_requests_total"
+    assert get(name, {"outcome": "sent"}) == len(sent) and get(name, {"outcome": "dropped"}) == 0
+    assert get("rltel_collector_trace_forward_queued") == 0
 
 
 def test_retryable_refusals_are_retried_with_the_pushback_asked_for(receiver_of):

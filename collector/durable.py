@@ -7,7 +7,10 @@ process can open it again and replay its journals before it takes any request
 (:mod:`exporters.journal`). One collector holds the directory at a time (an exclusive
 ``flock`` on ``<directory>/lock``). After a clean shutdown every journal is empty and what
 the collector wrote there is removed, unless a sink keeps its undelivered backlog there for
-the next start (the remote-write sink during a receiver outage).
+the next start (the remote-write sink during a receiver outage). ``<directory>/baselines/``
+keeps the decoder's per-series baselines (:mod:`collector.baselines`); it stays after a clean
+shutdown while it holds a series, so that the next process takes up the senders' running
+totals where this one left them.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import shutil
 import threading
 from pathlib import Path
 
+from collector.baselines import DIRECTORY as BASELINES
+from collector.baselines import Baselines
 from collector.merge import RolloutMerger
 from exporters.fanout import FanOut
 from exporters.journal import Journal
 from exporters.remote_write.kept import FILE as KEPT
 from telemetry.model.errors import ConfigError
+from telemetry.otlp.decode import Decoder
 
 __all__ = ["DurableState", "RunKey"]
 
@@ -57,7 +63,9 @@ class DurableState:
         self.directory = Path(directory)
         self.limit_bytes = limit_bytes
         self.fsync = fsync
+        self._key = key
         self._journals: list[Journal] = []
+        self.baselines: Baselines | None = None
         self._lock = threading.Lock()
         self._closed = False
         try:
@@ -77,6 +85,20 @@ class DurableState:
     def attach_shared(self, fanout: FanOut) -> None:
         """Journal every sink of the shared fan-out; queue what an earlier process left."""
         self._attach(fanout, self.directory / "shared")
+
+    def attach_decoder(self, decoder: Decoder) -> None:
+        """Keep ``decoder``'s per-series baselines here, synced with the journals, after
+        giving it what an earlier process left (call before any request).
+
+        Raises:
+            ConfigError: the baselines' directory cannot be created or read.
+        """
+        try:
+            self.baselines = Baselines(self.directory / BASELINES, decoder, self.fsync)
+        except OSError as exc:
+            raise ConfigError(f"{self._key}: {exc}") from None
+        with self._lock:
+            self._journals.append(self.baselines.journal)
 
     def attach_run(self, key: RunKey, fanout: FanOut, merger: RolloutMerger) -> None:
         """Journal every sink of run ``key``'s fan-out and its merger's windows; queue and
@@ -142,6 +164,8 @@ class DurableState:
                 return
             self._closed = True
             journals, self._journals = self._journals, []
+        if self.baselines is not None:
+            self.baselines.close()  # the last request's baselines in state.json
         for journal in journals:
             journal.close()  # its acknowledged segments go
         # Anything left (a sink not held yet, a run not opened, a sink no longer run, a

@@ -10,6 +10,11 @@ attribute over its limit) are counted as rejected with a reason, never raised.
 A request is read once before it is decoded (:meth:`Decoder.read`: each resource's
 attributes, and its number of data points counted without reading them), so that the
 collector can bound it and open its runs first, and the decoder reuses what was read.
+
+The per-series temporality state (the baselines of cumulative series, the running totals of
+delta sums) can be kept across a restart: :meth:`Decoder.export_state` reads it out,
+:meth:`Decoder.restore_state` puts it back, and :attr:`Decoder.on_commit` is told what each
+request changed; the collector owns the files (:mod:`collector.baselines`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import ResourceMetrics
 from telemetry.model import names
 from telemetry.model.snapshot import Attributes, Point, Snapshot, Step
 from telemetry.otlp.mapping import DELTA, PointMapper
-from telemetry.otlp.series import SeriesTable
+from telemetry.otlp.series import SeriesState, SeriesTable
 from telemetry.otlp.values import LabelLimits, OverLimit, Rejected, attributes
 
 __all__ = ["DecodeResult", "Decoder", "Request", "RequestResource", "Staged"]
@@ -119,6 +124,12 @@ class Decoder:
     Thread-safe: concurrent ``decode`` calls share the state under one lock.
     :meth:`stage` decodes without changing the state until the caller commits, so a
     request refused after decoding leaves no trace (a retried delta is not counted twice).
+
+    Attributes:
+        on_commit: if set, called with the series a request changed (key -> new state)
+            when the block of a committed :meth:`stage` ends, under the decoder's lock: in
+            commit order, after the caller queued (and journaled) the request's snapshots.
+            It must not raise.
     """
 
     def __init__(
@@ -136,11 +147,30 @@ class Decoder:
         self._lock = threading.Lock()
         self._series = SeriesTable(max_series_per_metric, max_series_total)
         self._points = PointMapper(self.label_limits, self._series, self.started_ns)
+        self.on_commit: Callable[[dict[tuple, SeriesState]], None] | None = None
 
     @property
     def series(self) -> int:
         """Stateful series currently tracked."""
         return len(self._series)
+
+    def export_state(self) -> tuple[int, list[tuple[tuple, SeriesState]]]:
+        """``(started_ns, series)``: the start and every kept series' state, for
+        :meth:`restore_state` in a later process."""
+        with self._lock:
+            return self.started_ns, self._series.items()
+
+    def restore_state(self, started_ns: int, series: list[tuple[tuple, SeriesState]]) -> int:
+        """Take up the state :meth:`export_state` gave (before any request); returns the
+        series left out (past this decoder's series limits).
+
+        ``started_ns`` becomes the start if it is earlier: a series that started after it and
+        has no kept state was never acknowledged, so its first point is a window of its own.
+        """
+        with self._lock:
+            self.started_ns = min(self.started_ns, started_ns)
+            self._points.started_ns = self.started_ns
+            return self._series.restore(series)
 
     def read(self, message: ExportMetricsServiceRequest) -> Request:
         """``message``'s resources, their attributes checked against the label limits, read
@@ -164,6 +194,7 @@ class Decoder:
         with self._lock:
             self._series.discard()
             self._over = {}
+            changed: list[dict[tuple, SeriesState]] = []
             try:
                 snapshots: list[Snapshot] = []
                 counts = [0, 0]
@@ -177,9 +208,11 @@ class Decoder:
                     tuple(reasons)[:MAX_REASONS],
                     tuple(self._over.items()),
                 )
-                yield Staged(result, self._series.commit)
+                yield Staged(result, lambda: changed.append(self._series.commit()))
             finally:
                 self._series.discard()
+                if changed and changed[0] and self.on_commit is not None:
+                    self.on_commit(changed[0])
 
     def _over_limit(self, exc: OverLimit, n: int, counts: list[int], reasons, what: str) -> None:
         counts[1] += n

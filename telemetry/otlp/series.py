@@ -5,9 +5,15 @@ Cumulative histograms and delta sums need the previous point of their series
 and applied by :meth:`SeriesTable.commit` only, so a request refused after decoding leaves
 no trace (a retried delta is not counted twice). The number of series is bounded per
 metric name and in total; a series past a bound is rejected, never kept.
+
+The kept state can be read out (:meth:`SeriesTable.items`, and :meth:`SeriesTable.commit`
+returns what one request changed) and put back (:meth:`SeriesTable.restore`), so that a
+collector can keep it across a restart; the table itself does no file I/O.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from telemetry.otlp.temporality import HistogramState, SumState
 from telemetry.otlp.values import Rejected
@@ -63,12 +69,41 @@ class SeriesTable:
         self._overlay[key] = state
         return state
 
-    def commit(self) -> None:
-        """Keep the staged changes."""
-        self._state.update(self._overlay)
+    def commit(self) -> dict[tuple, SeriesState]:
+        """Keep the staged changes; returns them (series key -> its new state)."""
+        changed = self._overlay
+        self._state.update(changed)
         for metric, n in self._added.items():
             self._per_metric[metric] = self._per_metric.get(metric, 0) + n
         self.discard()
+        return changed
+
+    def items(self) -> list[tuple[tuple, SeriesState]]:
+        """A copy of the kept series (staged ones not included)."""
+        return list(self._state.items())
+
+    def restore(self, items: Iterable[tuple[tuple, SeriesState]]) -> int:
+        """Replace the kept series with ``items`` (from :meth:`items`), within the limits;
+        returns how many were left out (past a limit, or not a series key).
+
+        A series' key is ``(kind, resource, metric name, attributes)``.
+        """
+        self._state, self._per_metric = {}, {}
+        self.discard()
+        left_out = 0
+        for key, state in items:
+            metric = key[2] if len(key) == 4 and isinstance(key[2], str) else None
+            if (
+                metric is None
+                or self._per_metric.get(metric, 0) >= self.max_series_per_metric
+                or len(self._state) >= self.max_series_total
+            ):
+                left_out += 1
+                continue
+            if key not in self._state:
+                self._per_metric[metric] = self._per_metric.get(metric, 0) + 1
+            self._state[key] = state
+        return left_out
 
     def discard(self) -> None:
         """Drop the staged changes."""

@@ -10,6 +10,12 @@ negative delta. The first point of a cumulative series is emitted as a window on
 series started after this collector did (``start_time_unix_nano >= started_ns``); an older
 series (the collector restarted under a running sender) only sets the baseline, as the
 OpenTelemetry Collector's ``cumulativetodelta`` processor does in its ``auto`` mode.
+
+A collector with its durable state keeps these states across a restart
+(:mod:`collector.baselines`), and with them the start of its first process: a series it
+held goes on from its kept baseline, and a series that started after the first process did
+and was never acknowledged is a window of its own, so only a series older than every
+process of the collector loses its first point.
 """
 
 from __future__ import annotations

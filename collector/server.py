@@ -253,6 +253,7 @@ class CollectorServer:
             limit, fsync = durable.limit_bytes, durable.fsync == "request"
             state = DurableState(directory, limit, fsync, f"{ROOT}.durable.directory")
             self.pipeline.recover(state)  # replayed into the queues before any request
+            state.attach_decoder(self.pipeline.decoder)  # the senders' totals taken up
             for service in self.signals:  # and to the consumers
                 try:
                     service.recover(state.directory, limit, fsync)

@@ -1,0 +1,131 @@
+"""A restarted collector loses no part of the rollout workers' running totals.
+
+Two real rollout workers (``StatsLogger(role="rollout")``, each with its OTLP sink sending
+its scalar stream as running totals, a histogram as windows and a counter as its total) and a
+trainer (raw OTLP) send through a real ``rltel collector`` with its durable state; the
+collector is stopped between two windows (SIGKILL after the first worker's window of a step,
+SIGTERM between two steps) and started again on the same port and state directory, and the
+workers go on. The ledger: every step's merged values in TensorBoard (read back with
+TensorBoard's reader) equal a numpy reference of what the workers recorded, each step once.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+pytest.importorskip("tensorboard")
+
+from rltel.logger import StatsLogger
+from telemetry.model.snapshot import Counter, Gauge, Histogram
+from telemetry.record.stats import Stats
+
+from .test_integration import METHOD, CollectorProcess, read_tensorboard, train_request
+
+STEPS = 6
+WORKERS = 2
+
+
+def rewards(worker: int, step: int) -> np.ndarray:
+    rng = np.random.default_rng(10 * worker + step)
+    return rng.normal(loc=step, size=int(rng.integers(1, 6)))
+
+
+def lengths(worker: int, step: int) -> np.ndarray:
+    rng = np.random.default_rng(1000 + 10 * worker + step)
+    return rng.integers(1, 100, size=int(rng.integers(1, 5))).astype(float)
+
+
+def window(worker: int, step: int) -> Stats:
+    """What worker ``worker`` records at ``step``: a scalar stream, a histogram, its token
+    counter's total so far."""
+    r, n = rewards(worker, step), lengths(worker, step)
+    tokens = sum(lengths(worker, s).sum() for s in range(1, step + 1))
+    return Stats(
+        (
+            Gauge("rollout/reward", float(r.mean()), len(r)),
+            Histogram("rollout/len", len(n), float(n.sum()), float(n.min()), float(n.max())),
+            Counter("rollout/tokens", float(tokens)),
+        )
+    )
+
+
+def expected(step: int) -> dict[str, float]:
+    r = np.concatenate([rewards(w, step) for w in range(WORKERS)])
+    n = np.concatenate([lengths(w, step) for w in range(WORKERS)])
+    tokens = sum(lengths(w, s).sum() for w in range(WORKERS) for s in range(1, step + 1))
+    return {
+        "rollout/reward": r.mean(),
+        "rollout/len/avg": n.mean(),
+        "rollout/len/min": n.min(),
+        "rollout/len/max": n.max(),
+        "rollout/tokens": tokens,
+    }
+
+
+def commit(logger: StatsLogger, step: int, data: Stats, timeout: float = 60.0) -> None:
+    """Commit one window and wait until the collector acknowledged it."""
+    before = logger.health()["otlp"]["requests_exported"]
+    logger.commit(0, step, step, data)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        health = logger.health()["otlp"]
+        if health["requests_exported"] > before and health["queue_depth"] == 0:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"window of step {step} not acknowledged: {logger.health()}")
+
+
+def train(endpoint: str, step: int) -> None:
+    with grpc.insecure_channel(endpoint) as channel:
+        channel.unary_unary(METHOD, request_serializer=None)(train_request(step, 1), timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("sig", "at"),
+    [(signal.SIGKILL, (3, 1)), (signal.SIGTERM, (4, 0))],
+    ids=["sigkill-mid-step", "sigterm-between-steps"],
+)
+def test_a_restart_keeps_every_running_total_once(tmp_path, sig, at):
+    state = tmp_path / "state"
+
+    def collector(port: int = 0) -> CollectorProcess:
+        sinks = {"tensorboard": {"path": str(tmp_path / "tb")}}
+        return CollectorProcess(
+            tmp_path, sinks, durable={"directory": str(state)}, start_timeout=120, port=port
+        )
+
+    current = collector()
+    endpoint = current.endpoint
+    config = {
+        "experiment_name": "exp",
+        "trial_name": "t1",
+        "fileroot": str(tmp_path / "workers"),
+        "otlp": {"endpoint": endpoint, "timeout": 30.0},
+    }
+    workers = [StatsLogger(config, role="rollout", worker_id=w) for w in range(WORKERS)]
+    try:
+        for step in range(1, STEPS + 1):
+            for w, logger in enumerate(workers):
+                if (step, w) == at:  # stopped between two acknowledged windows
+                    code = current.stop(sig)
+                    assert code == (-sig if sig == signal.SIGKILL else 0), "".join(current.lines)
+                    current = collector(int(endpoint.rsplit(":", 1)[1]))
+                commit(logger, step, window(w, step))
+            train(endpoint, step)
+    finally:
+        for logger in workers:
+            logger.close(30)
+        code = current.stop(signal.SIGTERM, timeout=120)
+    assert code == 0, "".join(current.lines)
+
+    events = read_tensorboard(tmp_path / "tb" / "exp" / "t1")
+    for key in expected(1):
+        got = events.Scalars(key)
+        assert [e.step for e in got] == list(range(1, STEPS + 1)), key  # each step once
+        want = [expected(e.step)[key] for e in got]
+        assert [e.value for e in got] == pytest.approx(want, rel=1e-6), key

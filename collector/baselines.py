@@ -165,25 +165,32 @@ class Baselines:
 
 
 def to_json(series: Any) -> list:
-    """``(key, state)`` pairs as JSON values."""
-    out = []
+    """``(key, state)`` pairs as JSON values: ``[resource, [series of it, ...]]`` per
+    resource (tuples are written as JSON arrays)."""
+    by_resource: dict[tuple, list] = {}
     for (kind, resource, name, attrs), state in series:
-        key = [kind, [list(kv) for kv in resource], name, [list(kv) for kv in attrs]]
+        entries = by_resource.get(resource)
+        if entries is None:
+            entries = by_resource[resource] = []
         if isinstance(state, HistogramState):
-            value = [
-                "h",
-                state.start_time_unix_nano,
-                state.count,
-                state.sum,
-                state.min,
-                state.max,
-                list(state.bounds),
-                list(state.bucket_counts),
-            ]
+            entries.append(
+                (
+                    kind,
+                    name,
+                    attrs,
+                    "h",
+                    state.start_time_unix_nano,
+                    state.count,
+                    state.sum,
+                    state.min,
+                    state.max,
+                    state.bounds,
+                    state.bucket_counts,
+                )
+            )
         else:
-            value = ["s", state.start_time_unix_nano, state.total]
-        out.append([key, value])
-    return out
+            entries.append((kind, name, attrs, "s", state.start_time_unix_nano, state.total))
+    return [[resource, entries] for resource, entries in by_resource.items()]
 
 
 def from_json(data: list) -> list[tuple[tuple, SeriesState]]:
@@ -193,28 +200,31 @@ def from_json(data: list) -> list[tuple[tuple, SeriesState]]:
         ValueError, TypeError, KeyError, IndexError: not what :func:`to_json` writes.
     """
     out: list[tuple[tuple, SeriesState]] = []
-    for (kind, resource, name, attrs), value in data:
-        key = (
-            str(kind),
-            tuple((str(k), v) for k, v in resource),
-            str(name),
-            tuple((str(k), v) for k, v in attrs),
-        )
-        state: SeriesState
-        if value[0] == "h":
-            _, start, count, total, low, high, bounds, buckets = value
-            state = HistogramState(
-                int(start),
-                int(count),
-                float(total),
-                None if low is None else float(low),
-                None if high is None else float(high),
-                tuple(float(b) for b in bounds),
-                tuple(int(c) for c in buckets),
-            )
-        elif value[0] == "s":
-            state = SumState(int(value[1]), float(value[2]))
-        else:
-            raise ValueError(f"unknown series state {value[0]!r}")
-        out.append((key, state))
+    for resource_pairs, entries in data:
+        resource = _pairs(resource_pairs)
+        for kind, name, attrs, form, start, *value in entries:
+            key = (str(kind), resource, str(name), _pairs(attrs))
+            state: SeriesState
+            if form == "h":
+                count, total, low, high, bounds, buckets = value
+                state = HistogramState(
+                    int(start),
+                    int(count),
+                    float(total),
+                    None if low is None else float(low),
+                    None if high is None else float(high),
+                    tuple(float(b) for b in bounds),
+                    tuple(int(c) for c in buckets),
+                )
+            elif form == "s":
+                (total,) = value
+                state = SumState(int(start), float(total))
+            else:
+                raise ValueError(f"unknown series state {form!r}")
+            out.append((key, state))
     return out
+
+
+def _pairs(items: list) -> tuple:
+    """Attributes as the decoder keys them: ``((name, value), ...)``."""
+    return tuple((str(k), v) for k, v in items)

@@ -1,14 +1,16 @@
 """The ranks' heartbeats the collector holds: the latest beat per run and rank, served on
 ``/metrics`` as the embedded endpoint serves them.
 
-A heartbeat resource (marked by :data:`telemetry.heartbeat.wire.SIGNAL`) carries a reading
-rank's view of its run's ranks; the pipeline hands it here before anything else
+A heartbeat resource (marked by :data:`telemetry.heartbeat.wire.SIGNAL`) carries a reader's
+view of its ranks: a trainer's rank 0 sends every rank's beat, a rollout or eval worker its
+own under its worker id. The pipeline hands it here before anything else
 (:meth:`HeartbeatBoard.consume`). It never enters the step path (no run
 sinks, no journal, no shared sink's series store): each rank's beat replaces the one held
-(an older one, by its send time, is ignored), so a rank's series change phase instead of
-piling up. A reader that closes takes its run's beats with it. Beyond ``max_runs`` runs
-or ``max_ranks`` ranks per run, and snapshots that are not whole heartbeats, are dropped
-and counted (logged at the first drop).
+for its reader and rank (an older one, by its send time, is ignored), so a rank's series
+change phase instead of piling up. A reader that closes takes its beats with it (a worker
+its own, a trainer's rank 0 its ranks'). Beyond ``max_runs`` runs or ``max_ranks`` beats
+per run (workers and ranks together), and snapshots that are not whole heartbeats, are
+dropped and counted (logged at the first drop).
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ class HeartbeatBoard:
     def __init__(self, max_runs: int, max_ranks: int) -> None:
         self._max_runs, self._max_ranks = max_runs, max_ranks
         self._lock = threading.Lock()
-        self._runs: dict[Run, tuple[float, dict[int, Beat]]] = {}  # run -> (floor, beats)
+        # run -> reader's worker id ("" for a trainer) -> (floor, rank -> beat)
+        self._runs: dict[Run, dict[str, tuple[float, dict[int, Beat]]]] = {}
         self.dropped = 0
         self._served = HeartbeatCollector(self.groups)
 
@@ -83,25 +86,30 @@ class HeartbeatBoard:
         return taken
 
     def _take(self, group: BeatGroup, closed: bool) -> int:
+        readers = self._runs.get(group.run)
         if closed:
-            self._runs.pop(group.run, None)
+            if readers is not None:
+                readers.pop(group.worker, None)
+                if not readers:
+                    del self._runs[group.run]
             return len(group.beats)
-        held = self._runs.get(group.run)
-        if held is None:
+        if readers is None:
             if len(self._runs) >= self._max_runs:
                 return self._drop(len(group.beats), f"run limit {self._max_runs} reached")
-            held = (group.stall_floor_s, {})
-        beats = held[1]
+            readers = {}
+        beats = readers.get(group.worker, (0.0, {}))[1]
+        held = sum(len(ranks) for _, ranks in readers.values()) - len(beats)
         taken = 0
         for beat in group.beats:
             old = beats.get(beat.rank)
-            if old is None and len(beats) >= self._max_ranks:
+            if old is None and held + len(beats) >= self._max_ranks:
                 self._drop(1, f"rank limit {self._max_ranks} of {'/'.join(group.run)} reached")
                 continue
             if old is None or beat.sent >= old.sent:
                 beats[beat.rank] = beat
             taken += 1
-        self._runs[group.run] = (group.stall_floor_s, beats)
+        readers[group.worker] = (group.stall_floor_s, beats)
+        self._runs[group.run] = readers
         return taken
 
     def _drop(self, n: int, why: str) -> int:
@@ -121,9 +129,10 @@ class HeartbeatBoard:
         )
 
     def groups(self) -> list[BeatGroup]:
-        """A copy of every run's beats, ranks in order."""
+        """A copy of every reader's beats, one group per run and worker, ranks in order."""
         with self._lock:
             return [
-                BeatGroup(run, floor, tuple(beats[rank] for rank in sorted(beats)))
-                for run, (floor, beats) in self._runs.items()
+                BeatGroup(run, floor, tuple(beats[rank] for rank in sorted(beats)), worker)
+                for run, readers in self._runs.items()
+                for worker, (floor, beats) in sorted(readers.items())
             ]

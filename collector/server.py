@@ -54,6 +54,7 @@ from collector.admission import PARSE_EXPANSION, HeavyGate, Hold
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.durable import DurableState
+from collector.heartbeats import FAMILIES as HEARTBEAT_FAMILIES
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge, Unavailable
 from collector.samples import SamplesConsumer
 from collector.scrape import FAMILIES as SCRAPE_FAMILIES
@@ -172,6 +173,7 @@ class CollectorServer:
         for sink in (queued.sink for queued in pipeline.shared.queued):
             if isinstance(sink, RemoteWriteSink):  # its counters on /metrics, its state on
                 sink.add_source(self.self_metrics(), FAMILIES)  # /healthz; ours remote-written
+                sink.add_source(pipeline.heartbeats, HEARTBEAT_FAMILIES, own=False)
                 if self.prometheus is not None:
                     self.prometheus.register(sink.health, REMOTE_WRITE_FAMILIES)
                     self.prometheus.add_check(sink.health.problem)

@@ -251,35 +251,46 @@ def _heartbeat() -> list[dict]:
     Every rank waits once one is stuck (at the next collective), so the rule names the
     rank whose phase began first among those that did not exit: the one that stopped.
     Ranks inside a ``record_timing`` phase come first (the others wait outside one, at the
-    collective), so a waiting rank that left its phase early is never taken for it.
+    collective), so a waiting rank that left its phase early is never taken for it. Rollout
+    and eval workers (a ``worker`` label; none on a trainer's ranks) wait for no one: each
+    is its own oldest phase, named by its worker id.
     """
     run = "{{ $labels.experiment }}/{{ $labels.trial }}"
     by = "experiment, trial, role"
+    reader = f"{by}, worker"
+    series = f"{reader}, rank"
     progress = f"{HEARTBEAT}last_progress_timestamp_seconds"
     entered = f"{HEARTBEAT}phase_start_timestamp_seconds"
     exited = f"{HEARTBEAT}exited == 1"
     floor = f"max by ({by}) ({HEARTBEAT_FLOOR})"
     inside = f'{entered}{{phase!="{HEARTBEAT_OUTSIDE}"}}'
     first = (
-        f"min by ({by}) ({inside} unless on ({by}, rank) {exited}) "
-        f"or min by ({by}) ({entered} unless on ({by}, rank) {exited})"
+        f"min by ({reader}) ({inside} unless on ({series}) {exited}) "
+        f"or min by ({reader}) ({entered} unless on ({series}) {exited})"
     )
     steps = f"{STUCK_RANK_STEPS} * quantile by ({by}) (0.5, {HEARTBEAT}median_step_seconds)"
     median = (
         f'{{{{ with printf "quantile(0.5, {HEARTBEAT}median_step_seconds'
-        "{experiment='%s',trial='%s'})\" $labels.experiment $labels.trial | query }}"
+        "{experiment='%s',trial='%s',role='%s'})\" $labels.experiment $labels.trial "
+        "$labels.role | query }}"
         '{{ . | first | value | printf "%.3g" }}{{ end }}'
     )
+    pick = (
+        "{{{{ if $labels.worker }}}}{role} worker {{{{ $labels.worker }}}}"
+        "{{{{ else }}}}{rank} {{{{ $labels.rank }}}}{{{{ end }}}}"
+    )
+    who = pick.format(role="{{ $labels.role }}", rank="rank")
+    title = pick.format(role="{{ $labels.role | title }}", rank="Rank")
     return [
         _rule("RLRankStuck",
               f"time() - {entered} "
-              f"and on ({by}, rank) (time() - {progress} > on ({by}) group_left () "
+              f"and on ({series}) (time() - {progress} > on ({by}) group_left () "
               f"({steps} > {floor} or {floor})) "
-              f"and on ({by}, rank) ({entered} == on ({by}) group_left () ({first})) "
-              f"unless on ({by}, rank) {exited}",
+              f"and on ({series}) ({entered} == on ({reader}) group_left () ({first})) "
+              f"unless on ({series}) {exited}",
               STUCK_RANK_FOR, "critical", "progress",
-              f"Rank {{{{ $labels.rank }}}} stuck in {{{{ $labels.phase }}}} ({run})",
-              "rank {{ $labels.rank }} on host {{ $labels.host }} has been in "
+              f"{title} stuck in {{{{ $labels.phase }}}} ({run})",
+              f"{who} on host {{{{ $labels.host }}}} has been in "
               "`{{ $labels.phase }}` for {{ $value | printf \"%.0f\" }} s; the median step is "
               f"{median} s."),
     ]  # fmt: skip

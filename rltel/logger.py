@@ -107,7 +107,13 @@ class StatsLogger:
         self.fanout = FanOut(logger_sinks(self.config, sinks, context) if sends else [])
         self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
         self.heartbeat = start_heartbeat(
-            self.config, role, self.rank, socket.gethostname(), self._sink("prometheus"), store
+            self.config,
+            role,
+            self.rank,
+            socket.gethostname(),
+            self._sink("prometheus"),
+            store,
+            "" if role == "trainer" else self.resource_id,
         )
         self.hardware = _start_hardware(self.config)
         self.tracing = start_tracing(

@@ -47,7 +47,7 @@ from exporters.remote_write.config import (
     RemoteWriteConfig,
 )
 from exporters.remote_write.health import DOWN, FAMILIES, LinkHealth
-from exporters.remote_write.sources import StoreFamilies, Up
+from exporters.remote_write.sources import Sources, StoreFamilies, Up
 from exporters.remote_write.timeline import Timeline
 from exporters.remote_write.writes import Write, Writes
 from telemetry.model.snapshot import Snapshot
@@ -101,7 +101,7 @@ class RemoteWriteSink(Sink):
         self._keep: kept.KeptFile | None = None  # where a shutdown keeps the backlog
         self._resync = False
         self.health = LinkHealth(config.url or "", lambda: self._writes.pending, summary_s)
-        self._sources: list[Collector] = []
+        self._sources = Sources()
         self._errors = 0  # snapshots the store rejected
         self.add_source(self.health, FAMILIES)
         self.add_source(Up(), {"up": "gauge"})
@@ -119,18 +119,19 @@ class RemoteWriteSink(Sink):
         self._sender.start()
         self._refresher.start()
 
-    def add_source(self, source: Collector, names: dict[str, Kind]) -> None:
+    def add_source(self, source: Collector, names: dict[str, Kind], own: bool = True) -> None:
         """Write ``source``'s families every ``interval_s`` too (``job="rltel-collector"``,
-        ``instance`` the collector label), when ``self_metrics`` is on.
+        ``instance`` the collector label; a series gone since is ended, as a scrape would).
 
         Args:
             source: any object with ``collect()`` yielding families.
             names: its family names and kinds, kept out of the snapshot metrics' names.
+            own: the collector's own metrics, only with ``self_metrics`` (else: always).
         """
         with self._lock:
             self._store.reserve(names)
-        if self.config.self_metrics:
-            self._sources.append(source)
+        if self.config.self_metrics or not own:
+            self._sources.add(source)
 
     def keep_in(self, directory: str | Path) -> None:
         """Keep the backlog in ``directory`` at shutdown (the collector's durable state), and
@@ -337,12 +338,12 @@ class RemoteWriteSink(Sink):
         """Queue, at the current time, the series idle for ``interval_s`` (every series after
         a drop) and the sources' families."""
         now_ms = int(self._wall() * 1000)
-        own = [family for source in self._sources for family in source.collect()]
+        own = self._sources.collect()
         with self._lock:
             self._store.expire()
             idle_ms = None if self._resync else int(self.config.interval_s * 1000)
             self._resync = False
             samples = self._timeline.idle(self._store.collect(), now_ms, idle_ms)
-            samples += self._timeline.idle(own, now_ms, None, self._own_labels)
+            samples += self._sources.write(self._timeline, own, now_ms, self._own_labels)
             self._timeline.forget_unseen()
             self._enqueue(samples)

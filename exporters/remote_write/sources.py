@@ -3,12 +3,43 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from exporters.prometheus.sink import store_families
 from exporters.prometheus.store import SeriesStore
+from exporters.remote_write import proto
+from exporters.remote_write.timeline import Key, Timeline
+
+
+class Sources:
+    """The sources a refresh writes in full, and which of their series it wrote last."""
+
+    def __init__(self) -> None:
+        self._sources: list[Collector] = []
+        self._live: set[Key] = set()
+
+    def add(self, source: Collector) -> None:
+        """Write ``source``'s families at every refresh."""
+        self._sources.append(source)
+
+    def collect(self) -> list[Metric]:
+        """Every source's families now (outside the sink's lock: sources take their own)."""
+        return [family for source in self._sources for family in source.collect()]
+
+    def write(
+        self, timeline: Timeline, families: list[Metric], now_ms: int, labels: Mapping[str, str]
+    ) -> list[proto.Sample]:
+        """The samples of ``families`` at ``now_ms``, and a staleness marker for each series
+        written at the last refresh that is gone now (a rank that left its phase, a run
+        closed); under the sink's lock."""
+        written = timeline.idle(families, now_ms, None, labels)
+        live = {key for key, _, _ in written}
+        ended = timeline.ended(self._live - live, now_ms)
+        self._live = live
+        return written + ended
 
 
 class Up:

@@ -8,13 +8,17 @@ is written 1 ms after it instead, and counted (``late``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import struct
+from collections.abc import Collection, Iterable, Iterator, Mapping
 
 from prometheus_client.metrics_core import Metric
 
 from exporters.remote_write import proto
 
 Key = tuple[tuple[str, str], ...]
+STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[0]
+"""Prometheus's staleness marker: the NaN that ends a series (as a scrape writes for a series
+that left the target)."""
 
 
 class Timeline:
@@ -63,6 +67,11 @@ class Timeline:
             if idle_ms is None or last is None or now_ms - last >= idle_ms:
                 out.append(self._at(key, value, now_ms))
         return out
+
+    def ended(self, keys: Collection[Key], now_ms: int) -> list[proto.Sample]:
+        """A staleness marker (:data:`STALE`) at ``now_ms`` (or just after its last sample)
+        for each series of ``keys`` that was written before."""
+        return [self._at(key, STALE, now_ms) for key in keys if key in self._last]
 
     def last(self) -> dict[Key, int]:
         """Each series' last written timestamp (ms): kept for the next process."""

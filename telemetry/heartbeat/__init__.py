@@ -32,6 +32,7 @@ def start_heartbeat(
     host: str,
     prometheus: Any = None,
     store: Any = None,
+    worker: str = "",
 ) -> Heartbeat | None:
     """Start this rank's heartbeat as ``config.heartbeat`` says; None when disabled.
 
@@ -43,11 +44,11 @@ def start_heartbeat(
         prometheus: the in-process Prometheus sink of this rank, if it has one: it then
             reads every rank's beats and serves them.
         store: a ``torch.distributed`` store to use instead of the default group's.
+        worker: a rollout or eval worker's id (its beats' ``worker`` label).
 
     With ``otlp.endpoint`` set, a trainer's rank 0 reads every rank's beats and sends them to
-    the collector at each beat (:mod:`telemetry.heartbeat.send`), which serves them. Rollout
-    and eval workers send none yet: each is rank 0 of its own process, and the collector
-    would hold their beats under one rank.
+    the collector at each beat (:mod:`telemetry.heartbeat.send`), which serves them; every
+    rollout and eval worker sends its own beat, under its worker id.
     """
     section = config.heartbeat
     if not section.enabled:
@@ -63,18 +64,20 @@ def start_heartbeat(
     run = (config.experiment_name, config.trial_name, role)
 
     def group(beats: tuple[Beat, ...]) -> BeatGroup:
-        return BeatGroup(run, section.stall_floor_s, beats)
+        return BeatGroup(run, section.stall_floor_s, beats, worker)
 
     emit = None
-    if config.otlp.endpoint and rank == 0 and role == "trainer":
+    trainer = role == "trainer"
+    if config.otlp.endpoint and (rank == 0 or not trainer):
         from telemetry.heartbeat.send import OtlpBeats
 
         send = OtlpBeats(config)
 
         def emit(beats: tuple[Beat, ...], closed: bool) -> None:
-            send(group(beats), closed)
+            own = beats if trainer else tuple(b for b in beats if b.rank == rank)
+            send(group(own), closed)
 
-    reader = prometheus is not None or emit is not None
+    reader = prometheus is not None or (emit is not None and trainer)
     heartbeat = Heartbeat(board, rank, host, section.interval_s, reader, emit)
     if prometheus is not None:
         prometheus.register(HeartbeatCollector(lambda: (group(heartbeat.beats()),)), FAMILIES)

@@ -64,12 +64,14 @@ class BeatGroup:
     """The beats of one run's ranks as one reader sees them.
 
     ``run`` is ``(experiment, trial, role)``; ``stall_floor_s`` the run's
-    ``heartbeat.stall_floor_s``.
+    ``heartbeat.stall_floor_s``; ``worker`` the reader's worker id (a rollout or eval
+    worker's ``worker_id``; "" for a trainer's ranks).
     """
 
     run: tuple[str, str, str]
     stall_floor_s: float
     beats: tuple[Beat, ...]
+    worker: str = ""
 
 
 class Progress:

@@ -1,8 +1,10 @@
 """The heartbeat's Prometheus families, served on the reading rank's endpoint or the collector's.
 
 One series per rank and family, labelled with the run (``experiment``, ``trial``), the
-``role``, ``rank`` and ``host``; the two timestamps also carry the ``phase`` the rank is in
-(``(none)`` outside every ``record_timing`` scope).
+``role``, the ``worker`` (a rollout or eval worker's id; none on a trainer's ranks),
+``rank`` and ``host``; the two timestamps also carry the ``phase`` the rank is in
+(``(none)`` outside every ``record_timing`` scope). The stall floor is one
+series per run (the largest its readers sent).
 """
 
 from __future__ import annotations
@@ -46,15 +48,22 @@ class HeartbeatCollector:
     def collect(self) -> Iterator[Metric]:
         labels = ["experiment", "trial", "role"]
         groups = list(self._groups())
-        floor = GaugeMetricFamily(FLOOR, "no stuck-rank alert before this long", labels=labels)
+        floors: dict[tuple[str, ...], float] = {}
         for group in groups:
-            floor.add_metric(list(group.run), group.stall_floor_s)
+            floors[group.run] = max(group.stall_floor_s, floors.get(group.run, 0.0))
+        floor = GaugeMetricFamily(FLOOR, "no stuck-rank alert before this long", labels=labels)
+        for run, seconds in floors.items():
+            floor.add_metric(list(run), seconds)
         yield floor
         for name, (text, field) in GAUGES.items():
-            extra = ["rank", "host", "phase"] if name in PHASED else ["rank", "host"]
-            family = GaugeMetricFamily(f"{PREFIX}{name}", text, labels=labels + extra)
+            family = GaugeMetricFamily(f"{PREFIX}{name}", text)
             for group in groups:
                 for beat in group.beats:
-                    values = [str(beat.rank), beat.host, beat.phase or OUTSIDE][: len(extra)]
-                    family.add_metric([*group.run, *values], float(getattr(beat, field)))
+                    values = {"rank": str(beat.rank), "host": beat.host}
+                    if group.worker:  # a trainer's ranks carry none (as Prometheus stores "")
+                        values["worker"] = group.worker
+                    if name in PHASED:
+                        values["phase"] = beat.phase or OUTSIDE
+                    row = dict(zip(labels, group.run, strict=True), **values)
+                    family.add_sample(family.name, row, float(getattr(beat, field)))
             yield family

@@ -3,10 +3,11 @@
 One snapshot holds one run's beats (the reading rank's view of every rank): per rank a
 gauge per :class:`~telemetry.heartbeat.beat.Beat` field, its ``rank``, ``host`` and
 ``phase`` as point attributes, and the run's stall floor. Its resource names the run
-(experiment, trial, role) and carries :data:`SIGNAL` = ``heartbeat``, which keeps it out of
-the collector's step path: the collector keeps only the latest beat per rank and serves it.
-The last snapshot of a reading rank that closes carries :data:`CLOSED`: the collector then
-forgets the run's beats, as an embedded endpoint's beats end with its process.
+(experiment, trial, role), the reader's worker id (``rltel.worker_id``, a rollout or eval
+worker's) and carries :data:`SIGNAL` = ``heartbeat``, which keeps it out of the collector's
+step path: the collector keeps only the latest beat per worker and rank and serves it.
+The last snapshot of a reader that closes carries :data:`CLOSED`: the collector then
+forgets that reader's beats, as an embedded endpoint's beats end with its process.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def snapshot_of(group: BeatGroup, closed: bool = False) -> Snapshot:
         (names.EXPERIMENT, experiment),
         (names.TRIAL, trial),
         (names.ROLE, role),
+        *(((names.WORKER_ID, group.worker),) if group.worker else ()),
         (SIGNAL, "heartbeat"),
     )
     return Snapshot(points=tuple(points), resource=resource, time_unix_nano=time.time_ns())
@@ -87,4 +89,5 @@ def group_of(snapshot: Snapshot) -> tuple[BeatGroup, bool]:
         numbers["step"] = int(numbers["step"])
         numbers["exited"] = numbers["exited"] == 1.0
         beats.append(Beat(rank=int(rank), host=host, phase=phase, **numbers))
-    return BeatGroup(tuple(str(name) for name in run), floor, tuple(beats)), closed
+    worker = str(resource.get(names.WORKER_ID, ""))
+    return BeatGroup(tuple(str(name) for name in run), floor, tuple(beats), worker), closed

@@ -4,8 +4,8 @@ named through a real ``rltel collector``.
 Served: a rank's newer beat replaces its series (a phase change leaves no old phase behind),
 with the embedded endpoint's labels (no job/instance of the collector's series store), never
 in the step path; a closed reader takes its run's beats away; a request mixing heartbeats
-and data has each go its own way; a trainer's rank 0 sends beats, a rollout worker none
-yet.
+and data has each go its own way; a trainer's rank 0 sends beats, a rollout worker its
+own under its worker id.
 
 The stuck rank: the job of :mod:`tests.telemetry.heartbeat.stuck` (3 gloo ranks, rank 2
 blocked inside ``ppo_actor/update``) logs over OTLP to a collector process; rank 0's
@@ -73,7 +73,7 @@ def test_a_heartbeat_beside_data_is_held_apart(start_collector):
     assert server.pipeline.stats().snapshots == 1  # the data's; the beats held apart
 
 
-def test_a_trainers_beats_reach_the_collector_and_a_rollout_workers_do_not(
+def test_a_trainers_beats_and_a_rollout_workers_reach_the_collector_apart(
     start_collector, tmp_path
 ):
     server = start_collector()
@@ -92,14 +92,15 @@ def test_a_trainers_beats_reach_the_collector_and_a_rollout_workers_do_not(
         sent: set[float] = set()
         waited = threading.Event()
         deadline = time.monotonic() + 60
-        while len(sent) < 5:  # five beats of the trainer: the worker beat as often meanwhile
+        while len(sent) < 10:  # ten beats, each held under its own reader
             sent |= {b.sent for group in board.groups() for b in group.beats}
-            assert not waited.wait(0.02) and time.monotonic() < deadline, "no trainer beats"
-        assert [group.run for group in board.groups()] == [("e", "t", "trainer")]
+            assert not waited.wait(0.02) and time.monotonic() < deadline, "no beats"
+        readers = sorted((group.run[2], group.worker) for group in board.groups())
+        assert readers == [("rollout", "1"), ("trainer", "")]
     finally:
         rollout.close()
         trainer.close()
-    assert board.groups() == []  # the trainer's rank 0 closed
+    assert board.groups() == []  # the trainer's rank 0 and the worker closed
 
 
 @pytest.mark.timeout(300)

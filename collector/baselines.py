@@ -108,6 +108,8 @@ class Baselines:
         path = self.directory / STATE
         try:
             data = json.loads(path.read_text())
+            if data["version"] != VERSION:
+                raise ValueError(f"version {data['version']!r}, not {VERSION}")
             series = dict(from_json(data["series"]))
             return int(data["started_ns"]), series, int(data["seq"])
         except FileNotFoundError:

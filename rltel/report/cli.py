@@ -18,7 +18,9 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description=(
             "Read runs' TensorBoard event files and write PNG figures (with the plotted data "
-            "as JSON) and one self-contained index.html. Several runs are overlaid."
+            "as JSON) and one self-contained index.html. Several runs are overlaid. A run "
+            "with a trace (the collector's trace.json, or the per-rank trace files) also gets "
+            "timeline.png: its last steps, or --since/--until, a row per rank and worker."
         ),
     )
     parser.add_argument(

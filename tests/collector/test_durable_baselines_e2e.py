@@ -5,8 +5,10 @@ its scalar stream as running totals, a histogram as windows and a counter as its
 trainer (raw OTLP) send through a real ``rltel collector`` with its durable state; the
 collector is stopped between two windows (SIGKILL after the first worker's window of a step,
 SIGTERM between two steps) and started again on the same port and state directory, and the
-workers go on. The ledger: every step's merged values in TensorBoard (read back with
-TensorBoard's reader) equal a numpy reference of what the workers recorded, each step once.
+workers go on (in one case the next worker commits while the collector is down: its sender
+spools the window and sends it after the restart). The ledger: every step's merged values
+in TensorBoard (read back with TensorBoard's reader) equal a numpy reference of what the
+workers recorded, each step once.
 """
 
 from __future__ import annotations
@@ -67,17 +69,27 @@ def expected(step: int) -> dict[str, float]:
     }
 
 
-def commit(logger: StatsLogger, step: int, data: Stats, timeout: float = 60.0) -> None:
+def wait(logger: StatsLogger, done, what: str, timeout: float = 60.0) -> None:
+    """Wait until ``done(health of the logger's OTLP sink)``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if done(logger.health()["otlp"]):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{what}: {logger.health()}")
+
+
+def sent_since(before: int):
+    """``health -> True`` once a request after the first ``before`` was acknowledged and
+    nothing waits in the queue or the spool."""
+    return lambda h: h["requests_exported"] > before and not h["queue_depth"] + h["spool_points"]
+
+
+def commit(logger: StatsLogger, step: int, data: Stats) -> None:
     """Commit one window and wait until the collector acknowledged it."""
     before = logger.health()["otlp"]["requests_exported"]
     logger.commit(0, step, step, data)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        health = logger.health()["otlp"]
-        if health["requests_exported"] > before and health["queue_depth"] == 0:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"window of step {step} not acknowledged: {logger.health()}")
+    wait(logger, sent_since(before), f"window of step {step} not acknowledged")
 
 
 def train(endpoint: str, step: int) -> None:
@@ -86,11 +98,17 @@ def train(endpoint: str, step: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sig", "at"),
-    [(signal.SIGKILL, (3, 1)), (signal.SIGTERM, (4, 0))],
-    ids=["sigkill-mid-step", "sigterm-between-steps"],
+    ("sig", "at", "outage"),
+    [
+        (signal.SIGKILL, (3, 1), False),
+        (signal.SIGKILL, (3, 1), True),
+        (signal.SIGTERM, (4, 0), False),
+    ],
+    ids=["sigkill-mid-step", "sigkill-window-spooled", "sigterm-between-steps"],
 )
-def test_a_restart_keeps_every_running_total_once(tmp_path, sig, at):
+def test_a_restart_keeps_every_running_total_once(tmp_path, sig, at, outage):
+    """``outage``: the worker commits its next window while the collector is down (its
+    sender spools it and sends it after the restart)."""
     state = tmp_path / "state"
 
     def collector(port: int = 0) -> CollectorProcess:
@@ -114,7 +132,14 @@ def test_a_restart_keeps_every_running_total_once(tmp_path, sig, at):
                 if (step, w) == at:  # stopped between two acknowledged windows
                     code = current.stop(sig)
                     assert code == (-sig if sig == signal.SIGKILL else 0), "".join(current.lines)
+                    if outage:
+                        before = logger.health()["otlp"]["requests_exported"]
+                        logger.commit(0, step, step, window(w, step))
+                        wait(logger, lambda h: h["spool_points"] > 0, "window not spooled")
                     current = collector(int(endpoint.rsplit(":", 1)[1]))
+                    if outage:
+                        wait(logger, sent_since(before), "spooled window not sent after restart")
+                        continue
                 commit(logger, step, window(w, step))
             train(endpoint, step)
     finally:

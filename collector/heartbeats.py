@@ -44,7 +44,8 @@ class HeartbeatBoard:
 
     Args:
         max_runs: runs held at most (``limits.max_runs``).
-        max_ranks: ranks held per run at most (``limits.max_series_per_metric``).
+        max_ranks: beats held per run at most, its workers' and ranks' together
+            (``limits.max_series_per_metric``).
     """
 
     def __init__(self, max_runs: int, max_ranks: int) -> None:

@@ -111,6 +111,12 @@ class RolloutMerger:
             self._unsaved = bool(pending)
 
     @property
+    def waiting(self) -> bool:
+        """Some window waits for its training step."""
+        with self._lock:
+            return any(self._windows.values())
+
+    @property
     def full(self) -> bool:
         """The journal holds its limit: windows are refused until the next training step."""
         return self.journal is not None and self.journal.full

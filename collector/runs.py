@@ -62,6 +62,7 @@ class Run:
     merger: RolloutMerger
     lock: threading.Lock
     samples: RunSamples | None = None  # made by the samples consumer on the run's first one
+    trainer_closed: bool = False  # rank 0's latest snapshot carried the closed marker
 
     def slots_for(self, snapshot: Snapshot) -> int:
         """Snapshots that ``snapshot`` may put in this run's queues (itself, merged windows)."""
@@ -80,6 +81,7 @@ class Run:
                 return
             if not _is_rank0(snapshot):
                 return
+            self.trainer_closed = any(p.metric == names.CLOSED_METRIC for p in snapshot.points)
             if self.samples is not None and snapshot.step is not None:
                 for released in self.samples.on_train(snapshot.step):  # earlier steps' first
                     self.fanout.export(released)
@@ -90,13 +92,25 @@ class Run:
             self.merger.checkpoint()  # the released windows are in the sinks' journals now
 
     def flush(self) -> None:
-        """Queue the rollout/eval windows and samples still pending (at shutdown)."""
+        """At shutdown: queue the samples still pending, and the rollout/eval windows too
+        unless they are journaled and the trainer is still running.
+
+        A journaled window waits for its training step across the restart (the next
+        collector merges it again from the journal); one flushed now would be logged at the
+        last step seen, not its own. Without the journal, or once the trainer has closed,
+        the windows go at the last step seen.
+        """
         with self.lock:
-            for merged in self.merger.flush():
-                self.fanout.export(merged)
+            keep = (
+                self.merger.journal is not None and not self.trainer_closed and self.merger.waiting
+            )
+            if not keep:
+                for merged in self.merger.flush():
+                    self.fanout.export(merged)
             for released in self.samples.flush() if self.samples is not None else ():
                 self.fanout.export(released)
-            self.merger.checkpoint(final=True)
+            if not keep:
+                self.merger.checkpoint(final=True)
 
 
 class Runs:

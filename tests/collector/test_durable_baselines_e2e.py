@@ -3,9 +3,9 @@
 Two real rollout workers (``StatsLogger(role="rollout")``, each with its OTLP sink sending
 its scalar stream as running totals, a histogram as windows and a counter as its total) and a
 trainer (raw OTLP) send through a real ``rltel collector`` with its durable state; the
-collector is stopped between two windows (SIGKILL after the first worker's window of a step,
-SIGTERM between two steps) and started again on the same port and state directory, and the
-workers go on (in one case the next worker commits while the collector is down: its sender
+collector is stopped between two windows (SIGKILL or SIGTERM after the first worker's window
+of a step, SIGTERM between two steps) and started again on the same port and state directory,
+and the workers go on (in one case the next worker commits while the collector is down: its sender
 spools the window and sends it after the restart). The ledger: every step's merged values
 in TensorBoard (read back with TensorBoard's reader) equal a numpy reference of what the
 workers recorded, each step once.
@@ -103,8 +103,9 @@ def train(endpoint: str, step: int) -> None:
         (signal.SIGKILL, (3, 1), False),
         (signal.SIGKILL, (3, 1), True),
         (signal.SIGTERM, (4, 0), False),
+        (signal.SIGTERM, (3, 1), False),
     ],
-    ids=["sigkill-mid-step", "sigkill-window-spooled", "sigterm-between-steps"],
+    ids=["sigkill-mid-step", "sigkill-window-spooled", "sigterm-between-steps", "sigterm-mid-step"],
 )
 def test_a_restart_keeps_every_running_total_once(tmp_path, sig, at, outage):
     """``outage``: the worker commits its next window while the collector is down (its

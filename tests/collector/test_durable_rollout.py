@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import signal
+import threading
 import time
 from collections import Counter as Tally
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +31,13 @@ from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metr
 from collector.durable import DurableState
 from collector.merge import RolloutMerger
 from collector.pipeline import Pipeline, Unavailable
+from collector.runs import Run
 from exporters.base import InMemorySink
+from exporters.charge import Charge
+from exporters.fanout import FanOut
 from exporters.journal import Journal
-from telemetry.model.snapshot import Counter, Histogram, Snapshot, Step
+from telemetry.model.names import CLOSED_METRIC, STEP_METRIC
+from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 from telemetry.otlp.encode import encode
 from tests.wandb_log import inspect_wandb
 
@@ -194,6 +199,39 @@ def test_a_clean_shutdown_leaves_the_merge_journal_empty(tmp_path):
     journal.close()
     assert not list(tmp_path.glob("*.seg"))
     assert Journal(tmp_path, 1 << 20, fsync=False).pending == []
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_clean_shutdown_keeps_waiting_windows_while_the_trainer_runs(tmp_path, closed):
+    """Windows waiting at a clean stop stay journaled for their own step, unless the trainer
+    closed (then they go at the last step seen, and the journal empties)."""
+    journal = Journal(tmp_path, 1 << 20, fsync=False)
+    merger = RolloutMerger()
+    merger.journal_to(journal)
+    sink = InMemorySink()
+    run = Run(FanOut([sink]), merger, threading.Lock())
+    last = Snapshot(
+        (Gauge(CLOSED_METRIC, 1.0),) if closed else (Gauge(STEP_METRIC, 1.0),),
+        Step(0, 1, 1),
+        (*RUN, ("rltel.rank", 0)),
+        1,
+    )
+    charge = Charge(0, lambda _: None)
+    run.route(last, charge)
+    run.route(_window(0, 2.0, 10), charge)
+    run.flush()
+    run.fanout.shutdown(10)
+    journal.close()
+    rollout = [s for s in sink.snapshots if s.stream == "rollout"]
+    if closed:
+        assert [s.step.global_step for s in rollout] == [1]
+        assert Journal(tmp_path, 1 << 20, fsync=False).pending == []
+    else:
+        assert rollout == []
+        again = RolloutMerger()
+        again.journal_to(Journal(tmp_path, 1 << 20, fsync=False))
+        (released,) = again.on_train(_train(2))
+        assert released.step.global_step == 2
 
 
 def _request(pipeline: Pipeline, snapshot: Snapshot):

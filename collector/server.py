@@ -71,7 +71,9 @@ from collector.signals import (
     TraceConsumer,
 )
 from collector.sinks import RunSinkFactory, shared_sinks
-from collector.traces import trace_merge
+from collector.traces import TraceMerge, trace_merge
+from collector.traces.metrics import FAMILIES as TRACE_FAMILIES
+from collector.traces.metrics import TraceMetrics
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
 from exporters.remote_write import RemoteWriteSink
@@ -137,13 +139,15 @@ class CollectorServer:
     ) -> None:
         self.config = config
         self.run_sinks: RunSinkFactory | None = None
+        self.trace_merge: TraceMerge | None = None
         self.samples: SamplesConsumer | None = None
         if pipeline is None:
             shared = shared_sinks(config.sinks)
             prometheus = next((s for s in shared if isinstance(s, PrometheusSink)), None)
             self.run_sinks = RunSinkFactory(config.sinks)
             pipeline = Pipeline(shared, self.run_sinks, config.limits)
-            trace_consumers = [trace_merge(config, pipeline), *trace_consumers]
+            self.trace_merge = trace_merge(config, pipeline)
+            trace_consumers = [self.trace_merge, *trace_consumers]
             self.samples = SamplesConsumer(pipeline.runs, config.sinks.samples)
             log_consumers = [self.samples, *log_consumers]
         self.pipeline = pipeline
@@ -165,6 +169,8 @@ class CollectorServer:
         if self.prometheus is not None:
             self.prometheus.register(self.self_metrics(), FAMILIES)
             self.prometheus.register(SignalMetrics(self.signals), SIGNAL_FAMILIES)
+            if self.trace_merge is not None:
+                self.prometheus.register(TraceMetrics(self.trace_merge), TRACE_FAMILIES)
         self.scraper: Scraper | None = None
         if config.scrape.targets or config.scrape.targets_file:
             self.scraper = Scraper(config.scrape, PipelineDeliver(pipeline))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from collector.traces import CURRENT
 from telemetry.model import names, trace_names
+from tests.collector.conftest import samples, scrape
 from tests.collector.trace_checks import check_format, check_nested_ordered, load, processes
 from tests.dashboards.servers import api, prometheus, prometheus_config
 from tests.distributed import run_ranks
@@ -124,6 +125,11 @@ def test_gloo_ranks_and_rollout_workers_into_one_timeline_and_prometheus(start_c
         )["result"]
         inf = [b for b in buckets if b["metric"]["le"] == "+Inf"]
         assert float(inf[0]["value"][1]) == 2 * STEPS and len(buckets) == 13
+    spans = sum(made) + 2 * STEPS * (1 + len(WORKER_PHASES))
+    own = scrape(collector.metrics_url)  # the merge's counters on the collector's /metrics
+    written = samples(own, "rltel_collector_trace_spans_written_total", run="exp_t1")
+    assert list(written.values()) == [spans]
+    assert list(samples(own, "rltel_collector_trace_spans_pending").values()) == [0]
     collector.stop(30)
     events = check_format(load(tmp_path / "exp" / "t1" / CURRENT))
     check_nested_ordered(events)
@@ -135,7 +141,7 @@ def test_gloo_ranks_and_rollout_workers_into_one_timeline_and_prometheus(start_c
     ]
     complete = [e for e in events if e["ph"] == "X"]
     ids = [e["args"]["span_id"] for e in complete]
-    assert len(ids) == len(set(ids)) == sum(made) + 2 * STEPS * (1 + len(WORKER_PHASES))
+    assert len(ids) == len(set(ids)) == spans
     for pid, name in processes(events).items():
         mine = [e for e in complete if e["pid"] == pid]
         phases = (

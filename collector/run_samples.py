@@ -74,6 +74,7 @@ class RunSamples:
         self._train = train  # the last training step routed
         self._known: dict[int, Step] = {} if train is None else {train.global_step: train}
         self._parts: OrderedDict[tuple, None] = OrderedDict()
+        self._replayed = False  # the waiting samples came from an earlier process's journal
         self.dropped = self.duplicates = 0
 
     def fresh(self, part: tuple) -> bool:
@@ -88,13 +89,21 @@ class RunSamples:
                 self._parts.popitem(last=False)
             return True
 
-    def add(self, received: ReceivedSample) -> list[Snapshot]:
-        """Keep ``received`` in its step's window; the steps its arrival releases."""
+    def add(self, received: ReceivedSample, replayed: bool = False) -> list[Snapshot]:
+        """Keep ``received`` in its step's window; the steps its arrival releases.
+
+        ``replayed``: it comes from an earlier process's logs journal, whose order stands
+        for the training steps it did not journal: waiting samples replayed belong to the
+        next trainer's sample or training step that comes (replayed or not).
+        """
         origin = str(dict(received.resource).get(names.STREAM, "train"))
         with self._lock:
             if origin in WAITING_STREAMS or received.step is None:
                 held = self._waiting
+                self._replayed = self._replayed or replayed
             else:
+                if self._replayed:
+                    self._assign_waiting(received.step)
                 held = self._steps.setdefault(received.step, _Step())
             self._offer(held, received)
             if len(self._steps) > MAX_HELD_STEPS:
@@ -134,6 +143,7 @@ class RunSamples:
 
     def _assign_waiting(self, step: int) -> None:
         """The waiting samples belong to ``step`` now."""
+        self._replayed = False
         if not self._waiting.windows:
             return
         held = self._steps.setdefault(step, _Step())

@@ -30,6 +30,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 
 from collector.run_samples import WAITING_STREAMS, RunSamples
 from collector.runs import Run, RunKey, Runs
+from collector.signal_journal import replaying
 from telemetry.config import SamplesConfig
 from telemetry.model import names
 from telemetry.model.snapshot import Snapshot
@@ -86,11 +87,12 @@ class SamplesConsumer:
                 parts.setdefault(part, []).append(received)
             released: list[Snapshot] = []
             closed: set[int] = set()
+            replayed = replaying()
             for part, group in parts.items():
                 if not run.samples.fresh(part):  # a retried request's samples are here already
                     continue
                 for received in group:
-                    released.extend(run.samples.add(received))
+                    released.extend(run.samples.add(received, replayed))
                     origin = dict(received.resource).get(names.STREAM, "train")
                     if origin not in WAITING_STREAMS and received.step is not None:
                         closed.add(received.step)

@@ -17,17 +17,24 @@ import logging
 import shutil
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from exporters.journal import Checkpoints, Journal
 
-__all__ = ["RequestJournal", "SignalJournal"]
+__all__ = ["RequestJournal", "SignalJournal", "replaying"]
 
 logger = logging.getLogger(__name__)
 
 DIRECTORY = "signals"
 """The signal journals' directory under the durable state directory."""
+_REPLAYING: ContextVar[bool] = ContextVar("rltel_signal_replay", default=False)
+
+
+def replaying() -> bool:
+    """Whether the calling consumer is handed a request of an earlier process (a replay)."""
+    return _REPLAYING.get()
 
 
 class RequestJournal(Journal):
@@ -72,11 +79,15 @@ class SignalJournal:
         """Hand every request an earlier process left unacknowledged to ``consume``, in
         order; how many there were."""
         pending, self.journal.pending = self.journal.pending, []
-        with self._lock:
-            for seq, data in pending:
-                consume(data)
-                self._acks.done(seq, idle=False)
-            self._acks.checkpoint()
+        token = _REPLAYING.set(True)
+        try:
+            with self._lock:
+                for seq, data in pending:
+                    consume(data)
+                    self._acks.done(seq, idle=False)
+                self._acks.checkpoint()
+        finally:
+            _REPLAYING.reset(token)
         return len(pending)
 
     def accept(self, data: bytes, consume: Callable[[], None]) -> None:

@@ -95,7 +95,9 @@ class RunSinkFactory:
                 raise SinksFailed(f"sink {factory.name} failed to start: {error}") from exc
             self._link_root(factory.name, config, experiment, trial)
         if config.samples.enabled and config.samples.jsonl:  # <run_dir>/samples.jsonl
-            sinks.append(SamplesFileSink(config.run_dir))
+            samples_file = SamplesFileSink(config.run_dir)
+            samples_file.skip_held_steps()  # as the others': a step's samples never twice
+            sinks.append(samples_file)
         with self._lock:
             for stale in [key for key in self._failures if key[0] == run]:
                 del self._failures[stale]  # an earlier try's: the sinks started since

@@ -4,11 +4,17 @@ Each line holds ``step`` (the commit's ``global_step``), ``stream`` and the samp
 fields (text, then numbers; a non-finite number is ``null``), and ``truncated`` (the names
 of the fields cut at the limit) when there are any. Processes of one run append to the
 same file, a whole step in one ``write`` to a file opened for appending.
+
+Idempotent in the collector (:meth:`SamplesFileSink.skip_held_steps`): the sink reads the
+lines already in the file and skips the samples of a (step, stream) the file (or this sink)
+already holds, so a replay of the collector's durable queue never writes a step's samples
+twice.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from pathlib import Path
@@ -17,6 +23,8 @@ from exporters.base import RunSink
 from exporters.local_files import writable_dir
 from exporters.sample_views import sample_line
 from telemetry.model.snapshot import Snapshot
+
+logger = logging.getLogger(__name__)
 
 SAMPLES_FILE = "samples.jsonl"
 
@@ -36,6 +44,7 @@ class SamplesFileSink(RunSink):
         self._closed = False
         self._run_dir = Path(run_dir)
         self._fd: int | None = None
+        self._held: set[tuple[int | None, str]] | None = None  # None: no skips
 
     @property
     def path(self) -> Path:
@@ -45,16 +54,26 @@ class SamplesFileSink(RunSink):
     def _active(self) -> bool:
         return True
 
+    def skip_held_steps(self) -> None:
+        """From now on skip the samples of a (step, stream) the file (or this sink) already
+        holds: a replay never writes a step's samples twice."""
+        with self._lock:
+            self._held = held_steps(self.path)
+
     def _write(self, snapshot: Snapshot) -> None:
-        if not snapshot.samples:
+        step = snapshot.step.global_step if snapshot.step is not None else None
+        samples = snapshot.samples
+        if self._held is not None and step is not None:
+            held = self._held
+            samples = tuple(sample for sample in samples if (step, sample.stream) not in held)
+            held.update((step, sample.stream) for sample in samples)
+        if not samples:
             return
         if self._fd is None:
             writable_dir(self._run_dir)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        step = snapshot.step.global_step if snapshot.step is not None else None
         text = "".join(
-            json.dumps(sample_line(step, sample), ensure_ascii=False) + "\n"
-            for sample in snapshot.samples
+            json.dumps(sample_line(step, sample), ensure_ascii=False) + "\n" for sample in samples
         )
         data = memoryview(text.encode("utf-8"))
         while data:
@@ -63,3 +82,23 @@ class SamplesFileSink(RunSink):
     def _finish(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
+
+
+def held_steps(path: Path) -> set[tuple[int | None, str]]:
+    """The (step, stream) pairs ``path`` holds samples of; an unreadable line (a killed
+    writer's torn last one) is left out."""
+    held: set[tuple[int | None, str]] = set()
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return held
+    torn = 0
+    for line in lines:
+        try:
+            row = json.loads(line)
+            held.add((row["step"], row["stream"]))
+        except (ValueError, KeyError, TypeError):
+            torn += 1
+    if torn:
+        logger.warning("samples: %d unreadable lines in %s left out", torn, path)
+    return held

@@ -13,9 +13,10 @@ table.
 
 Idempotent in the collector (:meth:`TensorBoardSink.skip_held_steps`): the sink reads the
 event files already in its directory (TensorBoard's own record reader) and skips a value
-whose tag already has that step or a later one there; a training step it wrote itself is
-skipped the same way. A replay of the collector's durable queue, or a sender's retry of a
-request whose answer was lost, never writes a step twice. (In a training process a resumed
+whose tag already has that step or a later one there; a training step, or a step's samples
+of a stream (``samples/<stream>``), it wrote itself is skipped the same way. A replay of
+the collector's durable queue, or a sender's retry of a request whose answer was lost,
+never writes a step twice. (In a training process a resumed
 run writes its steps again, as TensorBoard expects of a restart from a checkpoint.)
 """
 
@@ -112,8 +113,13 @@ class TensorBoardSink(RunSink):
             summary=self._summary.Summary(value=values),
         )
         self._writer.add_event(event)
-        if self._held is not None and snapshot.stream == "train" and train_step is not None:
-            self._held.update((value.tag, train_step) for value in values)
+        if self._held is not None and train_step is not None:
+            sample_tags = {samples_key(sample.stream) for sample in snapshot.samples}
+            self._held.update(
+                (value.tag, train_step)
+                for value in values
+                if snapshot.stream == "train" or value.tag in sample_tags
+            )
 
     def skip_held_steps(self) -> None:
         """From now on skip a value whose tag the directory's event files (or this sink)

@@ -12,9 +12,9 @@ dropped, whatever order the streams arrive in.
 Idempotent in the collector (:meth:`WandbSink.skip_held_steps`): a run resumed in offline
 mode (a collector restarted after a crash) reads back what its earlier offline parts hold
 (:mod:`exporters.wandb.held`) and skips a key at a training step the run holds (a rollout
-or eval step likewise), so a replay of the collector's durable queue never logs a step
-twice. W&B's writer flushes the ``.wandb`` file every
-:data:`FLUSH_INTERVAL_S`; the sink's :attr:`~WandbSink.settle_s` tells the queue how long
+or eval step likewise, and a step of samples this sink logged itself too), so a replay of
+the collector's durable queue never logs a step twice. W&B's writer flushes the ``.wandb``
+file every :data:`FLUSH_INTERVAL_S`; the sink's :attr:`~WandbSink.settle_s` tells the queue how long
 after a flush a step is on disk.
 
 W&B truncates a table longer than ``wandb.Table.MAX_ROWS`` (10,000); a larger model's
@@ -187,6 +187,9 @@ class WandbSink(RunSink):
             self._run.log(data, step=row, commit=False)
             self._next_row = row
             self._open_keys.update(data)
+            if self._held is not None and snapshot.samples and train_step is not None:
+                held_axis = self._held.axes.get(axis, train_step)  # a step's samples: once
+                self._held.axes[axis] = max(held_axis, train_step)
 
     def _holds(self, snapshot: Snapshot) -> bool:
         """An earlier part of the run holds ``snapshot``'s rollout/eval step."""

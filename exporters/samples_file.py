@@ -45,6 +45,7 @@ class SamplesFileSink(RunSink):
         self._run_dir = Path(run_dir)
         self._fd: int | None = None
         self._held: set[tuple[int | None, str]] | None = None  # None: no skips
+        self._torn = False  # the file ends in a killed writer's torn line
 
     @property
     def path(self) -> Path:
@@ -57,8 +58,13 @@ class SamplesFileSink(RunSink):
     def skip_held_steps(self) -> None:
         """From now on skip the samples of a (step, stream) the file (or this sink) already
         holds: a replay never writes a step's samples twice."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
         with self._lock:
-            self._held = held_steps(self.path)
+            self._held = held_steps(data, self.path)
+            self._torn = bool(data) and not data.endswith(b"\n")  # the next write starts anew
 
     def _write(self, snapshot: Snapshot) -> None:
         step = snapshot.step.global_step if snapshot.step is not None else None
@@ -72,28 +78,26 @@ class SamplesFileSink(RunSink):
         if self._fd is None:
             writable_dir(self._run_dir)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        text = "".join(
+        text = "\n" if self._torn else ""
+        text += "".join(
             json.dumps(sample_line(step, sample), ensure_ascii=False) + "\n" for sample in samples
         )
         data = memoryview(text.encode("utf-8"))
         while data:
             data = data[os.write(self._fd, data) :]
+        self._torn = False
 
     def _finish(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
 
 
-def held_steps(path: Path) -> set[tuple[int | None, str]]:
-    """The (step, stream) pairs ``path`` holds samples of; an unreadable line (a killed
-    writer's torn last one) is left out."""
+def held_steps(data: bytes, path: Path) -> set[tuple[int | None, str]]:
+    """The (step, stream) pairs the lines ``data`` (of ``path``) hold samples of; an
+    unreadable line (a killed writer's torn last one) is left out."""
     held: set[tuple[int | None, str]] = set()
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        return held
     torn = 0
-    for line in lines:
+    for line in data.splitlines():
         try:
             row = json.loads(line)
             held.add((row["step"], row["stream"]))

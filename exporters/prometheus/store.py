@@ -3,9 +3,9 @@
 Snapshot histograms are windows (deltas): each series accumulates count, sum and bucket
 counts into cumulative totals and keeps the last non-empty window's avg/min/max for the
 companion gauges. Counters are cumulative already; gauges are last-value. Every series is
-labelled with its resource's ``job``/``instance``/``experiment``/``trial``/``role`` plus its
-point attributes. A metric holds at most ``series_limit`` series; points of further label
-sets go to one ``otel_metric_overflow="true"`` series per resource and are counted.
+labelled by :mod:`exporters.prometheus.labels`. A metric holds at most ``series_limit``
+series; points of further label sets go to one ``otel_metric_overflow="true"`` series per
+resource and are counted.
 
 An overflow counter is the sum of the overflowed series' totals: the store remembers each
 overflowed series' last total (by a hash of its labels, at most ``MAX_OVERFLOW_TRACKED``
@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
+from exporters.prometheus.labels import OVERFLOW_LABEL, Labels, point_labels, resource_labels
 from exporters.prometheus.naming import (
     Kind,
     MetricKey,
     histogram_gauge_names,
-    label_name,
-    labels_from_attributes,
     metric_name,
     resolve_names,
     sample_names,
@@ -37,12 +36,6 @@ from telemetry.model import names
 from telemetry.model.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot, StatReduce
 from telemetry.otlp.wire import description
 
-Labels = tuple[tuple[str, str], ...]
-
-OVERFLOW_LABEL = ("otel_metric_overflow", "true")
-RESOURCE_LABELS = {names.EXPERIMENT: "experiment", names.TRIAL: "trial", names.ROLE: "role"}
-RESERVED_LABELS = frozenset({"job", "instance", *RESOURCE_LABELS.values(), "le", OVERFLOW_LABEL[0]})
-_JOB_INSTANCE = {"service.name", "service.namespace", "service.instance.id"}
 SELF_PREFIX = "rltel_prometheus_"
 MAX_OVERFLOW_TRACKED = 200_000  # overflowed counter series remembered (~100 bytes each)
 CLOSED_KEY = MetricKey(names.CLOSED_METRIC, "gauge")
@@ -140,7 +133,7 @@ class SeriesStore:
                 family = self._family(point)
             closing = closing or family is self._closed_family
             attrs = point.attributes
-            labels = base + _point_labels(attrs) if attrs else base
+            labels = base + point_labels(attrs) if attrs else base
             table = family.series
             state = table.get(labels)
             overflow = state is None and len(table) >= limit
@@ -205,22 +198,7 @@ class SeriesStore:
     def _resource(self, resource: Attributes) -> tuple[Labels, Labels]:
         cached = self.resources.get(resource)
         if cached is None:
-            attrs = dict(resource)
-            job = str(attrs.get("service.name", "unknown_service"))
-            if "service.namespace" in attrs:
-                job = f"{attrs['service.namespace']}/{job}"
-            base = (("job", job), ("instance", _instance(attrs)))
-            base += tuple(
-                (label, str(attrs[name]))
-                for name, label in RESOURCE_LABELS.items()
-                if name in attrs
-            )
-            extra = labels_from_attributes(
-                (k, v)
-                for k, v in resource
-                if k not in _JOB_INSTANCE and label_name(k) not in {"job", "instance"}
-            )
-            cached = self.resources[resource] = (base, base[:2] + tuple(sorted(extra.items())))
+            cached = self.resources[resource] = resource_labels(resource)
         return cached
 
     def reserve(self, names: dict[str, Kind]) -> None:
@@ -321,16 +299,6 @@ def _histogram(name: str, help_text: str, unit: str, states: list) -> Iterator[M
     yield from gauges.values()
 
 
-def _point_labels(attributes: Attributes) -> Labels:
-    """Attribute labels; names taken by the sink get the ``exported_`` prefix."""
-    if not attributes:
-        return ()
-    return tuple(
-        (f"exported_{name}" if name in RESERVED_LABELS else name, value)
-        for name, value in labels_from_attributes(attributes).items()
-    )
-
-
 def _key_of(point) -> MetricKey:
     if isinstance(point, Histogram):
         return MetricKey(point.metric, "histogram", point.unit)
@@ -347,17 +315,3 @@ def _help(point) -> str:
     if isinstance(point, Gauge) and point.count is not None:
         return f"{point.metric} ({description(StatReduce.SCALAR)})"
     return point.metric
-
-
-def _instance(attrs: dict) -> str:
-    """``service.instance.id``, else ``<host>:<role><worker id>`` for a rollout or eval worker
-    (``vm:rollout0``, ``vm:eval0``) and ``<host>:rank<rank>`` for a trainer rank (``vm:rank0``):
-    workers of two roles with the same id stay two instances."""
-    if "service.instance.id" in attrs:
-        return str(attrs["service.instance.id"])
-    host = str(attrs.get("host.name", "unknown"))
-    if names.WORKER_ID in attrs:
-        return f"{host}:{attrs.get(names.ROLE, 'worker')}{attrs[names.WORKER_ID]}"
-    if names.RANK in attrs:
-        return f"{host}:rank{attrs[names.RANK]}"
-    return host

@@ -480,11 +480,11 @@ def test_an_address_that_is_not_local_names_the_host_and_port_keys():
 
 
 def test_instances_say_rank_or_role_and_worker_id():
-    from exporters.prometheus.store import _instance
+    from exporters.prometheus.labels import instance
 
     host = {"host.name": "vm"}
-    assert _instance({**host, "rltel.rank": 0}) == "vm:rank0"
+    assert instance({**host, "rltel.rank": 0}) == "vm:rank0"
     rollout = {**host, "rltel.role": "rollout", "rltel.worker_id": "0"}
-    assert _instance(rollout) == "vm:rollout0"
-    assert _instance({**rollout, "rltel.role": "eval"}) == "vm:eval0"  # not the same instance
-    assert _instance({**host, "service.instance.id": "pod-7", "rltel.rank": 3}) == "pod-7"
+    assert instance(rollout) == "vm:rollout0"
+    assert instance({**rollout, "rltel.role": "eval"}) == "vm:eval0"  # not the same instance
+    assert instance({**host, "service.instance.id": "pod-7", "rltel.rank": 3}) == "pod-7"

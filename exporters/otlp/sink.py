@@ -13,15 +13,15 @@ A snapshot's samples go as one logs request after its metric requests. Trace req
 gives the OpenTelemetry ``SpanExporter`` that queues them; they are retried, spooled and
 replayed in order with the metrics.
 
-The :class:`~exporters.otlp.spool.Spool` is the queue's overflow (:class:`SpoolOverflow`):
-from the first failed request (and whenever the queue fills past half), the snapshot in
-hand and everything queued go to disk in order, and so does each snapshot submitted while
-the endpoint stays down, so a process killed during an outage loses at most the snapshot
-it was handing over. Requests are replayed from disk, before anything queued later, once
-the endpoint is back (a spool left by an earlier process first); ``rltel spool flush``
-replays a spool without a process that commits (:mod:`exporters.otlp.flush`). At close
-the queue keeps retrying until its deadline and spools only what is left then. Beyond
-the spool's limit points are dropped and counted.
+The :class:`~exporters.otlp.spool.Spool` is the queue's overflow
+(:class:`~exporters.otlp.overflow.SpoolOverflow`): from the first failed request (and
+whenever the queue fills past half), the snapshot in hand and everything queued go to disk
+in order, and so does each snapshot submitted while the endpoint stays down, so a process
+killed during an outage loses at most the snapshot it was handing over. Requests are
+replayed from disk, before anything queued later, once the endpoint is back (a spool left
+by an earlier process first); ``rltel spool flush`` replays a spool without a process that
+commits (:mod:`exporters.otlp.flush`). At close the queue keeps retrying until its deadline
+and spools only what is left then. Beyond the spool's limit points are dropped and counted.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from exporters.base import Delivery, ExportResult, Overflow, QueueHooks, Sink
+from exporters.base import Delivery, ExportResult, QueueHooks, Sink
+from exporters.otlp.overflow import SpoolOverflow, down_hint
 from exporters.otlp.signals import ITEM_NAMES, QueueSpanExporter, SignalRequest, logs_request
 from exporters.otlp.spool import Part, Spool
 from exporters.otlp.transport import OtlpSender
@@ -44,7 +45,7 @@ from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Point, Snapshot
 from telemetry.otlp.encode import Batch, count_nonfinite, split
 
-__all__ = ["HEALTH_COUNTERS", "HEALTH_POINTS", "OtlpSink", "SpoolOverflow"]
+__all__ = ["HEALTH_COUNTERS", "HEALTH_POINTS", "OtlpSink"]
 
 HEALTH_COUNTERS = {  # health counter -> unit
     "points_exported": "{point}",
@@ -313,44 +314,3 @@ class OtlpSink(Sink, QueueHooks):
                 point = replace(point, value=total / count if count else 0.0, count=count)
             points.append(point)
         return replace(snapshot, points=tuple(points)), skipped
-
-
-def down_hint(endpoint: str, spool: Spool | None) -> str:
-    """What the first failed request of an outage logs: where the data goes meanwhile, and
-    the command that sends a spool left behind by a process that ended before the endpoint
-    came back."""
-    if spool is None:
-        return "retrying; without a spool an outage longer than the queue loses data"
-    where = spool.directory
-    return (
-        f"spooling to {where} and retrying; if this process ends before it is back, "
-        f"send the spool with: rltel spool flush {where} --endpoint {endpoint}"
-    )
-
-
-class SpoolOverflow(Overflow):
-    """The OTLP sink's spool as its queue's overflow: requests on disk, replayed in order."""
-
-    def __init__(self, sink: OtlpSink, spool: Spool) -> None:
-        self.sink = sink
-        self.spool = spool
-
-    def __len__(self) -> int:
-        return len(self.spool)
-
-    def spill(self, snapshot: Item) -> None:
-        """Append the requests of ``snapshot`` not sent yet; beyond the limit they are counted."""
-        for part in self.sink.requests_left(snapshot):
-            self.spool.append(part)
-        self.sink.forget(snapshot)
-
-    def replay(self, timeout_s: float) -> ExportResult:
-        """Send the oldest spooled request; it leaves the spool unless the answer is FAILURE."""
-        del timeout_s  # one request: the sender's own deadline bounds it
-        batch = self.spool.peek()
-        if batch is None:
-            return ExportResult.SUCCESS
-        result = self.sink.sender.send(batch)
-        if result is not ExportResult.FAILURE:
-            self.spool.pop()
-        return result

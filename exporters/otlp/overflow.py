@@ -1,0 +1,72 @@
+"""The OTLP sink's spool as its queue's overflow: requests on disk, replayed in order.
+
+From the first failed request the queue spills the snapshot in hand and everything queued
+to :class:`SpoolOverflow`, which appends the requests the sink has not sent yet to its
+:class:`~exporters.otlp.spool.Spool`; once the endpoint is back the queue replays them,
+oldest first, before anything queued later.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from exporters.base import ExportResult, Overflow
+from exporters.otlp.signals import SignalRequest
+from exporters.otlp.spool import Part, Spool
+from exporters.otlp.transport import OtlpSender
+from telemetry.model.snapshot import Snapshot
+
+__all__ = ["PendingRequests", "SpoolOverflow", "down_hint"]
+
+
+class PendingRequests(Protocol):
+    """What the overflow needs of the OTLP sink: its sender and a snapshot's requests."""
+
+    sender: OtlpSender
+
+    def requests_left(self, snapshot: Snapshot | SignalRequest) -> list[Part]:
+        """The requests of ``snapshot`` not sent yet."""
+
+    def forget(self, snapshot: Snapshot | SignalRequest) -> None:
+        """Drop the requests kept for ``snapshot``."""
+
+
+class SpoolOverflow(Overflow):
+    """The OTLP sink's spool as its queue's overflow: requests on disk, replayed in order."""
+
+    def __init__(self, sink: PendingRequests, spool: Spool) -> None:
+        self.sink = sink
+        self.spool = spool
+
+    def __len__(self) -> int:
+        return len(self.spool)
+
+    def spill(self, snapshot: Snapshot | SignalRequest) -> None:
+        """Append the requests of ``snapshot`` not sent yet; beyond the limit they are counted."""
+        for part in self.sink.requests_left(snapshot):
+            self.spool.append(part)
+        self.sink.forget(snapshot)
+
+    def replay(self, timeout_s: float) -> ExportResult:
+        """Send the oldest spooled request; it leaves the spool unless the answer is FAILURE."""
+        del timeout_s  # one request: the sender's own deadline bounds it
+        batch = self.spool.peek()
+        if batch is None:
+            return ExportResult.SUCCESS
+        result = self.sink.sender.send(batch)
+        if result is not ExportResult.FAILURE:
+            self.spool.pop()
+        return result
+
+
+def down_hint(endpoint: str, spool: Spool | None) -> str:
+    """What the first failed request of an outage logs: where the data goes meanwhile, and
+    the command that sends a spool left behind by a process that ended before the endpoint
+    came back."""
+    if spool is None:
+        return "retrying; without a spool an outage longer than the queue loses data"
+    where = spool.directory
+    return (
+        f"spooling to {where} and retrying; if this process ends before it is back, "
+        f"send the spool with: rltel spool flush {where} --endpoint {endpoint}"
+    )

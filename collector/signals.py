@@ -21,17 +21,17 @@ UNAVAILABLE         shutting down
 ==================  ============================================================
 
 **Consumers.** Accepted requests go to consumers: a :class:`TraceConsumer` has
-``consume_traces(request)``, a :class:`LogConsumer` ``consume_logs(request)``. Register them
-where the server is built: ``CollectorServer(config, trace_consumers=[...],
+``consume_traces(request)``, a :class:`LogConsumer` ``consume_logs(request)``. Register
+them where the server is built: ``CollectorServer(config, trace_consumers=[...],
 log_consumers=[...])`` (``python -m collector`` builds its server in
-:func:`collector.__main__.main`). Every consumer is called, in order, on the gRPC
-thread of the request, which waits for them; a consumer keeps what it needs (the request
-is the caller's again once it returns), must not block for long, and is called from many
-threads at once. One that raises is logged (once per run of failures) and counted; the
-others still get the request, and the sender gets OK. A consumer may define
-``flush() -> bool`` (True: everything consumed so far is held for good; the durable journal
-is acknowledged only after one) and ``shutdown(timeout_s)``, called once when the server
-stops. Self-metrics per signal: ``rltel_collector_signal_requests{signal,code}``,
+:func:`collector.__main__.main`). Every consumer is called, in order, on the gRPC thread of
+the request, which waits for them; a consumer keeps what it needs (the request is the
+caller's again once it returns), must not block for long, and is called from many threads
+at once. One that raises is logged (once per run of failures) and counted; the others still
+get the request, and the sender gets OK (:mod:`collector.signal_consumers`). A consumer may
+define ``flush() -> bool`` (True: everything consumed so far is held for good; the durable
+journal is acknowledged only after one) and ``shutdown(timeout_s)``, called once when the
+server stops. Self-metrics per signal: ``rltel_collector_signal_requests{signal,code}``,
 ``..._signal_items_accepted{signal}``, ``..._signal_items_refused{signal}``,
 ``..._signal_consumer_errors{signal}``.
 """
@@ -60,6 +60,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from collector.admission import HeavyGate
 from collector.config import LimitsConfig
+from collector.signal_consumers import SignalConsumers
 from collector.signal_journal import SignalJournal
 
 __all__ = [
@@ -166,14 +167,13 @@ class SignalService:
         self, kind: SignalKind, consumers: Sequence[object], limits: LimitsConfig, heavy: HeavyGate
     ) -> None:
         self.kind = kind
-        self.consumers = list(consumers)
+        self.consumers = SignalConsumers(kind.name, kind.consume, consumers)
         self.max_items: int = getattr(limits, kind.limit_key)
         self.heavy_items = limits.heavy_request_points
         self._heavy = heavy
         self._lock = threading.Lock()
         self._codes: Counter[str] = Counter()
-        self._accepted = self._refused = self._errors = 0
-        self._failing: dict[int, int] = {}  # consumer index -> failures in a row
+        self._accepted = self._refused = 0
         self.journal: SignalJournal | None = None  # with durable on
         self._closed = False
 
@@ -206,12 +206,12 @@ class SignalService:
                 raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed; nothing kept")
             if self.journal is not None:
                 try:
-                    self.journal.accept(data, lambda: self._consume(request))
+                    self.journal.accept(data, lambda: self.consumers.consume(request))
                 except OSError as exc:
                     self._count_refused(items)
                     raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc), True) from None
             else:
-                self._consume(request)
+                self.consumers.consume(request)
         finally:
             if entered:
                 self._heavy.leave()
@@ -242,39 +242,11 @@ class SignalService:
         except DecodeError as exc:  # a journal holds only requests that parsed
             logger.warning("durable queue: a %s record unreadable: %s", self.kind.name, exc)
             return
-        self._consume(request)
-
-    def _consume(self, request: Message) -> None:
-        for index, consumer in enumerate(self.consumers):
-            try:
-                getattr(consumer, self.kind.consume)(request)
-            except Exception as exc:  # one consumer's bug costs it this request, no more
-                with self._lock:
-                    self._errors += 1
-                    failures = self._failing[index] = self._failing.get(index, 0) + 1
-                if failures == 1:
-                    logger.error(
-                        "collector: %s consumer %s failed: %s: %s (repeats counted)",
-                        self.kind.name,
-                        type(consumer).__name__,
-                        type(exc).__name__,
-                        exc,
-                    )
-            else:
-                if self._failing.get(index):
-                    with self._lock:
-                        failures = self._failing.pop(index, 0)
-                    logger.warning(
-                        "collector: %s consumer %s works again after %d failures",
-                        self.kind.name,
-                        type(consumer).__name__,
-                        failures,
-                    )
+        self.consumers.consume(request)
 
     def flush(self) -> bool:
         """Every consumer's ``flush()`` (those without one hold what they consumed)."""
-        results = [bool(getattr(c, "flush", lambda: True)()) for c in self.consumers]
-        return all(results)
+        return self.consumers.flush()
 
     def shutdown(self, timeout_s: float) -> None:
         """Refuse further requests, close the journal, shut every consumer down; once."""
@@ -283,14 +255,8 @@ class SignalService:
                 return
             self._closed = True
         flushed = self.flush() if self.journal is not None else False
-        for consumer in self.consumers:
-            stop = getattr(consumer, "shutdown", None)
-            if stop is not None:
-                try:
-                    stop(timeout_s)
-                except Exception:
-                    flushed = False  # what it held may not be written: replayed next time
-                    logger.exception("collector: %s consumer shutdown failed", self.kind.name)
+        if not self.consumers.shutdown(timeout_s):
+            flushed = False  # what a consumer held may not be written: replayed next time
         if self.journal is not None:
             self.journal.close(flushed)
 
@@ -305,9 +271,10 @@ class SignalService:
             self._refused += items
 
     def counts(self) -> SignalCounts:
-        """A consistent copy of this service's counters."""
+        """A copy of this service's counters."""
         with self._lock:
-            return SignalCounts(dict(self._codes), self._accepted, self._refused, self._errors)
+            codes, accepted, refused = dict(self._codes), self._accepted, self._refused
+        return SignalCounts(codes, accepted, refused, self.consumers.errors)
 
 
 @dataclass(frozen=True)

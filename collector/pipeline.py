@@ -17,9 +17,10 @@ delays the others or the gRPC response. Accepted means kept (:mod:`collector.adm
 a request is decoded with its temporality changes staged, then admitted only if every
 healthy sink's queue has room for its snapshots and the memory budget for their decoded
 size; only then is the state committed and the snapshots queued. Otherwise
-:class:`Overloaded` (retryable) is raised and nothing of the request is kept. Accepted
-means durable (:meth:`Pipeline.recover`, :mod:`collector.durable`): the snapshots are in
-every sink's journal before the request is answered, and a new process replays them.
+:class:`~collector.refusals.Overloaded` (retryable) is raised and nothing of the request is
+kept. Accepted means durable (:meth:`Pipeline.recover`, :mod:`collector.durable`): the
+snapshots are in every sink's journal before the request is answered, and a new process
+replays them.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collector.config import LimitsConfig
 from collector.durable import DurableState
 from collector.heartbeats import FAMILIES as HEARTBEAT_FAMILIES
 from collector.heartbeats import HeartbeatBoard
+from collector.refusals import REFUSALS, Closed, Expired, Overloaded, TooLarge, Unavailable
 from collector.runs import Runs, RunUnavailable
 from collector.sinks import RunSinks
 from exporters.base import Sink
@@ -45,36 +47,6 @@ from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.decode import Decoder, DecodeResult, Request
 
 logger = logging.getLogger(__name__)
-
-REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large", "durable", "sinks_down")
-
-
-class Overloaded(Exception):
-    """A sink queue or the memory budget cannot take the request now (retryable).
-
-    ``reason`` is ``"queue_full"`` or ``"memory"``.
-    """
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-class TooLarge(Exception):
-    """The request exceeds a per-request bound; retrying it cannot help."""
-
-
-class Expired(Exception):
-    """The sender's deadline passed before the request could be ingested."""
-
-
-class Closed(Exception):
-    """The pipeline is shutting down and accepts nothing more (retryable elsewhere)."""
-
-
-class Unavailable(Exception):
-    """The request's run cannot take data now: one of its sinks failed to start (retryable;
-    the sender keeps the data, the collector kept none of it)."""
 
 
 @dataclass(frozen=True, slots=True)

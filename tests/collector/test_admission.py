@@ -14,7 +14,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.config import from_dict
-from collector.pipeline import Expired, Pipeline
+from collector.pipeline import Pipeline
+from collector.refusals import Expired
 from collector.server import PUSHBACK_KEY, RETRY_INFO_KEY, SERVICE, CollectorServer
 from exporters.base import ExportResult, InMemorySink, Sink
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink

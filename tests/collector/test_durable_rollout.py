@@ -30,7 +30,8 @@ from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metr
 
 from collector.durable import DurableState
 from collector.merge import RolloutMerger
-from collector.pipeline import Pipeline, Unavailable
+from collector.pipeline import Pipeline
+from collector.refusals import Unavailable
 from collector.runs import Run
 from exporters.base import InMemorySink
 from exporters.charge import Charge

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from rltel.report.figures import new_figure
+from rltel.report.canvas import new_figure
 from rltel.report.panels import Drawn, decorate, plot
 from rltel.report.runs import Filters, Run
 

@@ -38,6 +38,6 @@ def test_timeperf_keys_are_in_seconds_both_ways(key: str, unit: str):
     ],
 )
 def test_the_report_axis_follows_the_same_unit_rule(key: str, label: str):
-    from rltel.report.figures import unit_of
+    from rltel.report.rank_figure import unit_of
 
     assert unit_of(key) == label

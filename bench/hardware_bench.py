@@ -21,9 +21,9 @@ sent to a collector.
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from record_bench import make_step, record_step, timed  # noqa: E402
+from record_bench import make_step, on_off_ratios, record_step, timed  # noqa: E402
 
 from telemetry.metrics.memory import ProcessMemory  # noqa: E402
 
@@ -53,27 +53,16 @@ def step_ratio(blocks: int = 6, steps: int = 15) -> dict[str, float]:
                 record_step(stats_tracker, batches[i * per_phase : (i + 1) * per_phase])
         stats_tracker.export_all(reduce_group=None)
 
-    modes = ("off", "on", "off again")
-    samples: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
-    for block in range(3 * blocks):
-        mode = modes[block % 3]
-        source = HardwareSource(phase_memory=True, nvml=False) if mode == "on" else None
-        for i in range(steps + 1):
-            took = timed(step)
-            if i:  # the first step of a block opens the new window
-                samples[mode].append(took)
-        if source is not None:
+    def sampling() -> Callable[[], None]:
+        source = HardwareSource(phase_memory=True, nvml=False)
+
+        def stop() -> None:
             source.close()
             stats_tracker.export_all(reduce_group=None)  # its keys leave the tracker's view
-    wall = {mode: statistics.median(w for w, _ in got) for mode, got in samples.items()}
-    cpu = {mode: statistics.median(c for _, c in got) for mode, got in samples.items()}
-    return {
-        "step_ms": wall["off"] * 1e3,
-        "wall": wall["on"] / wall["off"],
-        "cpu": cpu["on"] / cpu["off"],
-        "noise_wall": wall["off again"] / wall["off"],
-        "noise_cpu": cpu["off again"] / cpu["off"],
-    }
+
+        return stop
+
+    return on_off_ratios(step, sampling, blocks, steps)
 
 
 def direct_costs(resident_gib: int, scopes: int = 2000, windows: int = 200) -> dict[str, float]:

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -198,24 +199,36 @@ def heartbeat_ratio(blocks: int = 6, steps: int = 15) -> dict[str, float]:
             record_step(stats_tracker, batches)
         stats_tracker.export_all(reduce_group=None)
 
-    modes = ("off", "on", "off again")
-    samples: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
-    for block in range(3 * blocks):
-        mode = modes[block % 3]
-        beat = None
-        if mode == "on":
-            beat = Heartbeat(StoreBoard(store, 1, "trainer", 5.0), 0, "bench", 0.05, reader=True)
-        for i in range(steps + 1):
-            took = timed(step)
-            if i:  # the first step of a block settles the thread start
-                samples[mode].append(took)
-        if beat is not None:
-            beat.close()
+    def beating() -> Callable[[], None]:
+        return Heartbeat(StoreBoard(store, 1, "trainer", 5.0), 0, "bench", 0.05, reader=True).close
+
+    ratios = on_off_ratios(step, beating, blocks, steps)
     beat = Heartbeat(StoreBoard(store, 8, "trainer", 5.0), 0, "bench", 3600.0, reader=True)
     for rank in range(8):  # rank 0 reads back 8 ranks' beats
         beat._board.publish(beat.progress.beat(rank, "bench"))
     beat_cpu = timed(lambda: [beat._beat(False) for _ in range(200)])[1] / 200
     beat.close()
+    return {**ratios, "beat_cpu_us": beat_cpu * 1e6}
+
+
+def on_off_ratios(
+    step: Callable[[], None], switch_on: Callable[[], Callable[[], None]], blocks: int, steps: int
+) -> dict[str, float]:
+    """Time ``step`` in ``blocks`` rounds of three alternating blocks of ``steps`` (off, on,
+    off again; ``switch_on()`` before an "on" block returns what switches it off after it;
+    each block's first step settles the switch and is left out): the median step off (ms)
+    and the ratios on/off and, as the noise floor, off again/off, in wall and CPU time."""
+    modes = ("off", "on", "off again")
+    samples: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
+    for block in range(3 * blocks):
+        mode = modes[block % 3]
+        switch_off = switch_on() if mode == "on" else None
+        for i in range(steps + 1):
+            took = timed(step)
+            if i:
+                samples[mode].append(took)
+        if switch_off is not None:
+            switch_off()
     wall = {mode: statistics.median(w for w, _ in got) for mode, got in samples.items()}
     cpu = {mode: statistics.median(c for _, c in got) for mode, got in samples.items()}
     return {
@@ -224,7 +237,6 @@ def heartbeat_ratio(blocks: int = 6, steps: int = 15) -> dict[str, float]:
         "cpu": cpu["on"] / cpu["off"],
         "noise_wall": wall["off again"] / wall["off"],
         "noise_cpu": cpu["off again"] / cpu["off"],
-        "beat_cpu_us": beat_cpu * 1e6,
     }
 
 

@@ -18,7 +18,10 @@ A retried logs request (a sender's same resource, snapshot time and step) is ski
 counted. What waits for its step is in memory only: :meth:`SamplesConsumer.flush` is True only when
 nothing waits, so the logs journal (``durable``) replays a request whose samples were not
 released yet after a crash; a stopping server releases them first
-(:meth:`SamplesConsumer.release`).
+(:meth:`SamplesConsumer.release`). A replay may hand on samples released already: the
+samples sinks skip a (step, stream) they hold, and replayed workers' samples take the
+trainer step that follows them in the journal (:meth:`RunSamples.add`), so each step's
+samples are written once.
 """
 
 from __future__ import annotations

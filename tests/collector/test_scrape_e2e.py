@@ -85,18 +85,10 @@ def _train(channel, step: int) -> None:
     )
 
 
-def test_engine_figures_land_at_the_latest_training_step(start_collector, tmp_path):
-    pytest.importorskip("wandb")
-    from tensorboard.backend.event_processing import event_accumulator as ea
-
-    files = tmp_path / "files"
-    sinks = {
-        "fileroot": str(files),
-        "tensorboard": {"path": str(tmp_path / "tb")},
-        "wandb": {"mode": "offline"},
-    }
-    collector = start_collector(sinks=sinks)
-    engine = Engine("vllm")
+def scrape_between_steps(collector, engine: Engine) -> str:
+    """Scrape ``engine`` into run exp/t1 before any training step (running 1), at step 1
+    (running 2, waiting 7) and at step 3 after steps 2 and 3 (running 3, KV cache 0.875),
+    then wait for the sinks; the engine's instance label."""
     with serving(engine) as server, grpc.insecure_channel(collector.endpoint) as channel:
         target = ScrapeTarget(url=server.url, experiment="exp", trial="t1")
         loop = TargetLoop(
@@ -114,8 +106,23 @@ def test_engine_figures_land_at_the_latest_training_step(start_collector, tmp_pa
         engine.get("kv").set(0.875)
         assert loop.scrape_once()  # at step 3, the latest
         assert collector.pipeline.force_flush(60)
+    return server.instance
+
+
+def test_engine_figures_land_at_the_latest_training_step(start_collector, tmp_path):
+    pytest.importorskip("wandb")
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    files = tmp_path / "files"
+    sinks = {
+        "fileroot": str(files),
+        "tensorboard": {"path": str(tmp_path / "tb")},
+        "wandb": {"mode": "offline"},
+    }
+    collector = start_collector(sinks=sinks)
+    instance = scrape_between_steps(collector, Engine("vllm"))
     collector.stop(60)  # W&B's run finished: its file complete
-    key = f"rollout_engine/instance_{server.instance}/running_requests"
+    key = f"rollout_engine/instance_{instance}/running_requests"
     acc = ea.EventAccumulator(str(tmp_path / "tb" / "exp" / "t1"), size_guidance={ea.SCALARS: 0})
     acc.Reload()
     running = [(e.step, e.value) for e in acc.Scalars(tensorboard_tag(key))]

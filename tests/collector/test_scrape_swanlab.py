@@ -8,15 +8,12 @@ definitions (see engines.py).
 
 from __future__ import annotations
 
-import grpc
 import pytest
 
-from collector.scrape import PipelineDeliver, ScrapeHealth, TargetLoop
-from collector.scrape_config import ScrapeTarget
 from tests.collector.test_runs import swanlab_series  # skips the module without swanlab
-from tests.collector.test_scrape_e2e import _train
+from tests.collector.test_scrape_e2e import scrape_between_steps
 
-from .engines import Engine, serving
+from .engines import Engine
 
 
 @pytest.mark.parametrize("kind", ["vllm", "sglang"])
@@ -25,26 +22,9 @@ def test_engine_figures_land_in_swanlab_at_the_latest_training_step(
 ):
     files = tmp_path / "files"
     collector = start_collector(sinks={"fileroot": str(files), "swanlab": {"mode": "offline"}})
-    engine = Engine(kind)
-    with serving(engine) as server, grpc.insecure_channel(collector.endpoint) as channel:
-        target = ScrapeTarget(url=server.url, experiment="exp", trial="t1")
-        loop = TargetLoop(
-            target, PipelineDeliver(collector.pipeline), ScrapeHealth(), 10.0, 1 << 24
-        )
-        engine.get("running").set(1)
-        assert loop.scrape_once()  # before any training step: step 0
-        _train(channel, 1)
-        engine.get("running").set(2)
-        engine.get("waiting").set(7)
-        assert loop.scrape_once()  # at step 1
-        _train(channel, 2)
-        _train(channel, 3)
-        engine.get("running").set(3)
-        engine.get("kv").set(0.875)
-        assert loop.scrape_once()  # at step 3, the latest
-        assert collector.pipeline.force_flush(60)
+    instance = scrape_between_steps(collector, Engine(kind))
     collector.stop(60)  # SwanLab's run finished: its backup file complete
-    figure = f"rollout_engine/instance_{server.instance}/"
+    figure = f"rollout_engine/instance_{instance}/"
     swanlog = str(files / "exp" / "t1" / "swanlog")
     name, running = swanlab_series(swanlog, figure + "running_requests")
     assert name == "exp_t1"

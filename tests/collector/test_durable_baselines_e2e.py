@@ -26,7 +26,7 @@ from rltel.logger import StatsLogger
 from telemetry.model.snapshot import Counter, Gauge, Histogram
 from telemetry.record.stats import Stats
 
-from .test_integration import METHOD, CollectorProcess, read_tensorboard, train_request
+from .test_integration import METHOD, CollectorProcess, assert_each_step_once, train_request
 
 STEPS = 6
 WORKERS = 2
@@ -149,9 +149,4 @@ def test_a_restart_keeps_every_running_total_once(tmp_path, sig, at, outage):
         code = current.stop(signal.SIGTERM, timeout=120)
     assert code == 0, "".join(current.lines)
 
-    events = read_tensorboard(tmp_path / "tb" / "exp" / "t1")
-    for key in expected(1):
-        got = events.Scalars(key)
-        assert [e.step for e in got] == list(range(1, STEPS + 1)), key  # each step once
-        want = [expected(e.step)[key] for e in got]
-        assert [e.value for e in got] == pytest.approx(want, rel=1e-6), key
+    assert_each_step_once(tmp_path / "tb" / "exp" / "t1", expected, STEPS)

@@ -42,7 +42,7 @@ from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 from telemetry.otlp.encode import encode
 from tests.wandb_log import inspect_wandb
 
-from .test_integration import METHOD, RUN, CollectorProcess, read_tensorboard, train_request
+from .test_integration import METHOD, RUN, CollectorProcess, assert_each_step_once, train_request
 
 STEPS = 16
 WORKERS = 3
@@ -135,12 +135,7 @@ def test_sigkill_keeps_every_acknowledged_rollout_window_in_the_sinks_once(tmp_p
     assert code == 0, "".join(second.lines)
     assert Tally(acked) == Tally((what, step) for what, step, _ in todo)  # each once
 
-    events = read_tensorboard(tmp_path / "tb" / "exp" / "t1")
-    for key in expected(1):
-        got = events.Scalars(key)
-        assert [e.step for e in got] == list(range(1, STEPS + 1)), key  # each step once
-        want = [expected(e.step)[key] for e in got]
-        assert [e.value for e in got] == pytest.approx(want, rel=1e-6), key
+    assert_each_step_once(tmp_path / "tb" / "exp" / "t1", expected, STEPS)
     rows = wandb_rows(tmp_path / "files")
     steps = [int(row["rollout/step"]) for row in rows]  # the rollout stream's W&B axis
     assert steps == list(range(1, STEPS + 1))  # each step once, in order

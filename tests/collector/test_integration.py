@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -107,6 +108,17 @@ def read_tensorboard(path: Path) -> ea.EventAccumulator:
     acc = ea.EventAccumulator(str(path), size_guidance={ea.SCALARS: 0})
     acc.Reload()
     return acc
+
+
+def assert_each_step_once(path: Path, expected: Callable[[int], dict[str, float]], steps: int):
+    """Every key of ``expected(1)`` in the TensorBoard run at ``path`` once at each step
+    1..``steps``, with the value ``expected(step)`` gives it."""
+    events = read_tensorboard(path)
+    for key in expected(1):
+        got = events.Scalars(key)
+        assert [e.step for e in got] == list(range(1, steps + 1)), key  # each step once
+        want = [expected(e.step)[key] for e in got]
+        assert [e.value for e in got] == pytest.approx(want, rel=1e-6), key
 
 
 def wandb_rows(tmp_path: Path) -> tuple[list[dict], list[dict]]:

@@ -26,6 +26,7 @@ from tests.collector.trace_checks import (
     Requests,
     check_format,
     check_nested_ordered,
+    check_ranks_and_workers,
     load,
     processes,
     provider,
@@ -63,17 +64,8 @@ def test_two_ranks_and_two_workers_merge_into_one_file_valid_after_every_request
     merge.shutdown()
     events = check_format(load(run_dir(tmp_path) / CURRENT))
     check_nested_ordered(events)
-    named = processes(events)
-    assert sorted(named.values()) == [
-        "rollout worker 0",
-        "rollout worker 1",
-        "trainer rank 0",
-        "trainer rank 1",
-    ]
-    complete = [e for e in events if e["ph"] == "X"]
-    ids = [e["args"]["span_id"] for e in complete]
-    assert len(ids) == len(set(ids)) == sum(counts.values())  # every span once
-    for pid in named:
+    complete = check_ranks_and_workers(events, sum(counts.values()))
+    for pid in processes(events):
         mine = [e for e in complete if e["pid"] == pid]
         assert len(mine) == 3 * (1 + len(PHASES))
         steps = [e for e in events if e["ph"] == "i" and e["cat"] == "step" and e["pid"] == pid]

@@ -124,3 +124,18 @@ def check_nested_ordered(events: list[dict]) -> None:
 def processes(events: list[dict]) -> dict[int, str]:
     """pid -> process name."""
     return {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+
+
+def check_ranks_and_workers(events: list[dict], spans: int) -> list[dict]:
+    """The timeline holds trainer ranks 0 and 1 and rollout workers 0 and 1, and each of its
+    ``spans`` complete events once; those events."""
+    assert sorted(processes(events).values()) == [
+        "rollout worker 0",
+        "rollout worker 1",
+        "trainer rank 0",
+        "trainer rank 1",
+    ]
+    complete = [e for e in events if e["ph"] == "X"]
+    ids = [e["args"]["span_id"] for e in complete]
+    assert len(ids) == len(set(ids)) == spans  # every span once
+    return complete

@@ -27,8 +27,8 @@ from tests.collector.test_integration import CollectorProcess
 from tests.telemetry.test_samples_trackers import normal, tensorboard_rows
 from tests.wandb_log import inspect_wandb
 
-STEPS, PER = 4, 3  # each sender's samples per step: all kept (the bound is 16 + 2 * 2)
-WAITING, RELEASED = 2, 3  # killed with step 2's worker samples waiting; after step 3's release
+STEPS, PER = 3, 3  # each sender's samples per step: all kept (the bound is 16 + 2 * 2)
+WAITING = RELEASED = 2  # killed with step 2's worker samples waiting, then after its release
 SENDERS = ("w0", "w1", "t0")
 
 
@@ -41,10 +41,15 @@ def rows_of(who: str, step: int) -> list[dict]:
     ]
 
 
-def sender(who: str, endpoint: str, root: str, commands, done) -> None:
+def sender(who: str, root: str, commands, done) -> None:
+    """Started before the collector (its imports overlap the collector's start); the first
+    command is the collector's endpoint, then each step to log, then None."""
+    import torch  # noqa: F401  (what the StatsLogger loads, before the endpoint comes)
+
     from rltel.logger import StatsLogger
     from telemetry.samples import log_sample
 
+    endpoint = commands.get(timeout=120)
     names = {"experiment_name": "exp", "trial_name": "t1", "fileroot": root}
     config = {**names, "otlp": {"endpoint": endpoint, "timeout": 60.0}}
     if who.startswith("w"):
@@ -91,22 +96,23 @@ def run(tmp_path: Path) -> None:
     manager = ctx.Manager()
     queues = {who: manager.Queue() for who in SENDERS}
     done = manager.Queue()
-    first = collector(tmp_path)
-    port = int(first.endpoint.rsplit(":", 1)[1])
-    live = first
     procs = [
-        ctx.Process(target=sender, args=(w, first.endpoint, str(tmp_path / "s"), queues[w], done))
-        for w in SENDERS
+        ctx.Process(target=sender, args=(w, str(tmp_path / "s"), queues[w], done)) for w in SENDERS
     ]
-    for proc in procs:
-        proc.start()
 
     def step_of(who: tuple[str, ...], step: int) -> None:
         for name in who:
             queues[name].put(step)
         assert sorted(done.get(timeout=120) for _ in who) == [(name, step) for name in who]
 
+    for proc in procs:
+        proc.start()
+    live: CollectorProcess | None = None
     try:
+        live = collector(tmp_path)
+        port = int(live.endpoint.rsplit(":", 1)[1])
+        for name in SENDERS:
+            queues[name].put(live.endpoint)
         for step in range(1, STEPS + 1):
             step_of(("w0", "w1"), step)  # the workers' samples wait for the training step
             if step == WAITING:
@@ -125,7 +131,7 @@ def run(tmp_path: Path) -> None:
         for proc in procs:
             if proc.is_alive():
                 proc.kill()
-        code = live.terminate()
+        code = live.terminate() if live is not None else None
         manager.shutdown()
     assert code == 0, "".join(live.lines)
 

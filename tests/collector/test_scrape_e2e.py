@@ -20,23 +20,13 @@ from collector.scrape_config import ScrapeTarget
 from exporters.tensorboard.sink import tensorboard_tag
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from telemetry.otlp.encode import encode
-from tests.dashboards.servers import api, prometheus, prometheus_config
+from tests.dashboards.servers import api, prometheus, prometheus_config, until
 from tests.wandb_log import inspect_wandb
 
 from .engines import MODEL, Engine, serving
 
 METHOD = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
 RULES = Path(__file__).resolve().parents[2] / "dashboards/prometheus/alerts.yml"
-
-
-def _until(condition, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    return condition()
 
 
 def test_prometheus_reads_engine_series_with_the_run_labels(start_collector, tmp_path):
@@ -56,7 +46,7 @@ def test_prometheus_reads_engine_series_with_the_run_labels(start_collector, tmp
             def query(expr: str):
                 return api(prom, "query", query=expr)["result"]
 
-            tokens = _until(lambda: query(f'vllm:generation_tokens_total{{{run},engine="1"}}'))
+            tokens = until(lambda: query(f'vllm:generation_tokens_total{{{run},engine="1"}}'))
             assert tokens, "the engine counter never reached Prometheus"
             labels = tokens[0]["metric"]
             assert labels["model_name"] == MODEL and labels["job"] == "rollout-engine"
@@ -65,7 +55,7 @@ def test_prometheus_reads_engine_series_with_the_run_labels(start_collector, tmp
             assert float(kv[0]["value"][1]) == 0.625
             bucket = query(f'vllm:time_to_first_token_seconds_bucket{{{run},engine="1",le="0.04"}}')
             assert float(bucket[0]["value"][1]) == 1.0
-            up = _until(lambda: query(f"rltel_scrape_up{{{run}}} == 1"))
+            up = until(lambda: query(f"rltel_scrape_up{{{run}}} == 1"))
             assert up and up[0]["metric"]["target"] == server.url
 
 

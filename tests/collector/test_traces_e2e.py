@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 from collector.traces import CURRENT
@@ -22,7 +21,7 @@ from tests.collector.trace_checks import (
     load,
     processes,
 )
-from tests.dashboards.servers import api, prometheus, prometheus_config
+from tests.dashboards.servers import api, prometheus, prometheus_config, until
 from tests.distributed import run_ranks
 
 RULES = Path(__file__).resolve().parents[2] / "dashboards/prometheus/alerts.yml"
@@ -91,16 +90,6 @@ def _rank(rank: int, world: int, endpoint: str) -> int:
     return made
 
 
-def _until(condition, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.2)
-    return condition()
-
-
 def test_gloo_ranks_and_rollout_workers_into_one_timeline_and_prometheus(start_collector, tmp_path):
     collector = start_collector(sinks={"fileroot": str(tmp_path)})
     workers = [
@@ -121,7 +110,7 @@ def test_gloo_ranks_and_rollout_workers_into_one_timeline_and_prometheus(start_c
             result = api(prom, "query", query=expr)["result"]
             return float(result[0]["value"][1]) if result else None
 
-        assert _until(lambda: count("rollout", "reward")) == 2 * STEPS
+        assert until(lambda: count("rollout", "reward")) == 2 * STEPS
         for phase in ("step", *TRAIN_PHASES):
             assert count("trainer", phase) == 2 * STEPS, phase
         for phase in ("episode", *WORKER_PHASES):

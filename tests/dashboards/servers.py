@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,6 +41,18 @@ def api(prometheus: str, path: str, **params: object) -> object:
     body = json.loads(get(f"{prometheus}/api/v1/{path}?{query}", timeout=10))
     assert body["status"] == "success", body
     return body["data"]
+
+
+def until(condition: Callable[[], object], timeout: float = 60.0) -> object:
+    """Poll ``condition`` (a query that fills in once Prometheus has scraped) until it
+    returns something truthy or ``timeout`` seconds pass; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.1)
+    return condition()
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, log: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,15 @@ def _span(request):
 
 def merge_of(tmp_path: Path, **config) -> TraceMerge:
     return TraceMerge(TracesConfig(**config), lambda e, t: tmp_path / e / t)
+
+
+def merge_all(tmp_path: Path, requests: Sequence, **config) -> None:
+    """A trace merge (``config`` as in :func:`merge_of`) takes ``requests`` in order, then
+    shuts down."""
+    merge = merge_of(tmp_path, **config)
+    for request in requests:
+        merge.consume_traces(request)
+    merge.shutdown()
 
 
 def run_dir(tmp_path: Path) -> Path:
@@ -80,10 +90,7 @@ def test_two_ranks_and_two_workers_merge_into_one_file_valid_after_every_request
 def test_clocks_are_the_spans_own(tmp_path):
     made = Requests()
     record_steps(provider(made, "trainer", 0), range(1))
-    merge = merge_of(tmp_path)
-    for request in made.requests:
-        merge.consume_traces(request)
-    merge.shutdown()
+    merge_all(tmp_path, made.requests)
     sent = {
         span.span_id.hex(): (span.start_time_unix_nano, span.end_time_unix_nano)
         for request in made.requests
@@ -102,10 +109,7 @@ def test_clocks_are_the_spans_own(tmp_path):
 def test_rotated_every_n_steps_each_part_whole_and_named(tmp_path, rotate):
     made = Requests()
     total = record_steps(provider(made, "trainer", 0), range(6))
-    merge = merge_of(tmp_path, rotate_steps=rotate)
-    for request in made.requests:
-        merge.consume_traces(request)
-    merge.shutdown()
+    merge_all(tmp_path, made.requests, rotate_steps=rotate)
     parts = sorted(p.name for p in run_dir(tmp_path).glob("trace*.json"))
     finished = [part_name(first, rotate) for first in range(0, 6, rotate)][:-1]
     assert parts == sorted([*finished, CURRENT])
@@ -124,17 +128,11 @@ def test_rotated_every_n_steps_each_part_whole_and_named(tmp_path, rotate):
 def test_a_restarted_collector_appends_and_a_torn_file_is_set_aside(tmp_path):
     made = Requests()
     record_steps(provider(made, "trainer", 0), range(2))
-    first = merge_of(tmp_path)
-    for request in made.requests:
-        first.consume_traces(request)
-    first.shutdown()
+    merge_all(tmp_path, made.requests)
     before = load(run_dir(tmp_path) / CURRENT)["traceEvents"]
     again = Requests()
     record_steps(provider(again, "trainer", 0), range(2, 4))
-    second = merge_of(tmp_path)
-    for request in again.requests:
-        second.consume_traces(request)
-    second.shutdown()
+    merge_all(tmp_path, again.requests)
     events = check_format(load(run_dir(tmp_path) / CURRENT))
     check_nested_ordered(events)
     assert events[: len(before)] == before
@@ -143,10 +141,7 @@ def test_a_restarted_collector_appends_and_a_torn_file_is_set_aside(tmp_path):
     path = run_dir(tmp_path) / CURRENT
     torn = path.read_bytes()[:-7]
     path.write_bytes(torn)  # killed mid-write
-    third = merge_of(tmp_path)
-    for request in again.requests:
-        third.consume_traces(request)
-    third.shutdown()
+    merge_all(tmp_path, again.requests)
     aside = list(run_dir(tmp_path).glob("trace.unfinished-*.json"))
     assert len(aside) == 1 and aside[0].read_bytes() == torn
     assert len([e for e in load(path)["traceEvents"] if e["ph"] == "X"]) == 8
@@ -273,14 +268,8 @@ def test_non_finite_attributes_stay_json(tmp_path):
 def test_a_replay_after_a_restart_writes_no_span_twice(tmp_path):
     made = Requests()
     record_steps(provider(made, "trainer", 0), range(2))
-    first = merge_of(tmp_path)
-    for request in made.requests[:6]:
-        first.consume_traces(request)
-    first.shutdown()
-    replayed = merge_of(tmp_path)  # the durable queue hands everything on again, then more
-    for request in made.requests:
-        replayed.consume_traces(request)
-    replayed.shutdown()
+    merge_all(tmp_path, made.requests[:6])
+    merge_all(tmp_path, made.requests)  # the durable queue hands everything on again, then more
     events = check_format(load(run_dir(tmp_path) / CURRENT))
     ids = [e["args"]["span_id"] for e in events if e["ph"] == "X"]
     assert len(ids) == len(set(ids)) == len(made.requests)
@@ -309,10 +298,7 @@ def test_rollout_sessions_are_async_pairs_beside_nested_spans(tmp_path):
         pass
     a.end()
     b.end()
-    merge = merge_of(tmp_path)
-    for request in made.requests:
-        merge.consume_traces(request)
-    merge.shutdown()
+    merge_all(tmp_path, made.requests)
     events = check_format(load(run_dir(tmp_path) / CURRENT))
     check_nested_ordered(events)
     pairs = sorted((e["id"], e["ph"]) for e in events if e["name"] == "session")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 
 import numpy as np
@@ -21,8 +20,8 @@ from exporters.factory import BuildContext
 from exporters.swanlab import SwanlabProcessSink, SwanlabSink
 from telemetry.config import StatsLoggerConfig, SwanlabConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from tests.fresh_python import run_python
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONNECTS: list = []
 
 
@@ -190,11 +189,7 @@ def test_disabled_never_imports_swanlab(tmp_path):
         "sink.shutdown()\n"
         "print('swanlab' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    assert run_python(code).strip() == "False"
     assert not (tmp_path / "r").exists()
 
 

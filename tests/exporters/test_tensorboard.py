@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -18,8 +14,8 @@ from exporters.factory import BuildContext
 from exporters.tensorboard import TensorBoardSink
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from tests.fresh_python import run_python
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BOUNDS = (-8.0, -4.0, -2.0, -1.0, -0.5, 0.0)  # logprob-like: every bound negative or zero
 
 
@@ -149,11 +145,7 @@ def test_writer_keeps_torch_and_tensorboard_out_until_built(tmp_path):
         "sink.shutdown()\n"
         "print('torch' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "False"]
+    assert run_python(code).split() == ["False", "False"]
     assert [e.value for e in read_back(tmp_path / "tb").Scalars("a")] == [1.0]
 
 

@@ -6,8 +6,6 @@ import glob
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,8 +19,7 @@ from exporters.factory import BuildContext
 from exporters.wandb import TABLE_KEY, WandbSink
 from telemetry.config import StatsLoggerConfig, WandBConfig
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.fresh_python import run_python
 
 
 def make_config(tmp_path, **wandb_fields) -> StatsLoggerConfig:
@@ -228,11 +225,7 @@ def test_disabled_never_imports_or_inits_wandb(tmp_path):
         "sink.shutdown()\n"
         "print('wandb' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
+    assert run_python(code).strip() == "False"
     assert not (tmp_path / "r").exists()
 
 

@@ -27,9 +27,9 @@ from rltel.report import build_report, load_runs
 from rltel.report.figures import FIGURES
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
 from telemetry.model.snapshot import Gauge, Snapshot, Step
+from tests.fresh_python import run_python
 
 RLTEL = Path(sys.executable).with_name("rltel")
-REPO = Path(__file__).resolve().parents[2]
 NAMES = [spec.name for spec in FIGURES]
 
 
@@ -288,11 +288,7 @@ def test_recording_path_does_not_import_the_report():
         "loaded = [m for m in sys.modules if m.startswith(('rltel.report', 'matplotlib'))]\n"
         "print(sorted(loaded))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert run_python(code, timeout=120).strip() == "[]"
 
 
 def test_help_shows_every_option(capsys):

@@ -117,3 +117,32 @@ def test_the_samples_file_skips_a_step_and_stream_it_holds(tmp_path, torn):
     third.export(snapshot(2, "rollout"))
     third.shutdown()
     assert lines(third.path).count((2, "rollout")) == 2
+
+
+def test_tensorboard_skips_a_step_of_samples_it_wrote_itself(tmp_path):
+    """The sinks' journal and the logs journal may both replay a step in one process."""
+    pytest.importorskip("tensorboard")
+    from tests.exporters.test_tensorboard import make_sink
+    from tests.telemetry.test_samples_trackers import tensorboard_rows
+
+    sink = make_sink(tmp_path)
+    sink.skip_held_steps()
+    for step, streams in [(1, ("rollout",)), (1, ("rollout", "eval-rollout")), (2, ("rollout",))]:
+        assert sink.export(snapshot(step, *streams)) is ExportResult.SUCCESS
+    sink.shutdown()
+    got = sorted((row["step"], row["stream"]) for row in tensorboard_rows(tmp_path))
+    assert got == [(1, "eval-rollout"), (1, "rollout"), (2, "rollout")]
+
+
+def test_wandb_skips_a_step_of_samples_it_logged_itself(tmp_path):
+    pytest.importorskip("wandb")
+    from exporters.wandb import WandbSink
+    from tests.exporters.test_wandb import history, make_config, read_records
+
+    sink = WandbSink(make_config(tmp_path))
+    sink.skip_held_steps()
+    for step in (1, 1, 2):
+        assert sink.export(snapshot(step, "rollout")) is ExportResult.SUCCESS
+    sink.shutdown()
+    items = history(read_records(sink))
+    assert [item["samples/step"] for item in items if "samples/rollout.path" in item] == [1, 2]

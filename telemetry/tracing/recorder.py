@@ -21,6 +21,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from telemetry.tracing.drops import Drops
 from telemetry.tracing.replay import Record, Replayer
 from telemetry.tracing.sampler import RateLimit
 from telemetry.tracing.settings import TraceSettings
@@ -160,8 +161,11 @@ class Recorder:
         self._batch = min(512, settings.max_queue)
         self.replayer = Replayer(settings, exporter, self._queue)
         self.exporter = exporter
-        self.dropped = 0
-        self._dropping = False
+        self.drops = Drops(
+            logger,
+            f"perf_tracer: {self._max} spans queued; dropping spans",
+            "perf_tracer: queue has room again (%d spans dropped)",
+        )
 
     def open(self, parent: Identity | None, step: Any = None) -> Identity:
         """The identity of a span opening under ``parent`` (``None``: a root): dropped
@@ -181,14 +185,9 @@ class Recorder:
         full (logged once per change between dropping and not)."""
         queue = self._queue
         if len(queue) >= self._max:
-            self.dropped += 1
-            if not self._dropping:
-                self._dropping = True
-                logger.warning("perf_tracer: %d spans queued; dropping spans", self._max)
+            self.drops.drop()
             return
-        if self._dropping:
-            self._dropping = False
-            logger.warning("perf_tracer: queue has room again (%d spans dropped)", self.dropped)
+        self.drops.kept()
         queue.append(record)
         if len(queue) >= self._batch:
             wake = self.replayer.wake
@@ -233,7 +232,7 @@ class Recorder:
     def health(self) -> dict[str, int]:
         """Spans dropped for a full queue, replay failures and the rate limit's counts."""
         out = {
-            "spans_dropped": self.dropped + self.replayer.processor.dropped,
+            "spans_dropped": self.drops.count + self.replayer.processor.drops.count,
             "replay_failures": self.replayer.failures,
         }
         if self.limit is not None:

@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
 from telemetry.model import names, trace_names
+from telemetry.tracing.drops import Drops
 from telemetry.tracing.settings import TraceSettings
 
 __all__ = ["BoundedBatch", "Record", "Replayer", "attributes"]
@@ -113,8 +114,11 @@ class BoundedBatch(SpanProcessor):
             max_export_batch_size=min(512, max_queue),
         )
         self.emitted = 0
-        self.dropped = 0
-        self._dropping = False
+        self.drops = Drops(
+            logger,
+            f"perf_tracer: {max_queue} spans waiting for export; dropping",
+            "perf_tracer: export caught up (%d spans dropped)",
+        )
 
     def on_start(self, span: Span, parent_context: otel_context.Context | None = None) -> None:
         """Nothing at start."""
@@ -122,14 +126,9 @@ class BoundedBatch(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Queue ``span`` for export, or drop and count it when the queue is full."""
         if self.emitted - self._counted.taken >= self._max:
-            self.dropped += 1
-            if not self._dropping:
-                self._dropping = True
-                logger.warning("perf_tracer: %d spans waiting for export; dropping", self._max)
+            self.drops.drop()
             return
-        if self._dropping:
-            self._dropping = False
-            logger.warning("perf_tracer: export caught up (%d spans dropped)", self.dropped)
+        self.drops.kept()
         self.emitted += 1
         self._batch.on_end(span)
 

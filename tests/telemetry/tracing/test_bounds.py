@@ -54,7 +54,7 @@ def test_full_caller_queue_drops_and_counts(stalled: Stalled, caplog) -> None:
         for _ in range(100):
             with perf_tracer.trace_scope("s"):
                 pass
-        assert recorder.dropped == 92  # 8 queued
+        assert recorder.drops.count == 92  # 8 queued
     assert _warnings(caplog) == ["perf_tracer: 8 spans queued; dropping spans"]
     stalled.release.set()
     perf_tracer.save()

@@ -20,13 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from telemetry.model import names
 from telemetry.model.sample import Sample
 from telemetry.model.snapshot import Attributes, AttributeValue, Snapshot
 from telemetry.otlp.encode import plain_attribute
+from telemetry.otlp.values import plain
 
 __all__ = [
     "EVENT_NAME",
@@ -105,7 +106,7 @@ def decode_samples(request: ExportLogsServiceRequest) -> list[ReceivedSample]:
     """
     out: list[ReceivedSample] = []
     for resource_logs in request.resource_logs:
-        resource = tuple((kv.key, _plain(kv.value)) for kv in resource_logs.resource.attributes)
+        resource = tuple((kv.key, plain(kv.value)) for kv in resource_logs.resource.attributes)
         for scope_logs in resource_logs.scope_logs:
             for record in scope_logs.log_records:
                 received = _sample(record, resource)
@@ -125,7 +126,7 @@ def _sample(record: LogRecord, resource: Attributes) -> ReceivedSample | None:
         elif kv.key == STEP_ATTRIBUTE:
             step = int(kv.value.int_value)
         elif kv.key.startswith(NUMBER_PREFIX):
-            numbers.append((kv.key[len(NUMBER_PREFIX) :], float(_plain(kv.value))))
+            numbers.append((kv.key[len(NUMBER_PREFIX) :], float(plain(kv.value))))
         elif kv.key == TRUNCATED_ATTRIBUTE:
             truncated = tuple(value.string_value for value in kv.value.array_value.values)
     if stream is None:
@@ -146,14 +147,3 @@ def _key_value(name: str, value: AttributeValue) -> KeyValue:
     else:
         kv.value.string_value = str(value)
     return kv
-
-
-def _plain(value: AnyValue) -> AttributeValue:
-    kind = value.WhichOneof("value")
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "int_value":
-        return value.int_value
-    if kind == "double_value":
-        return value.double_value
-    return value.string_value

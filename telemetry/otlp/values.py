@@ -11,7 +11,10 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
 from telemetry.config import LabelLimits
+from telemetry.model.snapshot import AttributeValue
 from telemetry.otlp.temporality import HistogramState
 
 
@@ -53,7 +56,7 @@ def attributes(kvs: Sequence, limits: LabelLimits = UNLIMITED) -> tuple:
                 "max_attribute_key_length",
                 f"attribute key of {len(key)} characters; max_attribute_key_length is {max_key}",
             )
-        value = _any(kv.value, max_value)
+        value = plain(kv.value, max_value)
         if isinstance(value, str) and len(value) > max_value:
             raise OverLimit(
                 "max_attribute_value_length",
@@ -72,7 +75,7 @@ def _too_long(n: int, limit: int) -> None:
         )
 
 
-def _any(value, limit: int = 2**62):
+def plain(value: AnyValue, limit: int = 2**62) -> AttributeValue:
     """The value as a Python scalar; arrays and maps as text, checked against ``limit``
     before they are built (each element takes at least one character)."""
     which = value.WhichOneof("value")
@@ -87,11 +90,11 @@ def _any(value, limit: int = 2**62):
     if which == "array_value":
         values = value.array_value.values
         _too_long(len(values), limit)
-        return "[" + ",".join(str(_any(v, limit)) for v in values[:]) + "]"
+        return "[" + ",".join(str(plain(v, limit)) for v in values[:]) + "]"
     if which == "kvlist_value":
         values = value.kvlist_value.values
         _too_long(len(values), limit)
-        return "{" + ",".join(f"{kv.key}={_any(kv.value, limit)}" for kv in values[:]) + "}"
+        return "{" + ",".join(f"{kv.key}={plain(kv.value, limit)}" for kv in values[:]) + "}"
     if which == "bytes_value":
         _too_long(2 * len(value.bytes_value), limit)
         return value.bytes_value.hex()

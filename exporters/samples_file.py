@@ -57,14 +57,17 @@ class SamplesFileSink(RunSink):
 
     def skip_held_steps(self) -> None:
         """From now on skip the samples of a (step, stream) the file (or this sink) already
-        holds: a replay never writes a step's samples twice."""
+        holds: a replay never writes a step's samples twice. A file that cannot be read is
+        logged, and its steps may be written again."""
+        held, torn = set(), False
         try:
-            data = self.path.read_bytes()
+            held, torn = held_steps(self.path)
         except FileNotFoundError:
-            data = b""
+            pass
+        except OSError as exc:
+            logger.warning("samples: cannot read %s: %s", self.path, exc)
         with self._lock:
-            self._held = held_steps(data, self.path)
-            self._torn = bool(data) and not data.endswith(b"\n")  # the next write starts anew
+            self._held, self._torn = held, torn  # torn: the next write starts a new line
 
     def _write(self, snapshot: Snapshot) -> None:
         step = snapshot.step.global_step if snapshot.step is not None else None
@@ -92,17 +95,22 @@ class SamplesFileSink(RunSink):
             os.close(self._fd)
 
 
-def held_steps(data: bytes, path: Path) -> set[tuple[int | None, str]]:
-    """The (step, stream) pairs the lines ``data`` (of ``path``) hold samples of; an
-    unreadable line (a killed writer's torn last one) is left out."""
+def held_steps(path: Path) -> tuple[set[tuple[int | None, str]], bool]:
+    """The (step, stream) pairs ``path`` holds samples of, and whether it ends in a torn
+    line (a killed writer's), which is left out like any unreadable line.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
     held: set[tuple[int | None, str]] = set()
-    torn = 0
-    for line in data.splitlines():
-        try:
-            row = json.loads(line)
-            held.add((row["step"], row["stream"]))
-        except (ValueError, KeyError, TypeError):
-            torn += 1
-    if torn:
-        logger.warning("samples: %d unreadable lines in %s left out", torn, path)
-    return held
+    unreadable, line = 0, b"\n"
+    with path.open("rb") as lines:
+        for line in lines:
+            try:
+                row = json.loads(line)
+                held.add((row["step"], row["stream"]))
+            except (ValueError, KeyError, TypeError):
+                unreadable += 1
+    if unreadable:
+        logger.warning("samples: %d unreadable lines in %s left out", unreadable, path)
+    return held, not line.endswith(b"\n")

@@ -146,3 +146,11 @@ def test_wandb_skips_a_step_of_samples_it_logged_itself(tmp_path):
     sink.shutdown()
     items = history(read_records(sink))
     assert [item["samples/step"] for item in items if "samples/rollout.path" in item] == [1, 2]
+
+
+def test_a_samples_file_that_cannot_be_read_is_logged_not_raised(tmp_path, caplog):
+    (tmp_path / "samples.jsonl").mkdir()  # reading it fails (the run's other sinks start)
+    sink = SamplesFileSink(tmp_path)
+    sink.skip_held_steps()
+    assert "samples: cannot read" in caplog.text
+    sink.shutdown()

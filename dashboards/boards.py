@@ -54,6 +54,23 @@ def _weighted_mean(hist: c.Metric) -> str:
     )
 
 
+def _span_mean() -> str:
+    """Mean span duration per role and phase over the rate window."""
+    by = "by (experiment, trial, role, phase)"
+    span = c.SPAN_DURATION
+    return (
+        f"sum {by} (rate({_sel(span.stat('sum'))}[$__rate_interval]))\n"
+        f"/ sum {by} (rate({_sel(span.stat('count'))}[$__rate_interval]))"
+    )
+
+
+def _span_p90() -> str:
+    """The 90th percentile of span durations per role and phase over the rate window."""
+    by = "by (experiment, trial, role, phase, le)"
+    bucket = _sel(c.SPAN_DURATION.stat("bucket"))
+    return f"histogram_quantile(0.9, sum {by} (rate({bucket}[$__rate_interval])))"
+
+
 def throughput() -> dict:
     """Tokens/s (window and cumulative), FLOP/s, MFU, step time and timeperf."""
     legend = "{{experiment}}/{{trial}}"
@@ -121,6 +138,16 @@ def throughput() -> dict:
             ),
             unit="s",
             description="Every timeperf/<name> scope (record_timing), one line per scope.",
+        ),
+        timeseries(
+            "Phase latency (spans): mean and p90",
+            Query(_span_mean(), "mean {{role}} {{phase}}"),
+            Query(_span_p90(), "p90 {{role}} {{phase}}"),
+            unit="s",
+            description="rltel_span_duration_seconds: the collector's histogram of span "
+            "durations per role and phase (perf_tracer scopes, rollout session phases, "
+            "record_timing spans), mean and p90 over the rate window. Needs tracing on and "
+            "the collector.",
         ),
         row("Stragglers"),
         timeseries(

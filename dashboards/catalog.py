@@ -102,6 +102,12 @@ TOTAL_FLOPS = Metric("train_perf/total_estimated_flops", "counter", "{flop}")
 TIMEPERF_EXAMPLE = Metric("timeperf/train_step", "gauge", "s")
 TIMEPERF_PATTERN = "timeperf_.+"
 
+# The collector's span durations (collector/traces/durations.py): one histogram per run, role
+# and phase (the span's name), from perf_tracer's scopes and sessions and record_timing spans.
+SPAN_DURATION = Metric(
+    "rltel/span_duration", "histogram", "s", StatReduce.AVG_MIN_MAX, (("phase", "train"),)
+)
+
 # The straggler view (telemetry.record.rank_spread): <key>/rank_min, rank_max, slowest_rank;
 # by place, top_k/rank, top_k/value, chronic/rank, chronic/top_k_exports; chronic/exports;
 # per_rank by rank (rank_series keys). SPREAD_PATTERN names them all, to keep them off the
@@ -214,6 +220,7 @@ ALL: tuple[Metric, ...] = (
     CUMULATIVE_MFU,
     TOTAL_FLOPS,
     TIMEPERF_EXAMPLE,
+    SPAN_DURATION,
     SECONDS_RANK_MIN,
     SECONDS_RANK_MAX,
     SECONDS_SLOWEST_RANK,

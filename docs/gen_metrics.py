@@ -95,6 +95,11 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
         "total estimated FLOPs / total seconds",
         "steady",
     ),
+    "rltel/span_duration": (
+        "durations of the spans the collector received (perf_tracer scopes and sessions, "
+        "`record_timing` spans), per run, `role` and `phase` (the span's name)",
+        "steady per phase; a phase whose p90 climbs is where a step's time goes",
+    ),
     "train_perf/seconds": (
         "seconds inside `TrainPerf.measure` this window, max over ranks",
         "steady",

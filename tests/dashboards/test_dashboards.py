@@ -13,6 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.scrape import FAMILIES as SCRAPE_FAMILIES
 from collector.scrape import Converter, figures
 from collector.selfmetrics import FAMILIES as COLLECTOR_FAMILIES
+from collector.traces.durations import RoleWindow
+from collector.traces_config import DEFAULT_DURATION_BUCKETS
 from dashboards import build
 from dashboards import catalog as c
 from dashboards.panels import DATASOURCE, DATASOURCE_INPUT, GRID_WIDTH, expressions
@@ -302,7 +304,10 @@ def _kind(point) -> str:
 
 @pytest.fixture(scope="module")
 def points():
-    return produced_points()
+    """The producers' export, and the span durations the collector derives from spans."""
+    window = RoleWindow(("exp", "t1"), "trainer", DEFAULT_DURATION_BUCKETS)
+    window.add("train", 0.5)
+    return (*produced_points(), *window.snapshot().points)
 
 
 def test_catalog_matches_what_the_producers_emit(points):

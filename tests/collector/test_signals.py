@@ -26,6 +26,7 @@ from collector.server import CollectorServer
 from telemetry.otlp.samples import decode_samples
 from tests.collector.conftest import samples, scrape
 from tests.collector.test_server import gauges_request, status_of
+from tests.collector.trace_checks import spans_of
 
 TOKEN = "s3cret-token"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
@@ -55,13 +56,7 @@ class Recording:
 
     def spans(self) -> list:
         with self.lock:
-            return [
-                span
-                for request in self.traces
-                for resource in request.resource_spans
-                for scope in resource.scope_spans
-                for span in scope.spans
-            ]
+            return spans_of(self.traces)
 
 
 @pytest.fixture

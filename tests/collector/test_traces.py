@@ -32,6 +32,7 @@ from tests.collector.trace_checks import (
     processes,
     provider,
     record_steps,
+    spans_of,
 )
 
 
@@ -93,10 +94,7 @@ def test_clocks_are_the_spans_own(tmp_path):
     merge_all(tmp_path, made.requests)
     sent = {
         span.span_id.hex(): (span.start_time_unix_nano, span.end_time_unix_nano)
-        for request in made.requests
-        for resource in request.resource_spans
-        for scope in resource.scope_spans
-        for span in scope.spans
+        for span in spans_of(made.requests)
     }
     events = [e for e in load(run_dir(tmp_path) / CURRENT)["traceEvents"] if e["ph"] == "X"]
     assert len(events) == len(sent)

@@ -139,3 +139,14 @@ def check_ranks_and_workers(events: list[dict], spans: int) -> list[dict]:
     ids = [e["args"]["span_id"] for e in complete]
     assert len(ids) == len(set(ids)) == spans  # every span once
     return complete
+
+
+def spans_of(requests: Sequence[ExportTraceServiceRequest]) -> list:
+    """Every span of ``requests``, in order."""
+    return [
+        span
+        for request in requests
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]

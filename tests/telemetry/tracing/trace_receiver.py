@@ -11,6 +11,8 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as service
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as service_grpc
 
+from tests.collector.trace_checks import spans_of
+
 
 class TraceReceiver(service_grpc.TraceServiceServicer):
     """Answers every ``Export`` OK and keeps its request."""
@@ -50,13 +52,7 @@ class TraceReceiver(service_grpc.TraceServiceServicer):
         assert ok, f"{len(self.spans())} spans arrived, expected {count}"
 
     def _spans_unlocked(self) -> list[Any]:
-        return [
-            span
-            for request in self._requests
-            for resource_spans in request.resource_spans
-            for scope in resource_spans.scope_spans
-            for span in scope.spans
-        ]
+        return spans_of(self._requests)
 
     def __enter__(self) -> TraceReceiver:
         self._server.start()

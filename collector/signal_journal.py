@@ -7,7 +7,8 @@ sender gets OK. The journal is acknowledged as the consumers hold what they were
 after a ``flush()`` of every consumer that has one (every 64 requests, or when requests
 pause), and for everything at a clean shutdown. A new collector hands what was not
 acknowledged to the consumers, in order, before it takes any request: after a crash a
-consumer sees every accepted request at least once.
+consumer sees every accepted request at least once, and :func:`replaying` tells it which
+requests are an earlier process's (the samples consumer places those by their order).
 """
 
 from __future__ import annotations

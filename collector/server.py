@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import Counter as Tally
 from collections.abc import Callable, Sequence
 from concurrent import futures
@@ -41,19 +40,18 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError, Message
-from google.rpc.error_details_pb2 import RetryInfo
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import PARSE_EXPANSION, HeavyGate, Hold
+from collector.admission import HeavyGate, Hold
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.durable import DurableState
+from collector.gate import Abort, RequestGate
 from collector.heartbeats import FAMILIES as HEARTBEAT_FAMILIES
 from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge, Unavailable
 from collector.samples import SamplesConsumer
@@ -77,30 +75,13 @@ from collector.traces.metrics import TraceMetrics
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
 from exporters.remote_write import RemoteWriteSink
-from telemetry.config.cli_args import port_in_use
+from telemetry.config.cli_args import check_port_free
 from telemetry.model.errors import ConfigError
-from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
 logger = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 RECEIVER_KEY = f"{ROOT}.receiver"
-
-
-def retry_metadata(delay_s: float) -> tuple[tuple[str, str | bytes], ...]:
-    """Trailing metadata asking the sender to retry after ``delay_s``."""
-    delay = Duration()
-    delay.FromNanoseconds(int(delay_s * 1e9))
-    info = RetryInfo(retry_delay=delay).SerializeToString()
-    return ((PUSHBACK_KEY, str(int(delay_s * 1000))), (RETRY_INFO_KEY, info))
-
-
-class _Abort(Exception):
-    """Ends one call with a status (raised inside the handler only)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class CollectorServer:
@@ -152,14 +133,17 @@ class CollectorServer:
             log_consumers = [self.samples, *log_consumers]
         self.pipeline = pipeline
         self.limits = pipeline.limits
-        self._heavy = HeavyGate(self.limits.max_heavy_requests)
+        token = config.auth.token()
+        self._gate = RequestGate(
+            BearerCheck(token) if token is not None else None,
+            pipeline,
+            HeavyGate(self.limits.max_heavy_requests),
+        )
         self.signals = (
-            SignalService(TRACES, trace_consumers, self.limits, self._heavy),
-            SignalService(LOGS, log_consumers, self.limits, self._heavy),
+            SignalService(TRACES, trace_consumers, self.limits, self._gate.heavy),
+            SignalService(LOGS, log_consumers, self.limits, self._gate.heavy),
         )
         self.prometheus = prometheus
-        token = config.auth.token()
-        self._auth = BearerCheck(token) if token is not None else None
         self._lock = threading.Lock()
         self._codes: Tally[str] = Tally()
         self._bytes = 0
@@ -209,7 +193,7 @@ class CollectorServer:
         """Bind and serve; returns at once."""
         receiver, limits = self.config.receiver, self.config.limits
         address = f"{receiver.host}:{receiver.port}"
-        _check_free(f"{RECEIVER_KEY}.port", receiver.host, receiver.port)
+        check_port_free(f"{RECEIVER_KEY}.port", receiver.host, receiver.port)
         options = [
             ("grpc.max_receive_message_length", receiver.max_message_bytes),
             ("grpc.max_send_message_length", receiver.max_message_bytes),
@@ -296,7 +280,7 @@ class CollectorServer:
         self.pipeline.shutdown(timeout_s)
 
     def _export(self, data: bytes, context: grpc.ServicerContext) -> ExportMetricsServiceResponse:
-        return self._serve(data, context, self._ingest, self._tally)
+        return self._gate.serve(data, context, self._ingest, self._tally)
 
     def _signal_export(self, service: SignalService) -> Callable[[bytes, Any], Message]:
         """The handler of ``service``'s Export: the same gate, then the service."""
@@ -307,49 +291,13 @@ class CollectorServer:
                 return service.ingest(data, expired, heavy)
             except Refused as refused:
                 if refused.retry:
-                    self._retry_later(context)
-                raise _Abort(refused.code, str(refused)) from None
+                    self._gate.retry_later(context)
+                raise Abort(refused.code, str(refused)) from None
             except Exception as exc:  # a bug must cost one request, never the server
                 logger.exception("collector: %s request failed", service.kind.name)
-                raise _Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
+                raise Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
 
-        return lambda data, context: self._serve(data, context, ingest, service.tally)
-
-    def _serve(self, data: bytes, context, ingest, tally: Callable[[str, int], None]) -> Message:
-        try:
-            response = self._handle(data, context, ingest)
-        except _Abort as abort:
-            tally(abort.code.name, len(data))
-            context.abort(abort.code, str(abort))
-        tally("OK", len(data))
-        return response
-
-    def _handle(self, data: bytes, context: grpc.ServicerContext, ingest) -> Message:
-        if self._auth is not None and not self._auth.allowed(
-            context.invocation_metadata(), context.peer()
-        ):
-            raise _Abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-        expired = self._expired(context)
-        if expired():
-            self.pipeline.count_refusal("expired")
-            raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")
-        bounds = self.limits
-        heavy = len(data) > bounds.heavy_request_bytes
-        if heavy and not self._heavy.try_enter():
-            self._retry_later(context, "heavy")
-            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests at once")
-        try:
-            hold = self.pipeline.budget.hold(len(data) * PARSE_EXPANSION)
-            if hold is None:
-                self._retry_later(context, "memory")
-                raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "memory budget full")
-            try:
-                return ingest(data, context, expired, heavy, hold)
-            finally:
-                hold.release()
-        finally:
-            if heavy:
-                self._heavy.leave()
+        return lambda data, context: self._gate.serve(data, context, ingest, service.tally)
 
     def _ingest(
         self, data: bytes, context, expired, heavy: bool, hold: Hold
@@ -357,65 +305,43 @@ class CollectorServer:
         try:
             message = ExportMetricsServiceRequest.FromString(data)
         except DecodeError as exc:
-            raise _Abort(
+            raise Abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportMetricsServiceRequest: {exc}"
             ) from None
         request = self.pipeline.decoder.read(message)
         entered = False
         if not heavy and request.points > self.limits.heavy_request_points:
-            if not self._heavy.try_enter():
-                self._retry_later(context, "heavy")
-                raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests")
+            if not self._gate.heavy.try_enter():
+                self._gate.retry_later(context, "heavy")
+                raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests")
             entered = True
         try:
             result = self.pipeline.consume(request, expired, hold)
         except Overloaded as exc:
-            self._retry_later(context)
-            raise _Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
+            self._gate.retry_later(context)
+            raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
         except TooLarge as exc:
-            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
+            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
         except Expired as exc:
-            raise _Abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)) from None
+            raise Abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)) from None
         except Closed as exc:
-            raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+            raise Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
         except Unavailable as exc:
-            self._retry_later(context)
-            raise _Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+            self._gate.retry_later(context)
+            raise Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
         except Exception as exc:  # a bug must cost one request, never the server
             logger.exception("collector: request failed")
-            raise _Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
+            raise Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
         finally:
             if entered:
-                self._heavy.leave()
+                self._gate.heavy.leave()
         response = ExportMetricsServiceResponse()
         if result.rejected:
             response.partial_success.rejected_data_points = result.rejected
             response.partial_success.error_message = result.message
         return response
 
-    def _expired(self, context: grpc.ServicerContext):
-        """``() -> True`` once too little of the sender's deadline is left to answer."""
-        remaining = context.time_remaining()
-        if remaining is None:
-            return lambda: False
-        margin = self.limits.deadline_margin_s
-        end = time.monotonic() + remaining - margin
-        return lambda: time.monotonic() >= end
-
-    def _retry_later(self, context: grpc.ServicerContext, reason: str | None = None) -> None:
-        if reason is not None:
-            self.pipeline.count_refusal(reason)
-        context.set_trailing_metadata(retry_metadata(self.limits.retry_after_s))
-
     def _tally(self, code: str, size: int) -> None:
         with self._lock:
             self._codes[code] += 1
             self._bytes += size
-
-
-def _check_free(key: str, host: str, port: int) -> None:
-    """Raise a ConfigError naming ``key`` when something listens on ``host:port`` already."""
-    if port_in_use(host, port):
-        raise ConfigError(
-            f"{key}: {host}:{port} is in use; choose another port, or 0 for any free port"
-        )

@@ -11,6 +11,8 @@ import socket
 from collections.abc import Callable, Iterable
 from typing import NoReturn
 
+from telemetry.model.errors import ConfigError
+
 MAX_PORT = 65535
 EXTRAS = {
     "wandb": "wandb",
@@ -92,6 +94,14 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
+
+
+def check_port_free(key: str, host: str, port: int) -> None:
+    """Raise a ConfigError naming ``key`` when something listens on ``host:port`` already."""
+    if port_in_use(host, port):
+        raise ConfigError(
+            f"{key}: {host}:{port} is in use; choose another port, or 0 for any free port"
+        )
 
 
 def missing_libraries(libraries: Iterable[str]) -> list[str]:

@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from collector.config import from_dict
 from collector.pipeline import Pipeline
 from collector.refusals import Expired
-from collector.server import PUSHBACK_KEY, RETRY_INFO_KEY, SERVICE, CollectorServer
+from collector.server import SERVICE, CollectorServer
 from exporters.base import ExportResult, InMemorySink, Sink
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool
@@ -24,6 +24,7 @@ from exporters.queued import QueuedSink
 from telemetry.model.snapshot import Counter, Gauge, Snapshot, Step
 from telemetry.otlp.decode import Decoder
 from telemetry.otlp.encode import encode
+from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
 METHOD = f"/{SERVICE}/Export"
 RUN = (("service.name", "adm"),)

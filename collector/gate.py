@@ -1,0 +1,110 @@
+"""What every Export call passes before its body is read: the bearer token, the sender's
+deadline, the heavy-request gate and the memory budget; and how a call ends with a status.
+
+One gate serves the metrics, trace and logs services alike (:class:`RequestGate`); the
+service's own ``ingest`` runs inside it, holding the parse's share of the memory budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
+from google.rpc.error_details_pb2 import RetryInfo
+
+from collector.admission import PARSE_EXPANSION, HeavyGate
+from collector.auth import BearerCheck
+from collector.pipeline import Pipeline
+from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
+
+__all__ = ["Abort", "RequestGate", "retry_metadata"]
+
+Ingest = Callable[..., Message]
+"""``(data, context, expired, heavy, hold) -> response``: a service's work on one body."""
+
+
+def retry_metadata(delay_s: float) -> tuple[tuple[str, str | bytes], ...]:
+    """Trailing metadata asking the sender to retry after ``delay_s``."""
+    delay = Duration()
+    delay.FromNanoseconds(int(delay_s * 1e9))
+    info = RetryInfo(retry_delay=delay).SerializeToString()
+    return ((PUSHBACK_KEY, str(int(delay_s * 1000))), (RETRY_INFO_KEY, info))
+
+
+class Abort(Exception):
+    """Ends one call with a status (raised inside a service's ``ingest`` or the gate)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RequestGate:
+    """The checks in front of every Export, in order: token, deadline, heavy, memory.
+
+    Args:
+        auth: the bearer-token check; None when no token is configured.
+        pipeline: whose limits, memory budget and refusal counters the gate uses.
+        heavy: the gate on concurrent large requests, shared with the services.
+    """
+
+    def __init__(self, auth: BearerCheck | None, pipeline: Pipeline, heavy: HeavyGate) -> None:
+        self.auth = auth
+        self.pipeline = pipeline
+        self.heavy = heavy
+
+    def serve(
+        self, data: bytes, context: Any, ingest: Ingest, tally: Callable[[str, int], None]
+    ) -> Message:
+        """Run ``ingest`` behind the gate; count the call's status and size in ``tally``."""
+        try:
+            response = self._handle(data, context, ingest)
+        except Abort as abort:
+            tally(abort.code.name, len(data))
+            context.abort(abort.code, str(abort))
+        tally("OK", len(data))
+        return response
+
+    def retry_later(self, context: Any, reason: str | None = None) -> None:
+        """Ask the sender to retry after ``limits.retry_after_s`` (counting ``reason``)."""
+        if reason is not None:
+            self.pipeline.count_refusal(reason)
+        context.set_trailing_metadata(retry_metadata(self.pipeline.limits.retry_after_s))
+
+    def _handle(self, data: bytes, context: Any, ingest: Ingest) -> Message:
+        if self.auth is not None and not self.auth.allowed(
+            context.invocation_metadata(), context.peer()
+        ):
+            raise Abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        expired = self._expired(context)
+        if expired():
+            self.pipeline.count_refusal("expired")
+            raise Abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")
+        heavy = len(data) > self.pipeline.limits.heavy_request_bytes
+        if heavy and not self.heavy.try_enter():
+            self.retry_later(context, "heavy")
+            raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests at once")
+        try:
+            hold = self.pipeline.budget.hold(len(data) * PARSE_EXPANSION)
+            if hold is None:
+                self.retry_later(context, "memory")
+                raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "memory budget full")
+            try:
+                return ingest(data, context, expired, heavy, hold)
+            finally:
+                hold.release()
+        finally:
+            if heavy:
+                self.heavy.leave()
+
+    def _expired(self, context: Any) -> Callable[[], bool]:
+        """``() -> True`` once too little of the sender's deadline is left to answer."""
+        remaining = context.time_remaining()
+        if remaining is None:
+            return lambda: False
+        end = time.monotonic() + remaining - self.pipeline.limits.deadline_margin_s
+        return lambda: time.monotonic() >= end

@@ -53,7 +53,8 @@ from collector.config import ROOT, CollectorConfig
 from collector.durable import DurableState
 from collector.gate import Abort, RequestGate
 from collector.heartbeats import FAMILIES as HEARTBEAT_FAMILIES
-from collector.pipeline import Closed, Expired, Overloaded, Pipeline, TooLarge, Unavailable
+from collector.pipeline import Pipeline
+from collector.refusals import Closed, Expired, Overloaded, TooLarge, Unavailable
 from collector.samples import SamplesConsumer
 from collector.scrape import FAMILIES as SCRAPE_FAMILIES
 from collector.scrape import PipelineDeliver, Scraper

@@ -24,6 +24,7 @@ pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
 
 from tests.collector.test_integration import CollectorProcess
+from tests.collector.test_samples_e2e import wait_sent
 from tests.telemetry.test_samples_trackers import normal, tensorboard_rows
 from tests.wandb_log import inspect_wandb
 
@@ -62,22 +63,9 @@ def sender(who: str, root: str, commands, done) -> None:
             text = {"completion": row["completion"]}
             log_sample(row["stream"], text=text, numbers={"reward": row["reward"]})
         logger.commit(0, step, step, {"loss" if who == "t0" else "rollout/reward": 1.0})
-        exported = _wait_sent(logger, exported)
+        exported = wait_sent(logger, exported, timeout=120)
         done.put((who, step))
     logger.close()
-
-
-def _wait_sent(logger, before: int) -> int:
-    """Until the commit's logs request was answered (it follows its metrics)."""
-    import time
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        health = logger.health()["otlp"]
-        if health["log_records_exported"] > before and health["queue_depth"] == 0:
-            return health["log_records_exported"]
-        time.sleep(0.01)
-    raise AssertionError(f"export did not complete: {logger.health()}")
 
 
 def collector(tmp_path: Path, port: int = 0) -> CollectorProcess:

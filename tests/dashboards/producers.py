@@ -194,9 +194,10 @@ GPU_READINGS = {
     "temperature_celsius": 71.0,
     "sm_clock_mhz": 1755.0,
     "throttle_thermal": 0.0,
-    "throttle_power": 1.0,
+    "throttle_power": 0.0,
 }
-"""One GPU's readings with NVML's names and units (an H100-like device, power-capped)."""
+"""One GPU's readings with NVML's names and units (an H100-like device, not throttled:
+nothing in :func:`produced_points` but the KL of a high logprob shift alerts)."""
 
 
 class StepGpu:

@@ -94,7 +94,7 @@ def test_stats_logger_sends_over_tls(tmp_path):
 
 
 def test_retry_pushback_reads_the_collectors_trailers():
-    from collector.server import retry_metadata
+    from collector.gate import retry_metadata
     from exporters.otlp.grpc_exporter import RETRY_INFO_KEY, retry_pushback
 
     assert retry_pushback(retry_metadata(0.25)) == 0.25  # grpc-retry-pushback-ms first

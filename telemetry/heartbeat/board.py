@@ -55,12 +55,23 @@ class StoreBoard:
     """
 
     def __init__(self, store: Any, world: int, role: str, timeout_s: float) -> None:
-        with contextlib.suppress(AttributeError, RuntimeError):  # no connections of its own
-            store = store.clone()
-        store.set_timeout(datetime.timedelta(seconds=timeout_s))
-        self._store = store
+        self._source = store
+        self._timeout_s = timeout_s
+        self._connection: Any = None
         self._keys = [f"{KEY_PREFIX}/{role}/{rank}" for rank in range(world)]
         self._all_seen = False
+
+    @property
+    def _store(self) -> Any:
+        """A connection of its own, opened at the first use (on the heartbeat thread, so
+        building a StatsLogger never waits on the store's server)."""
+        if self._connection is None:
+            store = self._source
+            with contextlib.suppress(AttributeError, RuntimeError):  # no connections of its own
+                store = store.clone()
+            store.set_timeout(datetime.timedelta(seconds=self._timeout_s))
+            self._connection = store
+        return self._connection
 
     def publish(self, beat: Beat) -> None:
         """Write ``beat`` under its rank's key."""

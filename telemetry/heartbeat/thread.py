@@ -92,4 +92,7 @@ class Heartbeat:
         atexit.unregister(self.close)
         self._stop.set()
         self._thread.join(timeout_s)
+        if self._thread.is_alive():  # stuck in a store call: the last beat would wait too
+            _log.warning("heartbeat of rank %d: the store does not answer; no exit beat", self.rank)
+            return
         self._beat(exited=True)

@@ -112,6 +112,8 @@ def test_spans_reach_a_trace_service_through_the_otlp_sink(tmp_path: Path) -> No
 
 
 def _rank_steps(rank: int, world: int, endpoint: str, root: str) -> list[str]:
+    import torch.distributed as dist
+
     tracing = {"enabled": True, "record_timing": True}
     logger = StatsLogger(_config(Path(root), tracing, endpoint))
     try:
@@ -123,6 +125,7 @@ def _rank_steps(rank: int, world: int, endpoint: str, root: str) -> list[str]:
                 pass
             stats = stats_tracker.export_all()
             logger.commit(0, step, step, stats)
+        dist.barrier()  # rank 0's store outlives every rank's logger, as in a job
     finally:
         logger.close()
     return sorted(p.name for p in (Path(root) / "exp" / "t1" / "otlp-spool").iterdir())

@@ -26,7 +26,7 @@ from rltel.commit_points import stats_points
 from rltel.logger_sinks import STREAMS, build_context, logger_sinks, serve_sink_health, warn_no_sink
 from rltel.logger_tracing import sends_spans, start_tracing, stop_tracing
 from rltel.progress import progress_line
-from telemetry.config import StatsLoggerConfig, load_experiment, public_dict
+from telemetry.config import StatsLoggerConfig, load_experiment, log_path, public_dict
 from telemetry.heartbeat import start_heartbeat
 from telemetry.model import names
 from telemetry.model.errors import ConfigError, InvalidValueError
@@ -268,6 +268,18 @@ class StatsLogger:
                 f"StatsLogger.load_state_dict: expected an int last_commit_step, got {step!r}"
             )
         self._last_commit_step = step
+
+    @staticmethod
+    def get_log_path(
+        config: Any = None,
+        experiment_name: str | None = None,
+        trial_name: str | None = None,
+        fileroot: str | None = None,
+    ) -> str:
+        """AReaL's log directory ``<fileroot>/logs/<user>/<experiment>/<trial>``, made if
+        missing: where AReaL's trainers put their own files (not rltel's run directory).
+        See :func:`telemetry.config.log_path.get_log_path`; ``ValueError`` as in AReaL."""
+        return log_path.get_log_path(config, experiment_name, trial_name, fileroot)
 
     @staticmethod
     def flush_spool(

@@ -9,13 +9,13 @@ places files where AReaL does; rltel's ``TracingConfig`` (``sample_rate``, ``rec
 
 from __future__ import annotations
 
-import getpass
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from telemetry.config.log_path import areal_log_dir
 from telemetry.model.errors import ConfigError
 
 __all__ = ["SESSION_FILE", "TRACE_FILE", "TraceSettings", "resolve"]
@@ -64,7 +64,7 @@ class TraceSettings:
 def _areal_base(config: Any) -> Path:
     """AReaL's directory: ``<fileroot>/logs/<user>/<experiment>/<trial>``."""
     fileroot = os.path.expanduser(os.path.expandvars(str(config.fileroot)))
-    return Path(fileroot, "logs", getpass.getuser(), config.experiment_name, config.trial_name)
+    return Path(areal_log_dir(fileroot, config.experiment_name, config.trial_name))
 
 
 def _rank_file(base: Path, subdir: str, role: str | None, filename: str, rank: int) -> Path:

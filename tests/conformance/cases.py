@@ -17,7 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-CASE_MODULES = ("cases_tracker", "cases_evaluator", "cases_logger", "cases_version")
+CASE_MODULES = (
+    "cases_tracker",
+    "cases_evaluator",
+    "cases_logger",
+    "cases_trainer",
+    "cases_version",
+)
 """The case modules, in the order of the documentation table."""
 
 

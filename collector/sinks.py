@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 RunSinks = Callable[[str, str], Sequence[Sink]]
 """``(experiment, trial) -> step-based sinks`` of a run."""
 SHARED_CONTEXT = registry.BuildContext(root=f"{ROOT}.sinks")
-RUN_CONTEXT = dataclasses.replace(SHARED_CONTEXT, swanlab_process=True)
+RUN_CONTEXT = dataclasses.replace(SHARED_CONTEXT, own_process=True)
 """Each run's sinks: SwanLab in a process of its own (one SwanLab run per process)."""
 
 

@@ -24,9 +24,10 @@ class BuildContext:
             (``stats_logger``; ``collector.sinks`` in the collector).
         run_name_suffix: the W&B run id suffix (``<experiment>_<trial>_<suffix>``) that
             replaces ``wandb.id_suffix`` (a rollout or eval stream's own run); None keeps it.
-        swanlab_process: run SwanLab in a child process of its own (a process that serves
-            several runs, like the collector: SwanLab allows one run per process).
-        experiment: the experiment config W&B and SwanLab log with the run, secrets
+        own_process: run SwanLab and Trackio in a child process of their own (a process
+            that serves several runs, like the collector: SwanLab allows one run per
+            process, Trackio one data directory).
+        experiment: the experiment config W&B, SwanLab and Trackio log with the run, secrets
             removed (AReaL logs the whole experiment config); default: the config's own.
         role: the sender's role (``trainer``, ``rollout``, ``eval``): a rollout or eval
             worker sends running totals over OTLP, and has a spool of its own.
@@ -38,7 +39,7 @@ class BuildContext:
 
     root: str = "stats_logger"
     run_name_suffix: str | None = None
-    swanlab_process: bool = False
+    own_process: bool = False
     experiment: Mapping[str, Any] | None = None
     role: str = "trainer"
     worker: str = "0"

@@ -7,7 +7,7 @@ from telemetry.config import StatsLoggerConfig
 
 
 def _create(config: StatsLoggerConfig, context: BuildContext) -> SwanlabSink | SwanlabProcessSink:
-    sink = SwanlabProcessSink if context.swanlab_process else SwanlabSink
+    sink = SwanlabProcessSink if context.own_process else SwanlabSink
     return sink(config, context.experiment)
 
 

@@ -6,7 +6,7 @@ their one declaration) with its own defaults (:mod:`collector.config`). :func:`l
 accepts every AReaL form (mapping, YAML path, ``DictConfig``, AReaL dataclass instance,
 whole experiment config; ``${...}`` resolved by OmegaConf) and raises :class:`ConfigError`
 naming the full key, the value and what was expected. AReaL keys rltel does not implement
-(``trackio``, ...) are dropped with one warning. Secrets are ``SecretStr``: hidden in
+(``wandb.system_metrics``) are dropped with one warning. Secrets are ``SecretStr``: hidden in
 ``repr``; :func:`public_dict` removes them (or shows ``<set>``).
 """
 
@@ -32,6 +32,7 @@ from telemetry.config.schema import SCHEMA
 from telemetry.config.sinks import (
     SWANLAB_DIR,
     TENSORBOARD_DIR,
+    TRACKIO_DIR,
     WANDB_DIR,
     ConsoleConfig,
     LabelLimits,
@@ -42,6 +43,7 @@ from telemetry.config.sinks import (
     SinkSections,
     SwanlabConfig,
     TensorBoardConfig,
+    TrackioConfig,
     WandBConfig,
 )
 from telemetry.model.errors import ConfigError
@@ -51,6 +53,7 @@ __all__ = [
     "SCHEMA",
     "SWANLAB_DIR",
     "TENSORBOARD_DIR",
+    "TRACKIO_DIR",
     "WANDB_DIR",
     "ConfigError",
     "ConsoleConfig",
@@ -66,6 +69,7 @@ __all__ = [
     "SwanlabConfig",
     "TensorBoardConfig",
     "TracingConfig",
+    "TrackioConfig",
     "WandBConfig",
     "load_config",
     "load_experiment",
@@ -73,7 +77,6 @@ __all__ = [
 ]
 
 AREAL_IGNORED: dict[str, frozenset[str]] = {
-    "": frozenset({"trackio"}),
     "wandb": frozenset({"system_metrics"}),
 }
 """AReaL ``stats_logger`` keys rltel does not implement: accepted with one warning."""
@@ -106,6 +109,7 @@ class StatsLoggerConfig(SinkSections):
         """``<fileroot>/<experiment>/<trial>``: where this run's local files live.
 
         W&B writes ``wandb/`` here, SwanLab ``swanlog/`` (unless ``swanlab.logdir`` is set),
+        Trackio ``trackio/`` (unless ``trackio.dir`` is set),
         the OTLP sink its ``otlp-spool/``; TensorBoard writes to ``tensorboard.path``, which
         keeps the run in one directory when it is ``<run_dir>/tensorboard`` (the collector
         always puts it there).

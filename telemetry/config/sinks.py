@@ -22,6 +22,7 @@ from telemetry.config.schema import SCHEMA, OptStr
 __all__ = [
     "SWANLAB_DIR",
     "TENSORBOARD_DIR",
+    "TRACKIO_DIR",
     "WANDB_DIR",
     "ConsoleConfig",
     "LabelLimits",
@@ -32,10 +33,11 @@ __all__ = [
     "SinkSections",
     "SwanlabConfig",
     "TensorBoardConfig",
+    "TrackioConfig",
     "WandBConfig",
 ]
 
-TENSORBOARD_DIR, WANDB_DIR, SWANLAB_DIR = "tensorboard", "wandb", "swanlog"
+TENSORBOARD_DIR, WANDB_DIR, SWANLAB_DIR, TRACKIO_DIR = "tensorboard", "wandb", "swanlog", "trackio"
 """The file sinks' directories in a run directory (:attr:`StatsLoggerConfig.run_dir`)."""
 
 
@@ -74,6 +76,28 @@ class TensorBoardConfig:
     """AReaL's ``stats_logger.tensorboard``; ``path: null`` disables it."""
 
     path: OptStr = None
+
+
+@dataclass(frozen=True, config=SCHEMA)
+class TrackioConfig:
+    """AReaL's ``stats_logger.trackio`` (Hugging Face's local-first tracker), plus ``dir``.
+
+    Attributes:
+        mode: ``local`` or ``online`` logs (both call ``trackio.init``, as AReaL does: where
+            the data also goes is ``space_id``'s); ``disabled`` turns the sink off.
+        project: the Trackio project; default: the experiment name.
+        name: the run name; default: the trial name.
+        space_id: a Hugging Face Space (``user/space``) the data is also pushed to; unset:
+            local only (unless Trackio's own ``TRACKIO_SPACE_ID`` is set).
+        dir: Trackio's data directory (its ``TRACKIO_DIR``: one SQLite file per project);
+            default ``<fileroot>/<experiment>/<trial>/trackio``.
+    """
+
+    mode: Literal["online", "local", "disabled"] = "disabled"
+    project: OptStr = None
+    name: OptStr = None
+    space_id: OptStr = None
+    dir: OptStr = None
 
 
 @dataclass(frozen=True, config=SCHEMA)
@@ -219,6 +243,7 @@ class SinkSections:
     wandb: WandBConfig = field(default_factory=WandBConfig)
     swanlab: SwanlabConfig = field(default_factory=SwanlabConfig)
     tensorboard: TensorBoardConfig = field(default_factory=TensorBoardConfig)
+    trackio: TrackioConfig = field(default_factory=TrackioConfig)
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
     samples: SamplesConfig = field(default_factory=SamplesConfig)

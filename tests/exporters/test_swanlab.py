@@ -45,7 +45,7 @@ def make_config(tmp_path, mode: str = "offline", **fields) -> StatsLoggerConfig:
 def contract_config(tmp_path, stack):
     """The SwanLab sink of the sink contract (tests/exporters/test_base.py), in a process of
     its own as the collector runs it."""
-    return make_config(tmp_path), BuildContext(swanlab_process=True)
+    return make_config(tmp_path), BuildContext(own_process=True)
 
 
 def read_back(sink: SwanlabSink) -> tuple[object, dict[str, dict[int, float]]]:

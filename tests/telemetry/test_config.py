@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 
 from collector.config import SinksConfig, from_dict
 from telemetry.config import PrometheusConfig, StatsLoggerConfig, load_config, load_experiment
+from telemetry.config import TrackioConfig as TrackioSection
 from telemetry.model.errors import ConfigError
 
 WANDB_KEYS = (
@@ -110,7 +111,9 @@ class ArealStatsLoggerConfig:
     wandb: WandBConfig = dataclasses.field(default_factory=WandBConfig)
     swanlab: SwanlabConfig = dataclasses.field(default_factory=SwanlabConfig)
     tensorboard: TensorBoardConfig = dataclasses.field(default_factory=TensorBoardConfig)
-    trackio: TrackioConfig = dataclasses.field(default_factory=TrackioConfig)
+    trackio: TrackioConfig = dataclasses.field(
+        default_factory=lambda: TrackioConfig(mode="local", project="tp")
+    )
 
 
 @dataclasses.dataclass
@@ -159,9 +162,8 @@ def test_every_areal_form_is_accepted(form, caplog):
     assert (config.experiment_name, config.trial_name) == ("gsm8k-grpo", "trial0")
     assert config.wandb.mode == "shared" and config.wandb.tags == ("a",)
     assert config.wandb.wandb_api_key.get_secret_value() == "k-123"
-    assert ignored_warnings(caplog) == [
-        "stats_logger: AReaL keys that rltel does not implement are ignored: stats_logger.trackio"
-    ]
+    assert ignored_warnings(caplog) == []  # stats_logger.trackio is taken: the Trackio sink
+    assert config.trackio == TrackioSection(mode="local", project="tp", name=None, space_id=None)
     assert "k-123" not in repr(config) and "k-123" not in repr(logged)
     if form in ("instance", "asdict", "whole_dictconfig"):
         assert logged["seed"] == 1 and logged["evaluator"]["freq_steps"] == 2

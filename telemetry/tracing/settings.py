@@ -17,6 +17,7 @@ from typing import Any
 
 from telemetry.config.log_path import areal_log_dir
 from telemetry.model.errors import ConfigError
+from telemetry.tracing.ranks import rank_selected
 
 __all__ = ["SESSION_FILE", "TRACE_FILE", "TraceSettings", "resolve"]
 
@@ -29,7 +30,8 @@ class TraceSettings:
     """One process's tracer, resolved.
 
     Attributes:
-        enabled: record spans at all.
+        enabled: record spans at all (the config enables it and AREAL_PERF_TRACER_RANKS
+            selects the rank, :mod:`telemetry.tracing.ranks`).
         rank: this process's rank (``rltel.rank``).
         role: this process's role (``rltel.role``), ``None`` when not given.
         trace_path: the Chrome trace file (embedded mode).
@@ -116,7 +118,7 @@ def resolve(
     if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
         raise ConfigError(f"perf_tracer.max_queue: expected an integer >= 1, got {max_queue!r}")
     return TraceSettings(
-        enabled=bool(getattr(config, "enabled", False)),
+        enabled=bool(getattr(config, "enabled", False)) and rank_selected(rank),
         rank=rank,
         role=role,
         trace_path=_rank_file(base, "perf_tracer", role, TRACE_FILE, rank),

@@ -22,6 +22,7 @@ CASE_MODULES = (
     "cases_evaluator",
     "cases_logger",
     "cases_trainer",
+    "cases_tracing",
     "cases_version",
 )
 """The case modules, in the order of the documentation table."""

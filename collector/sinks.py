@@ -3,10 +3,11 @@ as it arrives, and the step-based ones each run gets.
 
 Every file of a run lies in its run directory ``<fileroot>/<experiment>/<trial>``, as the
 demo's embedded StatsLogger writes it: W&B in ``wandb/``, SwanLab in ``swanlog/``,
-TensorBoard in ``tensorboard/``, the kept rollout samples in ``samples.jsonl``
-(``sinks.samples.jsonl``). A set ``tensorboard.path`` or ``swanlab.logdir`` is a root
-of its own: ``<root>/<experiment>/<trial>`` is a symbolic link to that sink's directory in
-the run directory, so a TensorBoard server watching the root sees every run.
+TensorBoard in ``tensorboard/``, Trackio in ``trackio/``, the kept rollout samples in
+``samples.jsonl`` (``sinks.samples.jsonl``). A set ``tensorboard.path``, ``swanlab.logdir``
+or ``trackio.dir`` is a root of its own: ``<root>/<experiment>/<trial>`` is a symbolic link
+to that sink's directory in the run directory, so a TensorBoard server watching the root
+sees every run.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from exporters.base import Sink
 from exporters.local_files import link_dir
 from exporters.prometheus.sink_queues import run_label
 from exporters.samples_file import SamplesFileSink
-from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, StatsLoggerConfig
+from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, TRACKIO_DIR, StatsLoggerConfig
 
 __all__ = ["RunSinkFactory", "RunSinks", "SinksFailed", "run_sink_factory", "shared_sinks"]
 
@@ -33,7 +34,8 @@ RunSinks = Callable[[str, str], Sequence[Sink]]
 """``(experiment, trial) -> step-based sinks`` of a run."""
 SHARED_CONTEXT = registry.BuildContext(root=f"{ROOT}.sinks")
 RUN_CONTEXT = dataclasses.replace(SHARED_CONTEXT, own_process=True)
-"""Each run's sinks: SwanLab in a process of its own (one SwanLab run per process)."""
+"""Each run's sinks: SwanLab and Trackio in a process of their own (one SwanLab run, one
+Trackio data directory per process)."""
 
 
 class SinksFailed(Exception):
@@ -69,6 +71,7 @@ class RunSinkFactory:
             config,
             tensorboard=tensorboard,
             swanlab=dataclasses.replace(config.swanlab, logdir=None),  # <run_dir>/swanlog
+            trackio=dataclasses.replace(config.trackio, dir=None),  # <run_dir>/trackio
         )
 
     def __call__(self, experiment: str, trial: str) -> list[Sink]:
@@ -110,6 +113,7 @@ class RunSinkFactory:
         roots = {
             "tensorboard": (self.sinks.tensorboard.path, TENSORBOARD_DIR),
             "swanlab": (self.sinks.swanlab.logdir, SWANLAB_DIR),
+            "trackio": (self.sinks.trackio.dir, TRACKIO_DIR),
         }
         root, entry = roots.get(name, (None, ""))
         if root is None:

@@ -26,6 +26,8 @@ from rltel.logger import StatsLogger
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from telemetry.otlp.encode import encode
 from telemetry.otlp.wire import PUSHBACK_KEY
+from tests.trackio_log import series as series_of
+from tests.trackio_log import trackio_run
 from tests.wandb_log import inspect_wandb
 
 from .conftest import samples, scrape
@@ -53,7 +55,7 @@ def swanlab_series(logdir: str, key: str) -> tuple[str, dict[int, float]]:
 
 
 def test_each_run_gets_its_own_step_based_sinks(tmp_path):
-    tb, swan = str(tmp_path / "tb"), str(tmp_path / "swan")
+    tb, swan, track = str(tmp_path / "tb"), str(tmp_path / "swan"), str(tmp_path / "track")
     server = CollectorServer(
         from_dict(
             {
@@ -63,6 +65,7 @@ def test_each_run_gets_its_own_step_based_sinks(tmp_path):
                     "prometheus": {"port": 0},
                     "tensorboard": {"path": tb},
                     "swanlab": {"mode": "offline", "logdir": swan},
+                    "trackio": {"mode": "local", "dir": track},
                 },
             }
         )
@@ -91,7 +94,7 @@ def test_each_run_gets_its_own_step_based_sinks(tmp_path):
     for index, trial in enumerate(TRIALS):
         expected = {step: step + 10.0 * index for step in (1, 2, 3)}
         run_dir = tmp_path / "files" / "exp" / trial  # every file of the run is in it
-        for root, entry in ((tb, "tensorboard"), (swan, "swanlog")):
+        for root, entry in ((tb, "tensorboard"), (swan, "swanlog"), (track, "trackio")):
             link = os.path.join(root, "exp", trial)  # the configured root leads there
             assert os.path.islink(link) and os.path.samefile(link, run_dir / entry)
             assert not os.path.isabs(os.readlink(link))  # right wherever the tree is mounted
@@ -100,6 +103,8 @@ def test_each_run_gets_its_own_step_based_sinks(tmp_path):
         name, series = swanlab_series(str(run_dir / "swanlog"), "ppo_actor/update/loss")
         assert name == f"exp_{trial}"
         assert series == pytest.approx(expected)
+        logged = series_of(trackio_run(run_dir / "trackio", "exp", trial)["rows"])
+        assert logged["ppo_actor/update/loss"] == {s: [v] for s, v in expected.items()}
 
 
 def _wait(condition, what: str, timeout: float = 60.0) -> None:

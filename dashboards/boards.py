@@ -22,14 +22,17 @@ from dashboards.panels import (
     bucket_heatmap,
     dashboard,
     heatmap,
-    query_variable,
     row,
     stat,
     timeseries,
 )
+from dashboards.variables import NUMERICAL, query_variable
 
 RUN = '{experiment=~"$experiment", trial=~"$trial"}'
 """Label matchers of the run variables, added to every dashboard query."""
+BUCKET_WINDOW = "30s"
+"""The least window (and step) of a histogram heatmap: two scrapes at the stack's 15 s scrape
+interval, so that each window holds the two samples ``increase()`` needs."""
 
 
 def _sel(name: str, extra: str = "") -> str:
@@ -104,7 +107,7 @@ def throughput() -> dict:
             "Estimated FLOP/s",
             Query(_sel(c.FLOPS_PER_SECOND.name), f"window {legend}"),
             Query(_sel(c.CUMULATIVE_FLOPS_PER_SECOND.name), f"cumulative {legend}"),
-            unit="FLOPS",
+            unit="flops",
             description="Model math of the text backbone (seed's FLOPs rules); absent when "
             "no estimator is registered for the architecture.",
         ),
@@ -189,7 +192,7 @@ def throughput() -> dict:
 def moe_balance() -> dict:
     """max_over_ideal per layer over time, and per-expert load of a selected layer."""
     variables = _run_variables(c.MAX_OVER_IDEAL.name)
-    variables.append(query_variable("layer", "layer", _sel(c.MAX_OVER_IDEAL.name)))
+    variables.append(query_variable("layer", "layer", _sel(c.MAX_OVER_IDEAL.name), sort=NUMERICAL))
     load = _sel(c.LOAD_PERCENT.name, 'layer="$layer"')
     tokens = _sel(c.EXPERT_TOKENS.name, 'layer="$layer"')
     panels: list[Panel] = [
@@ -279,10 +282,12 @@ def rl_health() -> dict:
         bucket_heatmap(
             "logp_diff distribution",
             Query(
-                f"sum by (le) (increase({_sel(c.LOGP_DIFF.stat('bucket'))}[$__rate_interval]))",
+                f"sum by (le) (increase({_sel(c.LOGP_DIFF.stat('bucket'))}[$__interval]))",
                 "{{le}}",
             ),
-            description="Token counts per logp_diff bucket (where bucket bounds are set).",
+            interval=BUCKET_WINDOW,
+            description="Token counts per logp_diff bucket (where bucket bounds are set) in "
+            "each step of the graph: the window is the step, so no token is counted twice.",
         ),
         timeseries(
             "Non-finite and overflow fractions",
@@ -317,7 +322,7 @@ def rl_health() -> dict:
             *(Query(_sel(m.stat("avg")), s) for s, m in c.ADVANTAGE_FRACTIONS.items()),
             unit="percentunit",
             width=24,
-            options={"legend": {"displayMode": "list", "placement": "right"}},
+            options={"legend": {"placement": "right"}},
         ),
     ]
     return dashboard(

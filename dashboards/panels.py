@@ -1,7 +1,10 @@
-"""Small builders for Grafana dashboard JSON (schema 39): panels, targets, variables.
+"""Small builders for Grafana dashboard JSON (schema 39): panels, targets, layout.
 
 Every builder returns plain dicts and lists, so a dashboard is data that ``json.dumps``
 writes deterministically. Panels are laid out by :func:`dashboard` on a 24-column grid.
+Each dashboard is complete as Grafana 11.2 saves it (its options from
+:mod:`dashboards.panel_options`, its variables from :mod:`dashboards.variables`):
+tests/dashboards/test_grafana_schema.py checks it against Grafana's own schema.
 """
 
 from __future__ import annotations
@@ -9,12 +12,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-DATASOURCE_INPUT = "DS_PROMETHEUS"
-DATASOURCE = {"type": "prometheus", "uid": f"${{{DATASOURCE_INPUT}}}"}
-"""Every panel, target and query variable reads the Prometheus the dashboard was given."""
+from dashboards.panel_options import heatmap_options, stat_options, timeseries_options
+from dashboards.variables import DATASOURCE, datasource_variable, label_values_selector
+
 GRAFANA_VERSION = "11.2.0"
+"""The Grafana the boards are written for: docker-compose.yml's image tag (a test keeps the
+two equal, and the schema check installs this version's @grafana/schema)."""
 SCHEMA_VERSION = 39
 GRID_WIDTH = 24
+THRESHOLD_COLORS = ("green", "orange", "red")
+"""Below the first threshold, from the first, from the second: higher is worse."""
+BUILTIN_ANNOTATION = {
+    "builtIn": 1,
+    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+    "enable": True,
+    "hide": True,
+    "iconColor": "rgba(0, 211, 255, 1)",
+    "name": "Annotations & Alerts",
+    "type": "dashboard",
+}
+"""Grafana's own annotation query, which every dashboard it saves holds."""
 
 
 TIME_SERIES = "time_series"
@@ -34,6 +51,9 @@ class Query:
     expr: str
     legend: str = ""
     format: str = TIME_SERIES
+    unit: str = ""
+    """A unit other than the panel's: this target's series get it and an axis of their own
+    on the right (one unit per axis)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +68,11 @@ class Panel:
     width: int = 12
     height: int = 8
     thresholds: tuple[float, ...] = ()
+    colors: tuple[str, ...] = THRESHOLD_COLORS
+    """The colour below the first threshold, then from each threshold on."""
+    interval: str = ""
+    """Grafana's "Min interval" of the queries (the least ``$__interval``); empty: the data
+    source's scrape interval."""
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,7 +89,7 @@ def heatmap(title: str, query: Query, unit: str = "short", **kw: Any) -> Panel:
     sorted by their numeric legend and centred on it (``rowsFrame.layout: unknown``).
     """
     target = Query(query.expr, query.legend, TIME_SERIES)
-    return Panel(title, "heatmap", (target,), unit, options=_heatmap_options("unknown"), **kw)
+    return Panel(title, "heatmap", (target,), unit, options=heatmap_options("unknown"), **kw)
 
 
 def bucket_heatmap(title: str, query: Query, unit: str = "short", **kw: Any) -> Panel:
@@ -74,20 +99,7 @@ def bucket_heatmap(title: str, query: Query, unit: str = "short", **kw: Any) -> 
     the previous bound and its own (``rowsFrame.layout: le``).
     """
     target = Query(query.expr, query.legend or "{{le}}", BUCKETS)
-    return Panel(title, "heatmap", (target,), unit, options=_heatmap_options("le"), **kw)
-
-
-def _heatmap_options(layout: str) -> dict[str, Any]:
-    return {
-        "calculate": False,
-        "rowsFrame": {"layout": layout},
-        "yAxis": {"unit": "short", "axisPlacement": "left"},
-        "color": {"mode": "scheme", "scheme": "Turbo", "steps": 64},
-        "cellGap": 1,
-        "cellValues": {},
-        "tooltip": {"mode": "single", "yHistogram": False, "showColorScale": True},
-        "legend": {"show": True},
-    }
+    return Panel(title, "heatmap", (target,), unit, options=heatmap_options("le"), **kw)
 
 
 def stat(title: str, query: Query, unit: str = "short", **kw: Any) -> Panel:
@@ -100,74 +112,53 @@ def row(title: str) -> Panel:
     return Panel(title, "row", width=GRID_WIDTH, height=1)
 
 
-def query_variable(name: str, label: str, metric: str, multi: bool = False) -> dict:
-    """A template variable listing the values of ``label`` on ``metric``.
-
-    Args:
-        name: variable name, used as ``$name`` in queries.
-        label: the Prometheus label whose values are offered.
-        metric: a series selector that carries the label.
-        multi: allow several values (and "All", matching any value).
-    """
-    query = f"label_values({metric}, {label})"
-    return {
-        "name": name,
-        "label": name,
-        "type": "query",
-        "datasource": DATASOURCE,
-        "query": {"query": query, "refId": f"{name}-values"},
-        "definition": query,
-        "refresh": 2,
-        "sort": 3,
-        "multi": multi,
-        "includeAll": multi,
-        "allValue": ".*" if multi else None,
-        "current": {},
-        "hide": 0,
-    }
-
-
-def datasource_variable() -> dict:
-    """The ``DS_PROMETHEUS`` variable: a Prometheus data source picker.
-
-    Importing a dashboard through the UI replaces ``${DS_PROMETHEUS}`` with the data source
-    chosen for the ``__inputs`` entry; a provisioned file is not rewritten, and there the
-    variable resolves it (default: the default Prometheus data source).
-    """
-    return {
-        "name": DATASOURCE_INPUT,
-        "label": "Prometheus",
-        "type": "datasource",
-        "query": "prometheus",
-        "refresh": 1,
-        "regex": "",
-        "current": {},
-        "hide": 0,
-        "includeAll": False,
-        "multi": False,
-    }
-
-
 def _target(query: Query, index: int) -> dict:
-    target = {
+    return {
         "datasource": DATASOURCE,
+        "editorMode": "code",
         "expr": query.expr,
+        "format": query.format,
         "legendFormat": query.legend or "__auto",
         "range": True,
-        "refId": chr(ord("A") + index),
+        "refId": _ref_id(index),
     }
-    target["format"] = query.format
-    return target
 
 
-def _thresholds(values: tuple[float, ...]) -> dict:
-    colors = ("green", "orange", "red")
-    steps = [{"color": "green", "value": None}]
-    steps += [
-        {"color": colors[min(i + 1, len(colors) - 1)], "value": value}
-        for i, value in enumerate(values)
-    ]
+def _ref_id(index: int) -> str:
+    return chr(ord("A") + index)
+
+
+def _thresholds(values: tuple[float, ...], colors: tuple[str, ...]) -> dict:
+    """Grafana's absolute thresholds: ``colors[0]`` below ``values[0]``, then one per value."""
+    if len(colors) < len(values) + 1:
+        raise ValueError(f"{len(values)} thresholds need {len(values) + 1} colours: {colors}")
+    steps = [{"color": colors[0], "value": None}]
+    steps += [{"color": color, "value": value} for value, color in zip(values, colors[1:])]
     return {"mode": "absolute", "steps": steps}
+
+
+def _overrides(panel: Panel) -> list[dict]:
+    """A target with a unit of its own: that unit, on its own axis on the right."""
+    return [
+        {
+            "matcher": {"id": "byFrameRefID", "options": _ref_id(i)},
+            "properties": [
+                {"id": "unit", "value": query.unit},
+                {"id": "custom.axisPlacement", "value": "right"},
+            ],
+        }
+        for i, query in enumerate(panel.queries)
+        if query.unit and query.unit != panel.unit
+    ]
+
+
+def _options(panel: Panel) -> dict[str, Any]:
+    """The kind's complete options, with the panel's own on top (a dict merged key by key)."""
+    base = {"timeseries": timeseries_options, "stat": stat_options}.get(panel.kind, dict)()
+    for key, value in panel.options.items():
+        given = base.get(key)
+        base[key] = {**given, **value} if isinstance(given, dict) else value
+    return base
 
 
 def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict:
@@ -175,25 +166,31 @@ def _panel_json(panel: Panel, panel_id: int, x: int, y: int) -> dict:
     if panel.kind == "row":
         return {"id": panel_id, "type": "row", "title": panel.title, "collapsed": False,
                 "gridPos": grid, "panels": []}  # fmt: skip
-    defaults: dict[str, Any] = {"unit": panel.unit}
-    if panel.thresholds:
-        defaults["thresholds"] = _thresholds(panel.thresholds)
+    # Always written: without them Grafana applies its default (red from 80), which a stat
+    # panel shows as its colour.
+    defaults: dict[str, Any] = {
+        "unit": panel.unit,
+        "thresholds": _thresholds(panel.thresholds, panel.colors),
+    }
+    if panel.kind == "stat":
+        defaults["color"] = {"mode": "thresholds"}
     if panel.kind == "timeseries" and panel.thresholds:
         defaults["custom"] = {"thresholdsStyle": {"mode": "line"}}
-    options = dict(panel.options)
-    if panel.kind == "timeseries":
-        options = {"legend": {"displayMode": "list", "placement": "bottom"}, **options}
-    return {
+    out = {
         "id": panel_id,
         "type": panel.kind,
         "title": panel.title,
         "description": panel.description,
         "datasource": DATASOURCE,
         "gridPos": grid,
-        "fieldConfig": {"defaults": defaults, "overrides": []},
-        "options": options,
+        "fieldConfig": {"defaults": defaults, "overrides": _overrides(panel)},
+        "options": _options(panel),
+        "pluginVersion": GRAFANA_VERSION,
         "targets": [_target(query, i) for i, query in enumerate(panel.queries)],
     }
+    if panel.interval:
+        out["interval"] = panel.interval
+    return out
 
 
 def dashboard(
@@ -205,7 +202,8 @@ def dashboard(
         uid: stable dashboard uid (provisioning and links rely on it).
         title: dashboard title.
         panels: panels in reading order; a ``row`` starts a new line.
-        variables: template variables from :func:`query_variable`.
+        variables: template variables from :func:`dashboards.variables.query_variable`
+            (the data source variable comes first, added here).
         description: shown in the dashboard settings.
     """
     laid_out = []
@@ -216,36 +214,25 @@ def dashboard(
         laid_out.append(_panel_json(panel, panel_id, x, y))
         x += panel.width
         line_height = max(line_height, panel.height)
-    kinds = sorted({panel.kind for panel in panels if panel.kind != "row"})
     return {
-        "__inputs": [
-            {
-                "name": DATASOURCE_INPUT,
-                "label": "Prometheus",
-                "description": "The Prometheus that scrapes the rltel collector",
-                "type": "datasource",
-                "pluginId": "prometheus",
-                "pluginName": "Prometheus",
-            }
-        ],
-        "__requires": [
-            {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
-            {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
-            *({"type": "panel", "id": kind, "name": kind, "version": ""} for kind in kinds),
-        ],
+        "id": None,
         "uid": uid,
         "title": title,
         "description": description,
         "tags": ["rltel"],
         "editable": True,
+        "fiscalYearStartMonth": 0,
         "graphTooltip": 1,
+        "liveNow": False,
         "schemaVersion": SCHEMA_VERSION,
         "version": 1,
         "timezone": "browser",
+        "weekStart": "",
         "time": {"from": "now-6h", "to": "now"},
+        "timepicker": {},
         "refresh": "30s",
         "templating": {"list": [datasource_variable(), *variables]},
-        "annotations": {"list": []},
+        "annotations": {"list": [dict(BUILTIN_ANNOTATION)]},
         "links": [],
         "panels": laid_out,
     }
@@ -254,9 +241,9 @@ def dashboard(
 def expressions(board: dict) -> list[str]:
     """Every PromQL expression of a dashboard: panel targets and variable queries."""
     exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
-    for variable in board["templating"]["list"]:
-        if variable["type"] != "query":
-            continue
-        definition = variable["definition"]
-        exprs.append(definition[len("label_values(") : definition.rindex(",")])
+    exprs += [
+        label_values_selector(variable)
+        for variable in board["templating"]["list"]
+        if variable["type"] == "query"
+    ]
     return exprs

@@ -21,7 +21,13 @@ def remote_write() -> list[Panel]:
     rate = "[$__rate_interval]"
     return [
         row("Remote write"),
-        stat("Remote write degraded", Query(f"max({RW}degraded)")),
+        stat(
+            "Remote write degraded",
+            Query(f"max({RW}degraded)"),
+            thresholds=(1,),
+            colors=("green", "red"),
+            description="1 while the sink is degraded (red), 0 once writes go through.",
+        ),
         stat("Samples pending (backlog)", Query(f"sum({RW}samples_pending)")),
         stat(
             "Since the last accepted write",
@@ -39,7 +45,13 @@ def remote_write() -> list[Panel]:
         timeseries(
             "Remote-write backlog and retries",
             Query(f"sum by (instance) ({RW}samples_pending)", "pending {{instance}}"),
-            Query(f"sum by (instance) (rate({RW}retries_total{rate}))", "retries/s {{instance}}"),
+            Query(
+                f"sum by (instance) (rate({RW}retries_total{rate}))",
+                "retries/s {{instance}}",
+                unit="reqps",
+            ),
+            description="Samples waiting in the backlog (left axis) and write requests "
+            "retried per second (right axis).",
         ),
     ]
 
@@ -49,7 +61,14 @@ def pipeline() -> dict:
     by_sink = "sum by (run, sink)"
     panels: list[Panel] = [
         row("Collector"),
-        stat("Collector up", Query(f'min(up{{job="{COLLECTOR_JOB}"}})'), thresholds=(1,)),
+        stat(
+            "Collector up",
+            Query(f'min(up{{job="{COLLECTOR_JOB}"}})'),
+            thresholds=(1,),
+            colors=("red", "green"),
+            description="1 (green) while Prometheus scrapes every collector; 0 (red) when "
+            "one is down.",
+        ),
         stat("Runs", Query(f"sum({COLLECTOR_PREFIX}runs)")),
         stat("Pending bytes", Query(f"sum({COLLECTOR_PREFIX}pending_bytes)"), unit="bytes"),
         stat("Series overflow (10m)", Query(f"sum(increase({OVERFLOW_POINTS}[10m]))")),
@@ -100,8 +119,12 @@ def pipeline() -> dict:
             "OTLP sink queue and spool",
             Query(f"max by (instance) ({c.TRANSPORT_QUEUE_DEPTH.name})", "queue {{instance}}"),
             Query(
-                f"max by (instance) ({c.TRANSPORT_SPOOL_BYTES.name})", "spool bytes {{instance}}"
+                f"max by (instance) ({c.TRANSPORT_SPOOL_BYTES.name})",
+                "spool {{instance}}",
+                unit="bytes",
             ),
+            description="Requests waiting in each sender's queue (left axis) and the bytes "
+            "of its disk spool (right axis).",
         ),
         timeseries(
             "Export latency (mean over the rate window)",

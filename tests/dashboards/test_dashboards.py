@@ -17,7 +17,8 @@ from collector.traces.durations import RoleWindow
 from collector.traces_config import DEFAULT_DURATION_BUCKETS
 from dashboards import build
 from dashboards import catalog as c
-from dashboards.panels import DATASOURCE, DATASOURCE_INPUT, GRID_WIDTH, expressions
+from dashboards.panels import GRID_WIDTH, expressions
+from dashboards.variables import DATASOURCE, DATASOURCE_INPUT, PROMETHEUS_UID
 from exporters.prometheus import SELF_METRICS, PrometheusSink
 from exporters.prometheus.naming import sample_names
 from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
@@ -28,6 +29,7 @@ from tests.collector.engines import Engine
 from tests.dashboards.producers import produced_points, snapshot
 
 BOARDS = {name: build.GRAFANA_DIR / f"{name}.json" for name in build.BOARDS}
+PROVISIONED_DATASOURCES = build.GRAFANA_DIR / "provisioning" / "datasources" / "prometheus.yml"
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _MATCHERS = re.compile(r"\{[^{}]*\}")
@@ -36,7 +38,13 @@ _RANGE = re.compile(r"\[[^\]]*\]")
 _IDENT = re.compile(r"(?<![\w.:$])[a-zA-Z_:][a-zA-Z0-9_:]*(\s*\()?")
 _NAME_REGEX = re.compile(r'__name__\s*=~\s*"((?:[^"\\]|\\.)*)"')
 _KEYWORDS = {"and", "or", "unless", "bool", "offset", "Inf", "NaN", "inf", "nan"}
-GRAFANA_VARS = {"$__rate_interval": "1m", "$experiment": ".*", "$trial": ".*", "$layer": "0"}
+GRAFANA_VARS = {
+    "$__rate_interval": "1m",
+    "$__interval": "1m",
+    "$experiment": ".*",
+    "$trial": ".*",
+    "$layer": "0",
+}
 
 
 def metric_names(expr: str) -> tuple[set[str], set[str]]:
@@ -154,7 +162,7 @@ def test_dashboard_json_is_valid(name):
     if name != "pipeline":  # the pipeline's metrics belong to processes, not runs
         assert variables[1:3] == ["experiment", "trial"]
     used = {m for expr in expressions(board) for m in re.findall(r"\$(\w+)", expr)}
-    assert used - {"__rate_interval"} <= set(variables)
+    assert used - {"__rate_interval", "__interval"} <= set(variables)
 
 
 def _datasources(node: object) -> list[object]:
@@ -168,41 +176,25 @@ def _datasources(node: object) -> list[object]:
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
-def test_dashboard_is_importable_anywhere(name):
-    """One ``__inputs`` data source, referenced everywhere as ``${DS_PROMETHEUS}``."""
-    text = BOARDS[name].read_text()
-    board = json.loads(text)
-    assert board["__inputs"] == [
-        {
-            "name": DATASOURCE_INPUT,
-            "label": "Prometheus",
-            "description": "The Prometheus that scrapes the rltel collector",
-            "type": "datasource",
-            "pluginId": "prometheus",
-            "pluginName": "Prometheus",
-        }
-    ]
-    assert "rltel-prometheus" not in text  # no uid of this stack's provisioned data source
+def test_data_source_resolves_provisioned_and_imported(name):
+    """Every reference reads ``${DS_PROMETHEUS}``, the board's data source variable, which
+    holds the provisioned Prometheus's uid (another Grafana selects its first Prometheus)."""
+    board = json.loads(BOARDS[name].read_text())
+    assert "__inputs" not in board and "__requires" not in board  # not in Grafana's schema
     references = _datasources(board["panels"]) + _datasources(board["templating"])
     assert references and all(ref == DATASOURCE for ref in references)
-    variable = board["templating"]["list"][0]  # resolves ${DS_PROMETHEUS} when provisioned
+    variable = board["templating"]["list"][0]
     assert (variable["name"], variable["type"], variable["query"]) == (
         DATASOURCE_INPUT,
         "datasource",
         "prometheus",
     )
-    required = {(r["type"], r["id"]) for r in board["__requires"]}
-    kinds = {p["type"] for p in board["panels"] if p["type"] != "row"}
-    assert required == {("grafana", "grafana"), ("datasource", "prometheus")} | {
-        ("panel", kind) for kind in kinds
-    }
-    # what the UI import does: every ${DS_PROMETHEUS} becomes the chosen data source's uid
-    imported = json.loads(text.replace("${DS_PROMETHEUS}", "chosen-uid"))
-    assert "${DS_" not in json.dumps(imported["panels"])
-    references = _datasources(imported["panels"]) + _datasources(imported["templating"])
-    assert {json.dumps(ref, sort_keys=True) for ref in references} == {
-        json.dumps({"type": "prometheus", "uid": "chosen-uid"}, sort_keys=True)
-    }
+    provisioned = yaml.safe_load(PROVISIONED_DATASOURCES.read_text())["datasources"]
+    (prometheus,) = [d for d in provisioned if d["uid"] == variable["current"]["value"]]
+    assert (prometheus["type"], prometheus["isDefault"]) == ("prometheus", True)
+    assert prometheus["uid"] == PROMETHEUS_UID
+    # the only place the uid is written: a panel naming it would not follow the picker
+    assert json.dumps(board).count(PROMETHEUS_UID) == 1
 
 
 def _check_heatmap(panel: dict) -> None:

@@ -63,7 +63,6 @@ from tests.dashboards.remote_write_references import config as remote_write_conf
 from tests.exporters.test_remote_write import Receiver
 
 STEPS = 10
-SCRAPE_INTERVAL = "1s"
 RATE_SCRAPES = 4
 """Grafana's ``$__rate_interval``: 4 scrape intervals (more only for long time ranges)."""
 REFERENCES = {**REFERENCES, **ENGINE_REFERENCES, **REMOTE_WRITE_REFERENCES}
@@ -309,9 +308,11 @@ def test_panel_target_shows_the_reference(scraped, name, panel, target):
     reference = REFERENCES[(name, panel["title"], target["refId"])]
     variables = VARIABLES[name]
     for evaluation in scraped.evaluations:
+        # $__interval is the step of Grafana's range query: a histogram heatmap's window
+        # equals it, so the cells of consecutive steps tile time; here the step is the window
         builtins = {
             "__rate_interval": f"{evaluation.span_ms}ms",
-            "__interval": SCRAPE_INTERVAL,
+            "__interval": f"{evaluation.span_ms}ms",
         }
         expr = interpolate(target["expr"], variables, CHOSEN_VALUES, builtins)
         got = _series(_query(scraped.prometheus, expr, evaluation.time_ms), reference.by)
@@ -341,7 +342,7 @@ def test_variables_offer_the_runs_and_layers(scraped, name):
     for variable in variables:
         if variable["type"] != "query":
             continue
-        definition = interpolate(variable["definition"], variables, CHOSEN_VALUES, {})
+        definition = interpolate(variable["query"]["query"], variables, CHOSEN_VALUES, {})
         selector, label = label_values_query(definition)
         options = servers.api(scraped.prometheus, f"label/{label}/values", **{"match[]": selector})
         assert set(options) == expected[variable["name"]], (definition, options)

@@ -25,8 +25,9 @@ COMMANDS = {
     "spool": "send OTLP spools left on disk to a collector (rltel spool flush DIR --endpoint)",
 }
 PYNVML_DEPRECATION = "The pynvml package is deprecated"
-DEMO_LIBRARIES = ("wandb", "swanlab", "tensorboard")
-"""What the demo's W&B, SwanLab and TensorBoard sinks import (in rank 0 or its collector)."""
+DEMO_LIBRARIES = ("wandb", "swanlab", "tensorboard", "trackio")
+"""What the demo's W&B, SwanLab, TensorBoard and Trackio sinks import (in rank 0 or its
+collector)."""
 
 
 def hide_pynvml_warning() -> None:
@@ -89,8 +90,9 @@ def _demo(argv: list[str]) -> int:
         missing = missing_libraries(DEMO_LIBRARIES)
         if missing:
             print(
-                f"rltel demo: error: {install_line(missing)} (the demo writes W&B, SwanLab and "
-                "TensorBoard files; rltel[all] installs every library rltel's commands use)",
+                f"rltel demo: error: {install_line(missing)} (the demo writes W&B, SwanLab, "
+                "TensorBoard and Trackio files; rltel[all] installs every library rltel's "
+                "commands use)",
                 file=sys.stderr,
             )
             return 2

@@ -73,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
     result.add_argument(
         "--fileroot",
         default=DemoOptions.fileroot,
-        help="W&B, SwanLab and TensorBoard files go under FILEROOT/rltel-demo/trial0",
+        help="W&B, SwanLab, TensorBoard and Trackio files go under FILEROOT/rltel-demo/trial0",
     )
     result.add_argument(
         "--prometheus-port",

@@ -2,8 +2,8 @@
 
 The demo writes a collector config to a temporary file (receiver on any free port,
 Prometheus on the demo's ``--prometheus-port``, by default any free port too, W&B and SwanLab
-offline and TensorBoard under the demo's fileroot, in the run layout the embedded demo
-writes), starts ``rltel collector --config`` and reads the endpoints it announces.
+offline, Trackio local and TensorBoard under the demo's fileroot, in the run layout the
+embedded demo writes), starts ``rltel collector --config`` and reads the endpoints it announces.
 :meth:`DemoCollector.stop` drains it with SIGTERM and waits for its exit status. The
 collector's output goes to ``<run dir>/collector.log``.
 """
@@ -39,6 +39,7 @@ def collector_config(options: DemoOptions) -> dict:
                 "fileroot": options.fileroot,
                 "wandb": {"mode": "offline", "project": EXPERIMENT},
                 "swanlab": {"mode": "offline", "project": EXPERIMENT},
+                "trackio": {"mode": "local", "project": EXPERIMENT},
                 # on, rooted at the fileroot: <fileroot>/<experiment>/<trial>/tensorboard
                 "tensorboard": {"path": options.fileroot},
                 "prometheus": {

@@ -1,7 +1,8 @@
 """How to look at a finished ``rltel demo`` run: only the commands that can work.
 
 ``rltel report`` and ``tensorboard`` are named when the run wrote TensorBoard files, ``wandb
-leet`` when it wrote a W&B run; otherwise a line says what is missing.
+leet`` when it wrote a W&B run, ``trackio show`` when it wrote a Trackio run; otherwise a
+line says what is missing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TextIO
 
 from rltel.demo.files import RunFiles
 from rltel.demo.health import CollectorHealth
-from telemetry.config import TENSORBOARD_DIR, WANDB_DIR
+from telemetry.config import TENSORBOARD_DIR, TRACKIO_DIR, WANDB_DIR
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Hints:
         wandb: its W&B directory, if a W&B run was written.
         prometheus: the Prometheus endpoint and how long it stays up.
         notes: lines that say where the files are or why a command is missing.
+        trackio: its Trackio data directory, if a Trackio run was written.
     """
 
     run_dir: Path | None
@@ -34,6 +36,7 @@ class Hints:
     wandb: Path | None = None
     prometheus: str | None = None
     notes: tuple[str, ...] = ()
+    trackio: Path | None = None
 
 
 def local_hints(files: RunFiles, prometheus: str | None) -> Hints:
@@ -44,6 +47,7 @@ def local_hints(files: RunFiles, prometheus: str | None) -> Hints:
         run_dir / TENSORBOARD_DIR if files.wrote(TENSORBOARD_DIR) else None,
         run_dir / WANDB_DIR if files.wrote(WANDB_DIR) else None,
         prometheus,
+        trackio=run_dir / TRACKIO_DIR if files.wrote(TRACKIO_DIR) else None,
     )
 
 
@@ -65,6 +69,7 @@ def collector_hints(health: CollectorHealth | str, endpoint: str, run: str) -> H
         run_dir / TENSORBOARD_DIR if health.wrote(run, "tensorboard") else None,
         run_dir / WANDB_DIR if health.wrote(run, "wandb") else None,
         notes=(f"the files are the collector's at {endpoint}, on its host",),
+        trackio=run_dir / TRACKIO_DIR if health.wrote(run, "trackio") else None,
     )
 
 
@@ -81,6 +86,8 @@ def print_hints(hints: Hints, stream: TextIO | None = None) -> None:
         lines.append("  (no TensorBoard files were written: rltel report has nothing to read)")
     if hints.wandb is not None:
         lines.append(f"  wandb leet {hints.wandb}")
+    if hints.trackio is not None:  # Trackio reads the data directory its TRACKIO_DIR names
+        lines.append(f"  TRACKIO_DIR={hints.trackio} trackio show")
     if hints.prometheus:
         lines.append(f"  Prometheus: {hints.prometheus}")
     lines += [f"  ({note})" for note in hints.notes]

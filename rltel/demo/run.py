@@ -9,7 +9,8 @@ scheduled by the Evaluator) — reduces it across the ranks in one coalesced red
 rank 0 commits it to the StatsLogger.
 
 - Embedded default: the StatsLogger's in-process sinks write a Prometheus endpoint, W&B
-  (offline), SwanLab (offline) and TensorBoard; the ranks sample their own rollouts.
+  (offline), SwanLab (offline), TensorBoard and Trackio (local); the ranks sample their own
+  rollouts.
 - ``--collector`` / ``--otlp-endpoint``: the StatsLogger sends over OTLP to a collector
   (started by :mod:`rltel.demo.collector`, or the given one), and separate rollout
   workers (:mod:`rltel.demo.rollout`) sample with the current policy and export their
@@ -227,6 +228,7 @@ def _logger_config(options: DemoOptions, endpoint: str | None) -> dict:
         **base,
         "wandb": {"mode": "offline", "project": EXPERIMENT},
         "swanlab": {"mode": "offline", "project": EXPERIMENT},
+        "trackio": {"mode": "local", "project": EXPERIMENT},  # <run_dir>/trackio
         "tensorboard": {"path": str(run_dir / TENSORBOARD_DIR)},  # the collector's layout
         "prometheus": {"enabled": True, "host": PROMETHEUS_HOST, "port": options.prometheus_port},
         "console": {"enabled": options.verbose},

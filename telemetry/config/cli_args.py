@@ -18,6 +18,7 @@ EXTRAS = {
     "wandb": "wandb",
     "swanlab": "swanlab",
     "tensorboard": "tensorboard",
+    "trackio": "trackio",
     "matplotlib": "report",
     "transformers": "moe",
 }

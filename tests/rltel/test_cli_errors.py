@@ -84,11 +84,12 @@ def test_demo_without_swanlab_names_the_extra_before_starting_a_rank(tmp_path: P
 def test_demo_names_every_missing_sink_library_in_one_line(tmp_path: Path):
     fileroot = tmp_path / "runs"
     result = rltel_without(
-        ["wandb", "swanlab", "tensorboard"], "demo", "--collector", "--fileroot",
+        ["wandb", "swanlab", "tensorboard", "trackio"], "demo", "--collector", "--fileroot",
         str(fileroot), tmp_path=tmp_path,
     )  # fmt: skip
-    line = one_line(result, "rltel demo: error: wandb, swanlab, tensorboard not installed: ")
-    assert "pip install rltel[swanlab,tensorboard,wandb]" in line
+    prefix = "rltel demo: error: wandb, swanlab, tensorboard, trackio not installed: "
+    line = one_line(result, prefix)
+    assert "pip install rltel[swanlab,tensorboard,trackio,wandb]" in line
     assert not fileroot.exists()
 
 

@@ -14,6 +14,7 @@ from rltel.demo.model import BATCH, GEN_LEN, PROMPT_LEN
 from rltel.demo.progress import StepProgress, headline
 from rltel.demo.rollout import TOKEN_TEXT
 from rltel.report.timeline import read_timeline
+from tests.trackio_log import series, trackio_run
 
 # One tag of every metric family the demo records, as TensorBoard shows it.
 FAMILIES = (
@@ -103,12 +104,29 @@ def test_demo_runs_two_ranks_and_writes_every_sink(tmp_path: Path, capfd):
     assert {e.value for e in events.Scalars("ppo_actor/update/n_seqs")} == {16.0}
     assert list((run_dir / "wandb").glob("*/run-*.wandb"))
     assert list((run_dir / "swanlog").iterdir())
+    assert_trackio(run_dir, out, listed, steps=[0, 1, 2, 3])
     assert str(run_dir / "samples.jsonl") in listed
     assert_rollout_samples(run_dir / "samples.jsonl", steps=4)
     timeline = read_timeline(run_dir)  # each rank's perf_tracer file (rltel/demo/tracing.py)
     assert timeline.rows == ("[trainer] Rank 0, Process", "[trainer] Rank 1, Process")
     assert timeline.steps == (1, 2, 3) and set(timeline.slowest) == {1, 2, 3}
     assert {"train_step", "train", "export", "timeperf/rollout"} <= {b.name for b in timeline.bars}
+
+
+def assert_trackio(run_dir: Path, out: str, listed: list[str], steps: list[int]) -> None:
+    """The Trackio run (local, under the run directory), read back with Trackio's reader:
+    every family at its steps, the per-expert MoE series, the rollout samples' table; its
+    hint and its folder in the listing."""
+    assert f"TRACKIO_DIR={run_dir / 'trackio'} trackio show" in out
+    assert f"{run_dir / 'trackio'}/" in listed
+    logged = series(trackio_run(run_dir / "trackio", "rltel-demo", "trial0")["rows"])
+    for key in FAMILIES:
+        want = [s for s in steps if s % 4 == 3 or s == 0] if key.startswith("eval") else steps
+        assert sorted(logged[key]) == want, key
+    assert not any(key.endswith("__count") for key in logged)
+    experts = [key for key in logged if key.startswith("moe_balance/layer_0/expert_")]
+    assert experts and all(sorted(logged[key]) == steps for key in experts)
+    assert sorted(logged["samples/rollout"]) == steps
 
 
 def assert_rollout_samples(path: Path, steps: int) -> None:

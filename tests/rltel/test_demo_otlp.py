@@ -30,7 +30,7 @@ from rltel.logger import StatsLogger
 from rltel.report.runs import load_run
 from rltel.report.timeline import read_timeline
 from tests.distributed import free_port
-from tests.rltel.test_demo import assert_families, read_tensorboard
+from tests.rltel.test_demo import assert_families, assert_trackio, listed_files, read_tensorboard
 from tests.rltel.test_demo_loopback import listening
 
 RLTEL = Path(sys.executable).with_name("rltel")
@@ -199,6 +199,7 @@ def test_demo_with_collector_merges_rollout_workers_and_drains(tmp_path: Path):
     assert_count_weighted(run_dir, events, workers=2)
     assert_wandb_complete(run_dir)
     assert list((run_dir / "swanlog").iterdir())
+    assert_trackio(run_dir, out, listed_files(out, run_dir), list(range(STEPS)))
     assert_reported(run_dir)
     log = (run_dir / "collector.log").read_text()
     assert "rltel collector: stopped" in log

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 import time
@@ -152,17 +153,19 @@ def _handler(receiver: WebhookReceiver) -> type[BaseHTTPRequestHandler]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve until interrupted."""
+    """Serve until SIGTERM or SIGINT (as PID 1 in a container too: ``docker stop`` ends it
+    at once instead of waiting out the grace period), then exit 0."""
     parser = argparse.ArgumentParser(prog="python -m dashboards.webhook", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9095)
     args = parser.parse_args(argv)
     receiver = WebhookReceiver(args.host, args.port)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: stop.set())
     print(f"alert webhook on {receiver.url}", file=sys.stderr, flush=True)
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
+        stop.wait()
     finally:
         receiver.shutdown()
 

@@ -10,6 +10,10 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 sys.path.insert(0, os.path.dirname(__file__))
 
+# tests/stack drives a Docker engine that scripts/stack-test starts (`make stack-test`);
+# `make test` and a bare `pytest` leave it out.
+collect_ignore = [] if os.environ.get("RLTEL_STACK_TEST") == "1" else ["stack"]
+
 # Skips allowed on a machine without an accelerator; with RLTEL_NO_SKIPS=1 (make test, CI)
 # any other skip fails the run, so a test that should run on the CPU cannot vanish.
 ALLOWED_SKIP_REASONS = ("needs a CUDA device", "needs a GPU")

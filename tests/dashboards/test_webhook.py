@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from dashboards.webhook import WebhookReceiver
+from tests.distributed import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ALERT = {
     "status": "firing",
@@ -72,3 +79,14 @@ def test_shutdown_twice_is_safe():
     receiver = WebhookReceiver(out=None)
     receiver.shutdown()
     receiver.shutdown()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_command_exits_0_on_a_stop_signal(signum):
+    """As PID 1 of its container, the receiver must end on `docker stop`'s SIGTERM itself:
+    a process without a handler there is killed after the grace period (exit 137)."""
+    command = [sys.executable, "-m", "dashboards.webhook", "--port", str(free_port())]
+    with subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True) as process:
+        assert "alert webhook on" in process.stderr.readline()
+        process.send_signal(signum)
+        assert process.wait(timeout=20) == 0

@@ -5,7 +5,8 @@ committed page differs from what the code generates (``tests/docs`` runs the che
 
 - metrics.md (``docs/gen_metrics.py``): every metric of :mod:`dashboards.catalog`, its
   Prometheus names, the panels and alert rules that read it, and its hand-written
-  definition and healthy range;
+  definition and healthy range; then (``docs/gen_series.py``) every other series the
+  dashboards and alert rules read (the telemetry path's own, the rollout engines');
 - config.md (``docs/gen_config.py``): every key of the typed config schema, its type,
   default and range from the pydantic fields, and its meaning;
 - the conformance table of areal-migration.md (``docs/gen_areal.py``): every AReaL
@@ -37,10 +38,17 @@ def _load_sibling(name: str) -> ModuleType:
 
 
 metrics_page = _load_sibling("gen_metrics")
+series_page = _load_sibling("gen_series")
 config_page = _load_sibling("gen_config")
 areal_page = _load_sibling("gen_areal")
-render_metrics = metrics_page.render_metrics
 render_config = config_page.render_config
+
+
+def render_metrics() -> str:
+    """metrics.md: the catalogue's metrics and the alert rules, then every other series the
+    dashboards read."""
+    return metrics_page.render_metrics() + series_page.render_series(metrics_page)
+
 
 PAGES = {
     METRICS_PATH: render_metrics,

@@ -16,7 +16,8 @@ Two stages, as Grafana runs them:
    joins them on time. Each value field is one row and each time one column; a cell holds
    the field's value (``rowsToCellsHeatmap``).
 
-Only what decides the cell values is modelled: no colours, units or exemplars.
+Only what decides the cell values, and which cells are drawn (:func:`drawn`), is modelled:
+no colours, units or exemplars.
 """
 
 from __future__ import annotations
@@ -138,3 +139,21 @@ def row_order(frames: list[Frame], options: dict) -> list[str]:
     for _, name in panel_cells(frames, options):
         seen.setdefault(name)
     return list(seen)
+
+
+HEATMAP_FILTER = {"le": 1e-9}
+"""The heatmap panel's default ``filterValues`` (``defaultOptions`` of @grafana/schema's
+``HeatmapPanelCfg_types.gen``, 11.2.0), merged under a board's own ``filterValues`` when the
+panel loads its options."""
+
+
+def drawn(value: float | None, options: dict) -> bool:
+    """Whether the heatmap panel draws a cell holding ``value``.
+
+    ``heatmapPathsDense`` in the panel's ``utils.ts`` fills a cell only when its count is not
+    null and ``hideLE < count < hideGE`` (``filterValues.le`` and ``.ge``, open bounds
+    when unset).
+    """
+    limits = {**HEATMAP_FILTER, **options.get("filterValues", {})}
+    low, high = limits.get("le", -math.inf), limits.get("ge", math.inf)
+    return value is not None and low < value < high

@@ -118,9 +118,9 @@ def stack():
     """The stack, up from nothing (volumes removed first, images built); down at the end."""
     compose("down", "--volumes", "--remove-orphans")
     started = time.monotonic()
-    compose("up", "--detach", "--build", "--wait", "--wait-timeout", "300")
-    print(f"\nstack up (image build included) in {time.monotonic() - started:.0f} s")
     try:
+        compose("up", "--detach", "--build", "--wait", "--wait-timeout", "300")
+        print(f"\nstack up (image build included) in {time.monotonic() - started:.0f} s")
         yield
     finally:
         print(compose("logs", "--no-color", "--tail", "40", check=False)[-6000:])

@@ -357,3 +357,24 @@ def test_grafana_provisioning(compose):
     # the provider loads every board the build writes, and nothing else lies there
     boards = {path.stem for path in (ROOT / "dashboards/grafana").glob("*.json")}
     assert boards == set(BOARDS) and "engines" in boards
+
+
+@pytest.mark.parametrize(
+    ("environment", "wandb", "swanlab"),
+    [
+        ({}, "offline", "offline"),
+        ({"RLTEL_WANDB_MODE": "online", "RLTEL_SWANLAB_MODE": "cloud"}, "online", "cloud"),
+    ],
+)
+def test_the_bridges_are_offline_unless_dot_env_turns_them_online(
+    compose, monkeypatch, environment, wandb, swanlab
+):
+    """docker-compose.yml hands .env's modes to the collector, whose loader reads them."""
+    service = compose["services"]["collector"]
+    for name in ("RLTEL_WANDB_MODE", "RLTEL_SWANLAB_MODE"):
+        default = re.fullmatch(r"\$\{" + name + r":-(\w+)\}", service["environment"][name])
+        monkeypatch.setenv(name, environment.get(name, default.group(1)))
+    assert {"WANDB_API_KEY", "SWANLAB_API_KEY"} <= set(service["environment"])
+    config = load_collector_config(ROOT / "dashboards/compose/collector.yaml")
+    assert (config.sinks.wandb.mode, config.sinks.swanlab.mode) == (wandb, swanlab)
+    assert config.sinks.tensorboard.path is not None

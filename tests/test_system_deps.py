@@ -15,8 +15,8 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "system-deps"
 BASH = shutil.which("bash") or "/bin/bash"
-TOOLS = ("prometheus", "promtool", "prometheus-alertmanager", "openssl")
-PACKAGES = "prometheus prometheus-alertmanager openssl"
+TOOLS = ("prometheus", "promtool", "prometheus-alertmanager", "openssl", "node", "npm")
+PACKAGES = "prometheus prometheus-alertmanager openssl nodejs npm"
 
 FAKE_APT_GET = f"""#!{sys.executable}
 import os, sys
@@ -95,7 +95,7 @@ def test_without_apt_get_says_in_one_line_what_to_install(tmp_path: Path):
 
 
 def test_root_installs_the_missing_packages_once_then_is_a_no_op(tmp_path: Path):
-    folder = machine(tmp_path, uid=0, apt_get=True, present=("openssl",))
+    folder = machine(tmp_path, uid=0, apt_get=True, present=("openssl", "node", "npm"))
     installs = "prometheus promtool prometheus-alertmanager"
     result = run(str(folder), "test", FAKE_INSTALLS=installs)
     assert result.returncode == 0, result.stderr
@@ -109,10 +109,20 @@ def test_root_installs_the_missing_packages_once_then_is_a_no_op(tmp_path: Path)
 
 
 def test_a_package_that_does_not_provide_the_tool_fails_in_one_line(tmp_path: Path):
-    folder = machine(tmp_path, uid=0, apt_get=True, present=TOOLS[:3])
+    present = tuple(tool for tool in TOOLS if tool != "openssl")
+    folder = machine(tmp_path, uid=0, apt_get=True, present=present)
     result = run(str(folder), "test", FAKE_INSTALLS="")
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1].endswith("still missing openssl; install them by hand")
+
+
+def test_test_group_needs_node_and_npm(tmp_path: Path):
+    """The Grafana schema check runs npm and node (Debian: npm is a package of its own)."""
+    folder = machine(tmp_path, uid=1000, apt_get=True, present=TOOLS[:4])
+    assert_one_line_failure(run(str(folder), "test"), "apt-get install -y nodejs npm")
+    (tmp_path / "node").mkdir()
+    folder = machine(tmp_path / "node", uid=1000, apt_get=True, present=TOOLS[:5])
+    assert_one_line_failure(run(str(folder), "test"), "apt-get install -y npm")
 
 
 def test_build_group_needs_make_and_python_venv(tmp_path: Path):

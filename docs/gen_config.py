@@ -59,6 +59,7 @@ FIELD_DOCS: dict[str, str] = {
     "StatsLoggerConfig.fileroot": "root of local files: `<fileroot>/<experiment>/<trial>/`",
     "StatsLoggerConfig.wandb": "the W&B bridge",
     "StatsLoggerConfig.swanlab": "the SwanLab bridge",
+    "StatsLoggerConfig.trackio": "the Trackio bridge",
     "StatsLoggerConfig.tensorboard": "the TensorBoard bridge",
     "StatsLoggerConfig.prometheus": "the in-process Prometheus endpoint",
     "StatsLoggerConfig.console": "the per-step console table",
@@ -148,6 +149,10 @@ FIELD_DOCS: dict[str, str] = {
     "SinksConfig.fileroot": "as `stats_logger.fileroot`",
     "SinksConfig.wandb": "as `stats_logger.wandb`",
     "SinksConfig.swanlab": "as `stats_logger.swanlab`",
+    "SinksConfig.trackio": (
+        "as `stats_logger.trackio`; each run writes its run directory's `trackio/` (a set "
+        "`dir` is a root: `<dir>/<experiment>/<trial>` links there)"
+    ),
     "SinksConfig.tensorboard": "as `stats_logger.tensorboard`; set, each run writes to its run "
     "directory's `tensorboard/` ([Run files](architecture.md#run-files))",
     "SinksConfig.prometheus": "as `stats_logger.prometheus`, on by default",

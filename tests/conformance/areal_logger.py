@@ -9,8 +9,9 @@ is real except:
   ``BaseExperimentConfig`` from ``api/cli_args.py``), registered with
   ``sys.modules.setdefault`` and filled only with the names they lack, so the modules of
   ``tests/conformance/areal_api.py`` are shared, never replaced;
-- ``trackio`` (not installed): a module whose calls fail the test, as AReaL calls it only
-  when ``stats_logger.trackio.mode`` is not ``disabled``.
+- ``trackio`` where it is not installed: a module whose calls fail the test, as AReaL calls
+  it only when ``stats_logger.trackio.mode`` is not ``disabled`` (installed, it is the real
+  one: ``tests/conformance/cases_trackio.py`` runs both loggers with it on).
 
 W&B runs offline (or disabled), SwanLab disabled, TensorBoard on, in a temporary directory.
 AReaL's ``areal.utils.logging.getLogger`` replaces ``logging.Logger.root`` and
@@ -327,8 +328,14 @@ def _run(make: Callable[[Path], Any], log: logging.Logger, drive: Drive, wandb_m
         return _written(root, lines, state, wandb_mode)
 
 
-def run_areal(drive: Drive, *, wandb_mode: str = "disabled") -> dict[str, Any]:
-    """AReaL's ``StatsLogger(experiment, FinetuneSpec(2, 64, 8))`` driven, then closed.
+def run_areal(
+    drive: Drive,
+    *,
+    wandb_mode: str = "disabled",
+    config: Callable[[Path, str], Any] = experiment,
+) -> dict[str, Any]:
+    """AReaL's ``StatsLogger(config(root, wandb_mode), FinetuneSpec(2, 64, 8))`` driven,
+    then closed (the whole experiment of :func:`experiment` by default).
 
     Returns what it wrote: ``tensorboard`` rows, progress ``lines``, the final ``state``
     (``state_dict()``) and, with W&B offline, the ``wandb`` rows and ``wandb_run``.
@@ -336,7 +343,7 @@ def run_areal(drive: Drive, *, wandb_mode: str = "disabled") -> dict[str, Any]:
     module = stats_logger_module()
 
     def make(root: Path) -> Any:
-        return module.StatsLogger(experiment(root, wandb_mode), finetune_spec())
+        return module.StatsLogger(config(root, wandb_mode), finetune_spec())
 
     return _run(make, module.logger, drive, wandb_mode)
 

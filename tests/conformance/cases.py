@@ -21,6 +21,7 @@ CASE_MODULES = (
     "cases_tracker",
     "cases_evaluator",
     "cases_logger",
+    "cases_trackio",
     "cases_trainer",
     "cases_tracing",
     "cases_version",

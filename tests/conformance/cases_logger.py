@@ -249,6 +249,7 @@ RLTEL_SECTION_KEYS = [
             "sessions",
         ],
     ],
+    ["trackio", ["dir", "mode", "name", "project", "space_id"]],
     ["trial_name", None],
     [
         "wandb",
@@ -359,9 +360,9 @@ CASES: list[Case] = [
         rltel=lambda: run_config("rltel"),
         why="rltel logs the whole experiment config with its validated stats_logger section: "
         "secrets removed (wandb_api_key, swanlab.api_key), rltel's console, otlp, "
-        "prometheus, samples, heartbeat, hardware and tracing sections added, trackio (not "
-        "implemented, accepted with a warning) dropped; AReaL's version_info describes "
-        "AReaL's own git checkout and is not logged",
+        "prometheus, samples, heartbeat, hardware and tracing sections added, trackio's "
+        "data directory (dir) added; AReaL's version_info describes AReaL's own git "
+        "checkout and is not logged",
         expected=(
             {"version_info": True, "stats_logger": AREAL_SECTION_KEYS},
             {"version_info": False, "stats_logger": RLTEL_SECTION_KEYS},

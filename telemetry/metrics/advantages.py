@@ -39,13 +39,14 @@ def record_advantage_fractions(
     mask = as_mask(loss_mask, key, advantages.shape)
     flat = as_rows(advantages.shape)
     adv_2d, mask_2d = advantages.detach().reshape(flat), mask.reshape(flat)
-    for part in row_chunks(*flat):
-        adv, valid = adv_2d[part], mask_2d[part]
-        tracker.denominator(advantage_n_tokens=valid)
-        tracker.stat(
-            denominator="advantage_n_tokens",
-            reduce_type=ReduceType.AVG,
-            advantage_positive_fraction=(adv > 0).to(torch.float64),
-            advantage_negative_fraction=(adv < 0).to(torch.float64),
-            advantage_zero_fraction=(adv == 0).to(torch.float64),
-        )
+    with tracker.producing("record_advantage_stats"):
+        for part in row_chunks(*flat):
+            adv, valid = adv_2d[part], mask_2d[part]
+            tracker.denominator(advantage_n_tokens=valid)
+            tracker.stat(
+                denominator="advantage_n_tokens",
+                reduce_type=ReduceType.AVG,
+                advantage_positive_fraction=(adv > 0).to(torch.float64),
+                advantage_negative_fraction=(adv < 0).to(torch.float64),
+                advantage_zero_fraction=(adv == 0).to(torch.float64),
+            )

@@ -83,7 +83,7 @@ def record_version_stats(
         InvalidValueError: ``current_version`` is not a finite number.
     """
     tracker = resolve_tracker(tracker)
-    with tracker.scope("version_stats"):
+    with tracker.producing("record_version_stats"), tracker.scope("version_stats"):
         key = tracker.full_key("")
         if (
             isinstance(current_version, bool)

@@ -140,7 +140,7 @@ def record_train_infer(
         InvalidValueError: a logprob input is not a tensor of real numbers.
     """
     tracker = resolve_tracker(tracker)
-    with tracker.scope("train_infer"):
+    with tracker.producing("record_train_infer"), tracker.scope("train_infer"):
         key = tracker.full_key("")
         for name, value in (("trainer_logp", trainer_logp), ("rollout_logp", rollout_logp)):
             if not isinstance(value, torch.Tensor):

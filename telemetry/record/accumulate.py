@@ -149,6 +149,17 @@ class ScalarState:
             self._device_state = _empty_rows(1, value.device)[0]
         _fold_into(self._device_state, sample)
 
+    def merge(self, other: ScalarState) -> None:
+        """Fold ``other``'s stream into this one (its device part stays on its device)."""
+        host = torch.tensor(self._host, dtype=torch.float64)
+        _fold_into(host, torch.tensor(other._host, dtype=torch.float64))
+        self._host = host.tolist()
+        if other._device_state is not None:
+            if self._device_state is None:
+                self._device_state = other._device_state.clone()
+            else:
+                _fold_into(self._device_state, other._device_state.to(self._device_state.device))
+
     def state(self) -> torch.Tensor:
         """The combined state as a float64 tensor (one copy from the device, if any)."""
         host = torch.tensor(self._host, dtype=torch.float64)

@@ -25,7 +25,7 @@ from telemetry.model.errors import (
     UnknownDenominatorError,
 )
 from telemetry.model.snapshot import Point, StatReduce
-from telemetry.record import accumulate, checks, export, kernels, phase
+from telemetry.record import accumulate, checks, export, kernels, phase, produce
 from telemetry.record.keys import KeyScope, timing_key
 from telemetry.record.layout import Reduced
 from telemetry.record.points import tracker_points
@@ -51,6 +51,8 @@ class DistributedStatsTracker:
         self._lock = threading.Lock()
         self._window = Window()
         self._bounds: dict[str, tuple[float, ...]] = {}
+        self.refusals = produce.Refusals()
+        """Producer calls refused or taken back (:mod:`telemetry.record.produce`)."""
 
     # -- keys and scopes (AReaL's rules: telemetry.record.keys) -----------------------
 
@@ -122,7 +124,7 @@ class DistributedStatsTracker:
         for key, mask in checked:
             count = mask.sum().to(torch.float64).reshape(1)  # an integer sum: 3x faster
             with self._lock:
-                window = self._window
+                window = produce.target(self, self._window, self.refusals, [key])
                 window.masks[key] = kernels.MaskBits(mask, count)
                 _set_group(window, key, reduce_group)
                 total = window.denominators.get(key)
@@ -154,12 +156,12 @@ class DistributedStatsTracker:
         reduce = self._stat_reduce(reduce_type, tensors)
         checks.reduce_group(self.full_key(next(iter(tensors), "?")), reduce_group)
         mask_key = self.full_key(denominator)
-        declared = self._window.masks.get(mask_key)
+        masks = self._masks()
+        declared = masks.get(mask_key)
         if declared is None:
             first = self.full_key(next(iter(tensors), "?"))
             raise UnknownDenominatorError(
-                f"{first!r}: unknown denominator {mask_key!r}; declared: "
-                f"{sorted(self._window.masks) or 'none'}"
+                f"{first!r}: unknown denominator {mask_key!r}; declared: {sorted(masks) or 'none'}"
             )
         mask = declared.mask
         keys = [self.full_key(name) for name in tensors]
@@ -168,7 +170,7 @@ class DistributedStatsTracker:
             for key, value in zip(keys, tensors.values())
         ]
         with self._lock:
-            window = self._window
+            window = produce.target(self, self._window, self.refusals, keys)
             for key in keys:  # every check before anything is recorded
                 window.check_stat(key, reduce, mask.device)
             by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
@@ -226,7 +228,7 @@ class DistributedStatsTracker:
         if not keys:
             return
         with self._lock:
-            window = self._window
+            window = produce.target(self, self._window, self.refusals, keys)
             for key in keys:
                 window.check_stat(key, reduce, rows.device)
             for key in keys:
@@ -248,7 +250,7 @@ class DistributedStatsTracker:
             UnknownDenominatorError: no such denominator was declared.
         """
         key = self.full_key(name)
-        declared = self._window.masks.get(key)
+        declared = self._masks().get(key)
         if declared is None:
             raise UnknownDenominatorError(f"unknown denominator {key!r}")
         return declared
@@ -268,7 +270,7 @@ class DistributedStatsTracker:
         keys = [self.full_key(name) for name in values]
         checked = [(key, checks.scalar_value(key, v)) for key, v in zip(keys, values.values())]
         with self._lock:
-            window = self._window
+            window = produce.target(self, self._window, self.refusals, keys)
             for key, _ in checked:
                 if key in window.stats:
                     raise InvalidValueError(f"{key!r}: recorded as a stat, now as a scalar")
@@ -279,6 +281,19 @@ class DistributedStatsTracker:
                     state.add_tensor(value)
                 else:
                     state.add(value)
+
+    def producing(self, owner: str) -> AbstractContextManager[None]:
+        """Record the calls inside as producer ``owner``'s one unit: nothing if one raises,
+        nothing (one warning) if another caller recorded one of its keys in this window;
+        see :mod:`telemetry.record.produce`."""
+        return produce.staged(self, owner, self._commit_staged)
+
+    def _commit_staged(self, window: Window, owner: str) -> None:
+        with self._lock:
+            produce.merge(self._window, window, owner, self.refusals)
+
+    def _masks(self) -> Mapping[str, kernels.MaskBits]:
+        return produce.masks_of(self._window, produce.staged_window(self))
 
     def _stat_reduce(self, reduce_type: StatReduce | None, tensors: Mapping) -> StatReduce:
         if reduce_type is None:

@@ -42,6 +42,8 @@ class Window:
         self.masks: dict[str, kernels.MaskBits] = {}
         self.groups: dict[str, object] = {}
         """Keys recorded with a per-key ``reduce_group`` (AReaL's override), and that group."""
+        self.owners: dict[str, str] = {}
+        """Keys a producer recorded, and that producer (:mod:`telemetry.record.produce`)."""
 
     def bank(self, device: torch.device) -> accumulate.StatBank:
         """The stat bank of ``device``, made on first use."""
@@ -77,17 +79,29 @@ class Window:
             buckets = torch.zeros(len(bounds) + 1, dtype=torch.float64, device=device)
         self.stats[key] = StatEntry(reduce, device, buckets)
 
+    def drop(self, keys: list[str]) -> None:
+        """Forget ``keys`` (their stat rows return to empty)."""
+        for device, bank in self.banks.items():
+            bank.take([k for k in keys if k in self.stats and self.stats[k].device == device], True)
+        for mapping in (self.stats, self.scalars, self.denominators, self.masks, self.groups):
+            for key in keys:
+                mapping.pop(key, None)
+        for key in keys:
+            self.owners.pop(key, None)
+
     def take(self, prefix: str | None, reset: bool) -> Taken:
         """The keys under ``prefix`` (all if None); with ``reset`` they leave the window."""
         stats, scalars, denoms = self.stats, self.scalars, self.denominators
         groups = self.groups
         kept_stats, kept_scalars, kept_denoms, kept_masks, kept_groups = {}, {}, {}, {}, {}
+        kept_owners: dict[str, str] = {}
         if prefix is not None:
             stats, kept_stats = _split_prefix(stats, prefix)
             scalars, kept_scalars = _split_prefix(scalars, prefix)
             denoms, kept_denoms = _split_prefix(denoms, prefix)
             _, kept_masks = _split_prefix(self.masks, prefix)
             groups, kept_groups = _split_prefix(groups, prefix)
+            _, kept_owners = _split_prefix(self.owners, prefix)
         rows: dict[str, torch.Tensor] = {}
         for device, bank in self.banks.items():
             keys = [k for k, entry in stats.items() if entry.device == device]
@@ -95,7 +109,7 @@ class Window:
         if reset:
             self.stats, self.scalars = kept_stats, kept_scalars
             self.denominators, self.masks = kept_denoms, kept_masks
-            self.groups = kept_groups
+            self.groups, self.owners = kept_groups, kept_owners
         else:
             denoms = {k: t.clone() for k, t in denoms.items()}
         return Taken(stats, rows, scalars, denoms, dict(groups))

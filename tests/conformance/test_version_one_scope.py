@@ -57,7 +57,7 @@ def test_areal_keys_keep_areal_values_in_either_order(order: str, caplog) -> Non
     expected = areal_export()  # AReaL's function alone, on AReaL's own tracker
     assert stats.keys() == expected.keys(), sorted(stats.keys() ^ expected.keys())
     assert close(stats, expected, 1e-6), (stats, expected)
-    assert stats["ppo_actor/update/version_stats/n_valid_tokens"] == 14.0  # not 14 + 10
+    assert stats["ppo_actor/update/version_stats/n_valid_tokens"] == 14.0  # not 14 + 11
     assert not any(key.endswith(RLTEL_ONLY) for key in stats)
     clashes = [r.getMessage() for r in caplog.records if "record_version_stats" in r.getMessage()]
     assert len(clashes) == 1 and "ppo_actor/update/version_stats/" in clashes[0], clashes

@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -64,7 +65,7 @@ def install(timeout: float = 600) -> Path:
 
     Raises:
         FileNotFoundError: no ``npm`` on the PATH.
-        subprocess.CalledProcessError: ``npm ci`` failed (its output in the error).
+        RuntimeError: ``npm ci`` failed (the end of its output in the message).
     """
     npm = shutil.which("npm")
     if npm is None:
@@ -77,10 +78,12 @@ def install(timeout: float = 600) -> Path:
         if not (folder / ".installed").exists():
             for name in ("package.json", "package-lock.json"):
                 shutil.copyfile(SCHEMA_DIR / name, folder / name)
-            subprocess.run(
+            result = subprocess.run(
                 [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
-                cwd=folder, check=True, capture_output=True, text=True, timeout=timeout,
+                cwd=folder, capture_output=True, text=True, timeout=timeout,
             )  # fmt: skip
+            if result.returncode:
+                raise RuntimeError(f"npm ci in {folder} failed:\n{result.stderr[-4000:]}")
             (folder / ".installed").write_text("")
     return folder
 
@@ -103,15 +106,10 @@ def unit_ids(folder: Path) -> list[str]:
     """Every unit id Grafana's unit picker offers (``@grafana/data``'s ``getValueFormats``)."""
     out = subprocess.run(
         ["node", str(SCHEMA_DIR / "units.js")],
-        cwd=folder, env={"NODE_PATH": str(folder / "node_modules"), "PATH": _path()},
+        cwd=folder, env={**os.environ, "NODE_PATH": str(folder / "node_modules")},
         check=True, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     return json.loads(out.stdout)
-
-
-def _path() -> str:
-    node = shutil.which("node")
-    return str(Path(node).parent) if node else "/usr/bin"
 
 
 def check(boards: Mapping[str, dict], folder: Path | None = None) -> list[Finding]:

@@ -66,6 +66,10 @@ class _Writer:
         """
         self._value(value, where, 0, f"const {name}: {type_} = ", ";")
 
+    def satisfies(self, name: str, value: object, type_: str, where: str) -> None:
+        """``export const name = <value> satisfies type_;``."""
+        self._value(value, where, 0, f"export const {name} = ", f" satisfies {type_};")
+
     def _value(self, value: object, where: str, depth: int, head: str, tail: str) -> None:
         pad = "  " * depth
         if isinstance(value, dict) and value:
@@ -156,11 +160,5 @@ def board_source(board_name: str, board: dict, kinds: Mapping[str, PanelKind]) -
             w.statement(f"variable_{i}", variable, "Json<VariableModel>", where)
             refs.append(_Ref(f"variable_{i}"))
         top["templating"] = {**board["templating"], "list": refs}
-    w._value(
-        top,
-        f"{board_name}: dashboard",
-        0,
-        "export const dashboard = ",
-        " satisfies Json<Dashboard>;",
-    )
+    w.satisfies("dashboard", top, "Json<Dashboard>", f"{board_name}: dashboard")
     return Source("\n".join(w.lines) + "\n", tuple(w.where))

@@ -44,6 +44,7 @@ class CollectorProcess:
         durable: dict | None = None,
         start_timeout: float = 60,
         port: int = 0,
+        scrape: dict | None = None,
     ) -> None:
         config = {
             "receiver": {"port": port},
@@ -52,6 +53,8 @@ class CollectorProcess:
         }
         if durable is not None:
             config["durable"] = durable
+        if scrape is not None:  # the endpoints it scrapes (collector.scrape)
+            config["scrape"] = scrape
         path = tmp_path / "collector.yaml"
         path.write_text(yaml.safe_dump({"collector": config}))
         env = {k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"}  # W&B of its own:

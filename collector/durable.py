@@ -118,7 +118,9 @@ class DurableState:
         journal = Journal(directory, self.limit_bytes, self.fsync)
         if journal.unreadable:
             logger.warning(
-                "durable queue %s: %d torn entries skipped", directory, journal.unreadable
+                "durable queue %s: %d torn or corrupt entries skipped",
+                directory,
+                journal.unreadable,
             )
         return journal
 

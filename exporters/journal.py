@@ -13,7 +13,10 @@ with ``os.write`` (in the page cache when ``append`` returns: a killed process l
 and, with ``fsync=True``, fsynced once per :meth:`sync` (a crash of the machine loses none).
 A file ``acked`` holds the last acknowledged sequence number; a segment goes once every
 record in it is acknowledged. A torn record at a segment's end (a write cut by a kill) was
-never acknowledged to a sender and is skipped.
+never acknowledged to a sender and is skipped. A whole record whose payload fails its CRC
+(bytes changed on disk) is skipped too, never replayed as data, and the records after it
+are read on when the next one frames and checks; each skipped record is counted in
+:attr:`Journal.unreadable`.
 """
 
 from __future__ import annotations
@@ -83,8 +86,8 @@ class Journal:
             first = int(path.stem)  # a new segment never reuses a name, torn ones included
             self._next = max(self._next, first + 1)
             data = path.read_bytes()
-            records, last = _records(data)
-            self.unreadable += 0 if last == len(data) else 1
+            records, last, corrupt = _records(data)
+            self.unreadable += corrupt + (0 if last == len(data) else 1)
             for seq, payload in records:
                 self._next = max(self._next, seq + 1)
                 if seq > self._acked:
@@ -239,18 +242,37 @@ def encoded(snapshot: Snapshot) -> bytes:
     return payload
 
 
-def _records(data: bytes) -> tuple[list[tuple[int, bytes]], int]:
-    """The whole records at the start of ``data`` and where they end."""
+def _records(data: bytes) -> tuple[list[tuple[int, bytes]], int, int]:
+    """The records of ``data`` whose CRC holds, where the last record read ends, and how
+    many whole records failed their CRC. A failed record is stepped over only when its end
+    is the data's end or the start of a record that checks (its length field is then
+    trusted); otherwise reading stops there, as at a torn tail."""
     out: list[tuple[int, bytes]] = []
-    at = 0
-    while at + _HEADER.size <= len(data):
-        size, crc, seq = _HEADER.unpack_from(data, at)
-        payload = data[at + _HEADER.size : at + _HEADER.size + size]
-        if len(payload) < size or zlib.crc32(payload) != crc:
-            break
-        out.append((seq, payload))
-        at += _HEADER.size + size
-    return out, at
+    at = corrupt = 0
+    while (record := _record_at(data, at)) is not None:
+        seq, payload, good = record
+        end = at + _HEADER.size + len(payload)
+        if not good:
+            following = _record_at(data, end)
+            if end != len(data) and (following is None or not following[2]):
+                break
+            corrupt += 1
+        else:
+            out.append((seq, payload))
+        at = end
+    return out, at, corrupt
+
+
+def _record_at(data: bytes, at: int) -> tuple[int, bytes, bool] | None:
+    """The record framed at ``at`` (sequence number, payload, whether its CRC holds); None
+    when ``data`` ends inside it."""
+    if at + _HEADER.size > len(data):
+        return None
+    size, crc, seq = _HEADER.unpack_from(data, at)
+    payload = data[at + _HEADER.size : at + _HEADER.size + size]
+    if len(payload) < size:
+        return None
+    return seq, payload, zlib.crc32(payload) == crc
 
 
 def _read_acked(path: Path) -> int:

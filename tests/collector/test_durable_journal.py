@@ -53,6 +53,39 @@ def test_a_torn_record_at_the_tail_is_skipped_and_later_appends_still_read(tmp_p
     assert list(tmp_path.glob("*.seg")) == []
 
 
+def test_a_whole_record_failing_its_crc_is_skipped_and_the_records_after_it_read(tmp_path):
+    first = Journal(tmp_path, limit_bytes=1 << 20)
+    for step in range(4):
+        first.append(snap(step))
+    (segment,) = tmp_path.glob("*.seg")
+    data = segment.read_bytes()
+    assert data.count(b"1.5") == 1  # step 1's loss; 7.5 keeps the JSON valid
+    segment.write_bytes(data.replace(b"1.5", b"7.5"))
+    second = Journal(tmp_path, limit_bytes=1 << 20)
+    assert [s.step.global_step for _, s in second.pending] == [0, 2, 3]
+    assert second.pending[1][1] == snap(2)
+    assert second.unreadable == 1
+
+
+def test_a_record_whose_length_changed_ends_the_segment_there(tmp_path):
+    first = Journal(tmp_path, limit_bytes=1 << 20)
+    for step in range(3):
+        first.append(snap(step))
+    (segment,) = tmp_path.glob("*.seg")
+    data = bytearray(segment.read_bytes())
+    at = len(_record_bytes_of(data, 0))  # step 1's header: its length one byte longer
+    data[at] += 1
+    segment.write_bytes(bytes(data))
+    second = Journal(tmp_path, limit_bytes=1 << 20)
+    assert [s.step.global_step for _, s in second.pending] == [0]  # no framing to trust
+    assert second.unreadable == 1
+
+
+def _record_bytes_of(data: bytes | bytearray, at: int) -> bytes:
+    size = int.from_bytes(data[at : at + 4], "little")
+    return bytes(data[at : at + journal_module._HEADER.size + size])
+
+
 def test_a_segment_holding_only_a_torn_record_is_never_appended_to(tmp_path):
     first = Journal(tmp_path, limit_bytes=1 << 20)
     first.append(snap(0))

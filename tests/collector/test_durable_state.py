@@ -100,3 +100,35 @@ def test_a_stored_run_whose_sinks_cannot_start_keeps_its_journal(tmp_path):
     second.shutdown(10)
     assert list(state.glob("runs/*/memory/*.seg"))  # kept for a collector that can open it
     stuck.release.set()
+
+
+def test_a_record_changed_on_disk_is_counted_logged_once_and_never_replayed(tmp_path, caplog):
+    """A record whose bytes changed after it was written (a loss of 2.5 read back as 7.5,
+    still valid JSON) fails its CRC: the second process replays every other step, never it."""
+    state = tmp_path / "state"
+    stuck = Stuck()
+    limits = LimitsConfig(sink_timeout_s=60.0)
+    first = Pipeline([], lambda experiment, trial: [stuck], limits)
+    first.recover(DurableState(state, 1 << 20, False, KEY))
+    for step in (1, 2, 3):
+        snapshot = Snapshot((Gauge("loss", step + 0.5),), Step(0, step, step), RUN)
+        first.runs.of(snapshot).route(snapshot, None)
+    first.durable.sync()
+    os.close(first.durable._lock_fd)  # killed before its sink held anything
+    (segment,) = state.glob("runs/*/memory/*.seg")
+    data = segment.read_bytes()
+    assert data.count(b"2.5") == 1
+    segment.write_bytes(data.replace(b"2.5", b"7.5"))
+
+    got: list[InMemorySink] = []
+    second = Pipeline([], lambda experiment, trial: got.append(InMemorySink()) or got, limits)
+    second.recover(DurableState(state, 1 << 20, False, KEY))
+    assert second.force_flush(30)
+    assert [(s.step.global_step, s.flat()["loss"]) for s in got[0].snapshots] == [
+        (1, 1.5),
+        (3, 3.5),
+    ]
+    skipped = [r.getMessage() for r in caplog.records if "entries skipped" in r.getMessage()]
+    assert skipped == [f"durable queue {segment.parent}: 1 torn or corrupt entries skipped"]
+    second.shutdown(30)
+    stuck.release.set()

@@ -15,8 +15,11 @@ from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "system-deps"
 BASH = shutil.which("bash") or "/bin/bash"
-TOOLS = ("prometheus", "promtool", "prometheus-alertmanager", "openssl", "node", "npm")
-PACKAGES = "prometheus prometheus-alertmanager openssl nodejs npm"
+TOOLS = (
+    "prometheus", "promtool", "prometheus-alertmanager", "openssl", "node", "npm",
+    "victoria-metrics",
+)  # fmt: skip
+PACKAGES = "prometheus prometheus-alertmanager openssl nodejs npm victoria-metrics"
 
 FAKE_APT_GET = f"""#!{sys.executable}
 import os, sys
@@ -96,12 +99,13 @@ def test_without_apt_get_says_in_one_line_what_to_install(tmp_path: Path):
 
 def test_root_installs_the_missing_packages_once_then_is_a_no_op(tmp_path: Path):
     folder = machine(tmp_path, uid=0, apt_get=True, present=("openssl", "node", "npm"))
-    installs = "prometheus promtool prometheus-alertmanager"
+    installs = "prometheus promtool prometheus-alertmanager victoria-metrics"
     result = run(str(folder), "test", FAKE_INSTALLS=installs)
     assert result.returncode == 0, result.stderr
     assert apt_calls(folder) == [
         "noninteractive update -qq",
-        "noninteractive install -y -qq --no-install-recommends prometheus prometheus-alertmanager",
+        "noninteractive install -y -qq --no-install-recommends prometheus prometheus-alertmanager"
+        " victoria-metrics",
     ]
     again = run(str(folder), "test", FAKE_INSTALLS=installs)
     assert (again.returncode, again.stderr) == (0, "")
@@ -123,6 +127,12 @@ def test_test_group_needs_node_and_npm(tmp_path: Path):
     (tmp_path / "node").mkdir()
     folder = machine(tmp_path / "node", uid=1000, apt_get=True, present=TOOLS[:5])
     assert_one_line_failure(run(str(folder), "test"), "apt-get install -y npm")
+
+
+def test_test_group_needs_victoria_metrics(tmp_path: Path):
+    """The shared-store tests run Debian's single-node VictoriaMetrics."""
+    folder = machine(tmp_path, uid=1000, apt_get=True, present=TOOLS[:6])
+    assert_one_line_failure(run(str(folder), "test"), "apt-get install -y victoria-metrics")
 
 
 def test_build_group_needs_make_and_python_venv(tmp_path: Path):

@@ -39,6 +39,7 @@ def victoria_metrics(
     """A ``victoria-metrics`` server storing in ``tmp_path / "vm-data"``; yields its base
     URL (remote write at ``/api/v1/write``, queries at ``/api/v1/query[_range]``)."""
     port = port or free_port()
+    tmp_path.mkdir(parents=True, exist_ok=True)
     args = [
         "victoria-metrics",
         f"-storageDataPath={tmp_path / 'vm-data'}",

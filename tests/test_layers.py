@@ -31,7 +31,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model", ("telemetry.model",)),
 )
 # The documented import paths at the top of ``telemetry`` re-export from the layers.
-FACADES = ("telemetry", "telemetry.stats_tracker", "telemetry.evaluator", "telemetry.perf_tracer")
+FACADES = (
+    "telemetry",
+    "telemetry.stats_tracker",
+    "telemetry.evaluator",
+    "telemetry.perf_tracer",
+    "telemetry.progress",
+)
 
 
 def modules() -> dict[str, Path]:

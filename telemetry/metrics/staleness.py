@@ -27,10 +27,11 @@ histogram buckets (``staleness_bounds``) for distributions and heatmaps.
 AReaL 1.0.4 publishes the same names from one ``scalar()`` per loss micro-batch, so its
 values are means over micro-batches: of per-call means (``_avg``), of per-call extrema
 (``_min``/``_max``) and of per-call counts (``n_valid_generated_tokens``), with
-proximal = current - 1. The source documents (and AReaL's main) define token-weighted means,
-global extrema, a summed count and proximal = current, as here; pass
-``proximal_version=current_version - 1`` for 1.0.4's proximal convention
-(docs/producers.md, tests/conformance/cases_version.py).
+proximal = current - 1. The source documents define token-weighted means, global extrema,
+a summed count and proximal = current, as here; pass ``proximal_version=current_version - 1``
+for 1.0.4's proximal convention (docs/producers.md, tests/conformance/cases_version.py).
+The keys are AReaL's names, so with AReaL's own function in the same scope this producer
+records nothing (one warning; :mod:`telemetry.record.produce`).
 """
 
 from __future__ import annotations

@@ -101,15 +101,22 @@ def _swapped(stats_logger_class: type | None) -> Iterator[types.ModuleType]:
         module.StatsLogger = own
 
 
-def _fresh_logging() -> types.ModuleType:
-    """A fresh ``areal.utils.logging`` (its ``setup_file_logging`` runs once per module)."""
-    sys.modules.pop("areal.utils.logging", None)
-    return loader.module("areal.utils.logging")
-
-
-def _close_file_logging(logging_module: types.ModuleType) -> None:
-    for handler in logging_module._file_handlers:
-        handler.close()
+@contextmanager
+def _fresh_logging() -> Iterator[types.ModuleType]:
+    """A fresh ``areal.utils.logging`` meanwhile (its ``setup_file_logging`` runs once per
+    module); afterwards its file handlers are detached from every logger it made and closed,
+    and the module it replaced is back."""
+    previous = sys.modules.pop("areal.utils.logging", None)
+    module = loader.module("areal.utils.logging")
+    try:
+        yield module
+    finally:
+        for handler in module._file_handlers:
+            for made in module._created_loggers.values():
+                made.removeHandler(handler)
+            handler.close()
+        if previous is not None:
+            sys.modules["areal.utils.logging"] = previous
 
 
 def _namespace(actor: _Actor, stats_logger_class: type, logging_module: Any) -> dict[str, Any]:
@@ -171,21 +178,17 @@ def run_trainer(stats_logger_class: type | None, exports: list[dict]) -> dict[st
     TensorBoard rows and the logger's ``state_dict()``.
     """
     with al._isolated("disabled") as root, loader.kept_logging():
-        logging_module = _fresh_logging()
-        try:
-            with _swapped(stats_logger_class) as module:
-                actor = _Actor(iter(exports))
-                namespace = _namespace(actor, module.StatsLogger, logging_module)
-                trainer = _trainer(namespace, actor)
-                trainer.init(_experiment(root), train_dataset=[])
-                for step in range(len(exports)):
-                    trainer.export_and_commit_stats(0, step, step)
-                state = trainer.stats_logger.state_dict()
-                log_dir = module.StatsLogger.get_log_path(trainer.config.stats_logger)
-                dumps = _dump_dirs(root)
-                trainer.close()
-        finally:
-            _close_file_logging(logging_module)
+        with _fresh_logging() as logging_module, _swapped(stats_logger_class) as module:
+            actor = _Actor(iter(exports))
+            namespace = _namespace(actor, module.StatsLogger, logging_module)
+            trainer = _trainer(namespace, actor)
+            trainer.init(_experiment(root), train_dataset=[])
+            for step in range(len(exports)):
+                trainer.export_and_commit_stats(0, step, step)
+            state = trainer.stats_logger.state_dict()
+            log_dir = module.StatsLogger.get_log_path(trainer.config.stats_logger)
+            dumps = _dump_dirs(root)
+            trainer.close()
         return {
             "log_dir": str(Path(log_dir).relative_to(root)),
             "files": _files(root),

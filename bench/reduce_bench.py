@@ -67,7 +67,11 @@ def measure(rank: int, world: int) -> dict:
     torch.set_num_threads(1)
     moe = MoEBalance()
     counted = Counted()
-    designs = {"gather": gather_reduce.reduce_with_spread, "all-reduce": reduce.reduce_with_spread}
+
+    def gathering(*args, vote: bool = False, **kwargs):  # before: the samples' gather always ran
+        return (*gather_reduce.reduce_with_spread(*args, **kwargs), True)
+
+    designs = {"gather": gathering, "all-reduce": reduce.reduce_and_vote}
     samples: dict[str, dict[str, list]] = {d: {} for d in designs}
     for step in range(WARMUP + EXPORTS):
         for design, fn in designs.items():
@@ -80,7 +84,7 @@ def measure(rank: int, world: int) -> dict:
                 finally:
                     _out.append(time.perf_counter() - start)
 
-            export.reduce_with_spread = timed
+            export.reduce_and_vote = timed
             record(stats_tracker, moe, rank, step)
             dist.barrier()
             counted.take()
@@ -96,7 +100,7 @@ def measure(rank: int, world: int) -> dict:
                     ("reduce_ms", sum(reducing) * 1e3),
                 ):
                     samples[design].setdefault(name, []).append(value)
-    export.reduce_with_spread = reduce.reduce_with_spread
+    export.reduce_and_vote = reduce.reduce_and_vote
     return {
         design: {
             "bytes": max(by["bytes"]),
@@ -127,7 +131,7 @@ def per_element_costs() -> dict[str, float]:
     states.update(moe.collect().states)
     n = sum(len(layout.ops) for layout, _ in states.values())
     ops = [op for key in sorted(states) for op in states[key][0].ops]
-    keys = keyset.agree(Comm(None), {key: layout for key, (layout, _) in states.items()})
+    keys, _ = keyset.agree(Comm(None), {key: layout for key, (layout, _) in states.items()})
     parts = [torch.randn(n, dtype=torch.float64) for _ in range(64)]
 
     def best(fn, repeat: int = 30) -> float:

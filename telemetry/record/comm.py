@@ -16,7 +16,8 @@ _collectives_issued = 0
 
 
 def collectives_issued() -> int:
-    """How many collectives this process has issued for reductions (for benchmarks)."""
+    """How many collectives this process has issued for reductions and the samples'
+    gather (for benchmarks)."""
     return _collectives_issued
 
 
@@ -58,6 +59,16 @@ class Comm:
             return [obj]
         out: list[object] = [None] * self.world
         dist.all_gather_object(out, obj, group=self.group)
+        _count(2)
+        return out
+
+    def gather_object_to_first(self, obj: object) -> list[object] | None:
+        """Every rank's ``obj``, by rank, on the group's first rank only; ``None`` on the
+        others (two collectives inside ``torch.distributed``: the sizes, then the bytes)."""
+        if self.world == 1:
+            return [obj]
+        out: list[object] | None = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=dist.get_global_rank(self.group, 0), group=self.group)
         _count(2)
         return out
 

@@ -20,11 +20,11 @@ from telemetry.model.snapshot import Point
 from telemetry.record import rank_spread, typed_keys
 from telemetry.record.layout import State
 from telemetry.record.points import tracker_points
-from telemetry.record.reduce import reduce_with_spread
+from telemetry.record.reduce import reduce_and_vote
 from telemetry.record.source import TRACKER_ID, StateSource
 from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
-from telemetry.samples.gather import gather_to_first
+from telemetry.samples.gather import gather_to_first, wants_gather
 
 __all__ = [
     "RegisteredSource",
@@ -117,7 +117,8 @@ def export_sources(
             AReaL's ``export_all(reduce_group=None)``.
         reset: False puts the states back after reading (trackers keep accumulating); True
             also moves the samples every rank of ``reduce_group`` kept to its first rank
-            (:mod:`telemetry.samples.gather`), which commits them.
+            (:mod:`telemetry.samples.gather`), which commits them, when a rank other than
+            the first holds some (decided in the reduction's key-set check).
         key_sync_group: the group that keys recorded with a per-key ``reduce_group`` are
             reduced over (every rank of it joins that reduction); without it, each such
             key is reduced over its own group. One more coalesced reduction per group.
@@ -132,16 +133,20 @@ def export_sources(
         merged.update((f"{tag}|{name}", state) for name, state in states.items())
     reduced: dict = {}
     spreads: dict = {}
+    vote = reset and wants_gather(reduce_group, default_buffer())
+    gather = False
     for group, states in _reductions(merged, key_groups, reduce_group, key_sync_group):
-        try:
-            done, spread = reduce_with_spread(
+        try:  # the first reduction is over reduce_group: it carries the samples' vote
+            done, spread, voted = reduce_and_vote(
                 states,
                 group,
                 lambda tagged: rank_spread.tracked(tagged.partition("|")[2]),
                 series=lambda tagged: rank_spread.series(tagged.partition("|")[2]),
+                vote=vote,
             )
         except KeyMismatchError as exc:  # name user keys, not internal source tags
             raise KeyMismatchError(_TAG.sub("'", str(exc))) from None
+        gather, vote = gather or voted, False
         reduced.update(done)
         spreads.update(spread)
     by_tag: dict[str, dict] = {tag: {} for tag in tags}
@@ -159,7 +164,7 @@ def export_sources(
         name, layout = tagged.partition("|")[2], reduced[tagged][0]
         points.extend(rank_spread.spread_points(name, by_quantity, layout))
     typed_keys.remember(points)
-    if reset:
+    if gather:
         gather_to_first(reduce_group, default_buffer())
     return Stats(points)
 

@@ -1,9 +1,11 @@
 """Agreeing on the keys of one reduction: an O(1) check, and a cache of agreed unions.
 
-Every rank proposes a key set and sends ``[proposal, -proposal, own, -own]`` (digests of
-key specs, 63 bits) in one int64 MIN all-reduce of 32 bytes, whatever the world size. The
-minimum of ``x`` equals minus the minimum of ``-x`` only when every rank sent the same
-``x``, so:
+Every rank proposes a key set and sends ``[proposal, -proposal, own, -own, -vote]``
+(digests of key specs, 63 bits, and a yes/no vote as 1/0) in one int64 MIN all-reduce of 40
+bytes, whatever the world size. The minimum of ``-vote`` is -1 when any rank voted yes (the
+export's "does a rank other than the first hold rollout samples": the samples are gathered
+only then). The minimum of ``x`` equals minus the minimum of ``-x`` only when every rank sent
+the same ``x``, so:
 
 * every rank holds the same keys (own digests agree): reduce those;
 * the proposals agree: every rank proposed the same cached union, which covers its own
@@ -72,30 +74,35 @@ class KeySet:
         )
 
 
-def agree(comm: Comm, layouts: Mapping[str, StateLayout]) -> KeySet:
-    """The key set every rank of ``comm`` reduces over (see the module docstring).
+def agree(
+    comm: Comm, layouts: Mapping[str, StateLayout], vote: bool = False
+) -> tuple[KeySet, bool]:
+    """The key set every rank of ``comm`` reduces over (see the module docstring), and
+    whether any rank passed ``vote=True`` (the same answer on every rank).
 
     Raises:
         KeyMismatchError: a key has different layouts on different ranks (on every rank).
     """
     own = KeySet.of(layouts)
     if comm.world == 1:
-        return own
+        return own, vote
     with _lock:
         cache = list(_unions.get(comm.key, ()))
     proposal = next((union for union in cache if union.covers(layouts)), own)
     header = torch.tensor(
-        [proposal.digest, -proposal.digest, own.digest, -own.digest], dtype=torch.int64
+        [proposal.digest, -proposal.digest, own.digest, -own.digest, -int(vote)],
+        dtype=torch.int64,
     )
     low = comm.all_reduce(header.to(comm.device), dist.ReduceOp.MIN).tolist()
+    voted = low[4] < 0
     if low[2] == -low[3]:
-        return own
+        return own, voted
     if low[0] == -low[1]:
         _remember(comm.key, proposal)
-        return KeySet(proposal.keys, proposal.layouts, proposal.digest, held_by_all=False)
+        return KeySet(proposal.keys, proposal.layouts, proposal.digest, held_by_all=False), voted
     union = KeySet.of(_union(comm.all_gather_object(dict(layouts))), held_by_all=False)
     _remember(comm.key, union)
-    return union
+    return union, voted
 
 
 def _remember(group_key: int, union: KeySet) -> None:

@@ -9,8 +9,9 @@ one state.
 Collectives per call, whatever the number of keys:
 
 * world size 1 or ``group=None`` (rank-local, as in AReaL): none;
-* ranks agree on the key set (the usual case): the 32-byte agreement check
-  (:mod:`telemetry.record.keyset`), one SUM all-reduce of every summed element and one
+* ranks agree on the key set (the usual case): the 40-byte agreement check
+  (:mod:`telemetry.record.keyset`, which also carries one yes/no vote:
+  :func:`reduce_and_vote`), one SUM all-reduce of every summed element and one
   MIN all-reduce of every minimum and negated maximum (sent as order-preserving int64,
   :mod:`telemetry.record.ordered`, so NaN propagates); one more small MIN all-reduce when
   a tracked straggler quantity spans more ranks than the view's slots
@@ -23,7 +24,7 @@ Collectives per call, whatever the number of keys:
 Each rank receives the reduced vector (``n`` float64 for ``n`` elements), not every rank's
 payload, so the bytes per rank do not grow with the world size, and an all-reduce hands
 every rank the same bits. On NCCL the payload, the reduction and the straggler values stay
-on the group's device; the host reads the 32-byte check and then the reduced vector in one
+on the group's device; the host reads the 40-byte check and then the reduced vector in one
 copy.
 """
 
@@ -47,6 +48,7 @@ from telemetry.record.stragglers import RankSpread, Stragglers, quantities
 __all__ = [
     "RankSpread",
     "collectives_issued",
+    "reduce_and_vote",
     "reduce_states",
     "reduce_with_spread",
 ]
@@ -105,7 +107,22 @@ def reduce_with_spread(
     *,
     series: Callable[[str], bool] = lambda key: False,
 ) -> tuple[Reduced, Spreads]:
-    """Reduce every state across ``group``, with the straggler view of chosen keys.
+    """Reduce every state across ``group``, with the straggler view of chosen keys
+    (:func:`reduce_and_vote` without a vote)."""
+    reduced, spreads, _ = reduce_and_vote(states, group, spread, series=series)
+    return reduced, spreads
+
+
+def reduce_and_vote(
+    states: Mapping[str, State],
+    group: dist.ProcessGroup | None = None,
+    spread: Callable[[str], bool] = lambda key: False,
+    *,
+    series: Callable[[str], bool] = lambda key: False,
+    vote: bool = False,
+) -> tuple[Reduced, Spreads, bool]:
+    """Reduce every state across ``group``, with the straggler view of chosen keys, and
+    learn whether any rank voted yes (carried in the key-set check, no collective more).
 
     Keys recorded on only some ranks are reduced over the ranks that have them (the
     others contribute the identity). ``group=None`` is rank-local, as AReaL's
@@ -116,7 +133,9 @@ def reduce_with_spread(
     value is gathered to the group's first rank.
 
     Returns:
-        ``key -> (layout, float64 array)`` and ``key -> {suffix: RankSpread}``.
+        ``key -> (layout, float64 array)``, ``key -> {suffix: RankSpread}``, and whether
+        any rank of ``group`` passed ``vote=True`` (the same on every rank; this rank's
+        own ``vote`` when rank-local).
 
     Raises:
         KeyMismatchError: a key has different layouts on different ranks (on every rank).
@@ -128,9 +147,9 @@ def reduce_with_spread(
                 f"has {len(layout.ops)}"
             )
     comm = Comm(group)
-    keys = keyset.agree(comm, {key: layout for key, (layout, _) in states.items()})
+    keys, voted = keyset.agree(comm, {k: layout for k, (layout, _) in states.items()}, vote)
     if not keys.keys:
-        return {}, {}
+        return {}, {}, voted
     plan = _plan(keys)
     flat = _flat_payload(keys, states, comm.device)
     qs = quantities(keys.keys, keys.layouts, plan.offsets, plan.n, spread, series)
@@ -163,10 +182,10 @@ def reduce_with_spread(
         if key in kept
     }
     if view is None:
-        return out, {}
+        return out, {}, voted
     present, rest = _take(rest, len(qs))
     minima, local = rest[: len(rest) - len(qs)], rest[len(rest) - len(qs) :]
-    return out, view.finish(present, minima, local, kept.__contains__)
+    return out, view.finish(present, minima, local, kept.__contains__), voted
 
 
 def _take(array: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

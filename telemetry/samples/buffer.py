@@ -138,6 +138,12 @@ class SampleBuffer:
                 held = self._absorbed.get(stream)
                 self._absorbed[stream] = self._merge(group if held is None else [held, *group])
 
+    def pending(self) -> bool:
+        """Whether the next :meth:`drain` returns anything (a stream was offered a sample or
+        absorbed one since the last drain)."""
+        with self._lock:
+            return bool(self._windows or self._absorbed)
+
     def drain(self) -> tuple[Drained, ...]:
         """Every stream's kept samples and counts since the last drain; starts a new step."""
         with self._lock:

@@ -3,6 +3,7 @@ real OTLP/gRPC receiver: order, retries, spool, drops, close, fork."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -20,6 +21,7 @@ from exporters.otlp.transport import OtlpSender
 from exporters.queued import QueuedSink
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 from telemetry.otlp.encode import Batch
+from tests.exporters.otlp.test_outage import wait_until
 from tests.telemetry.otlp_receiver import Receiver, metrics_of, point_count, step_of
 
 FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 2.0}
@@ -279,6 +281,11 @@ def test_forked_child_neither_deadlocks_nor_sends(receiver):
     assert got[0] == 0 and got[-1] == 1 and got[1:-1] == sorted(got[1:-1])
 
 
+def _spooled_and_retried(transport: Otlp, points: int) -> bool:
+    health = transport.health()
+    return health["spool_points"] >= points and health["retries"] >= 3
+
+
 def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_path, caplog):
     from collector.config import from_dict
     from collector.pipeline import Pipeline
@@ -308,25 +315,25 @@ def test_wrong_token_keeps_data_in_the_spool_and_a_fixed_token_replays_it(tmp_pa
         **FAST,
     )
     try:
-        for step in range(30):
+        for step in range(30):  # each with room in the queue: the worker spills at half full
+            wait_until(lambda: transport.queued.depth() < 8, 60)
             assert transport.submit(batch(step))
-            time.sleep(0.005)
-        deadline = time.monotonic() + 5
-        while transport.health()["spool_points"] < 20 * WIRE and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # Half a queue spills at once, and once failures last spill_after_s (2 s) whatever
+        # waits in memory does: every request reaches the spool, its oldest retried.
+        wait_until(lambda: _spooled_and_retried(transport, 30 * WIRE), 60)
         health = transport.health()
-        assert health["spool_points"] >= 20 * WIRE and health["points_dropped"] == 0
-        assert health["points_failed"] == 0 and health["retries"] >= 3
+        assert health["spool_points"] == 30 * WIRE
+        assert health["points_dropped"] == 0 and health["points_failed"] == 0
         errors = [r for r in caplog.records if "refused our credentials" in r.getMessage()]
-        assert len(errors) == 1 and errors[0].levelno == logging.ERROR  # one per minute
+        assert errors and all(r.levelno == logging.ERROR for r in errors)
+        apart = [b.created - a.created for a, b in itertools.pairwise(errors)]
+        assert all(gap >= 59.9 for gap in apart), apart  # at most one a minute
         assert "UNAUTHENTICATED" in errors[0].getMessage() and "old-token" not in caplog.text
         assert sinks[0].snapshots == []
         server.stop(5)
         server = collector("old-token")  # the operator puts the right token back
-        deadline = time.monotonic() + 10
-        while transport.health()["points_exported"] < 30 * WIRE and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert transport.close(5.0)
+        wait_until(lambda: transport.health()["points_exported"] >= 30 * WIRE, 60)
+        assert transport.close(30.0)
         assert server.pipeline.force_flush(5)
     finally:
         transport.close(1.0)

@@ -1,4 +1,4 @@
-"""Run a function on N gloo ranks in spawned processes, with a hard timeout."""
+"""Run a function on N gloo (or NCCL) ranks in spawned processes, with a hard timeout."""
 
 from __future__ import annotations
 
@@ -20,13 +20,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, queue) -> None:
+def _entry(
+    rank: int, world: int, port: int, fn: Callable, args: tuple, queue, backend: str
+) -> None:
+    import torch
     import torch.distributed as dist
 
     os.environ["OMP_NUM_THREADS"] = "1"
     try:
+        if backend == "nccl":  # one GPU per rank
+            torch.cuda.set_device(rank % torch.cuda.device_count())
         dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+            backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
         )
         try:
             result = fn(rank, world, *args)
@@ -37,8 +42,11 @@ def _entry(rank: int, world: int, port: int, fn: Callable, args: tuple, queue) -
         queue.put((rank, "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
 
 
-def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 60.0) -> list:
-    """Call ``fn(rank, world, *args)`` on ``world`` gloo ranks; return results by rank.
+def run_ranks(
+    fn: Callable[..., Any], world: int, *args: Any, timeout: float = 60.0, backend: str = "gloo"
+) -> list:
+    """Call ``fn(rank, world, *args)`` on ``world`` ranks of ``backend`` (gloo, or nccl with
+    one GPU per rank); return results by rank.
 
     ``fn`` must be a module-level function (it is pickled). A rank that raises makes this
     raise ``AssertionError`` with every rank's traceback; a hang is killed after ``timeout``.
@@ -47,7 +55,7 @@ def run_ranks(fn: Callable[..., Any], world: int, *args: Any, timeout: float = 6
     queue = ctx.Queue()
     port = free_port()
     procs = [
-        ctx.Process(target=_entry, args=(r, world, port, fn, args, queue), daemon=True)
+        ctx.Process(target=_entry, args=(r, world, port, fn, args, queue, backend), daemon=True)
         for r in range(world)
     ]
     for proc in procs:

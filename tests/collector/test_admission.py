@@ -87,7 +87,7 @@ def call(channel: grpc.Channel, data: bytes, timeout: float = 5.0):
     return grpc.StatusCode.OK, {}
 
 
-def run_clients(n: int, work) -> list:
+def run_clients(n: int, work, timeout_s: float = 60.0) -> list:
     """Run ``work(i)`` on ``n`` threads; every thread's result or exception, in order."""
     results: list = [None] * n
 
@@ -100,8 +100,9 @@ def run_clients(n: int, work) -> list:
     threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + timeout_s
     for thread in threads:
-        thread.join(60)
+        thread.join(max(0.0, deadline - time.monotonic()))
     assert not any(t.is_alive() for t in threads)
     for result in results:
         if isinstance(result, BaseException):
@@ -144,40 +145,68 @@ def test_sustained_overload_every_ok_reaches_the_sink_every_refusal_is_retryable
     assert stats.pending_bytes == 0  # every charge released
 
 
+class Gated(InMemorySink):
+    """Exports nothing until ``open`` is set: a sink that stalls while senders push on."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = threading.Event()
+
+    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+        self.open.wait(120)
+        return super().export(snapshot, timeout_s)
+
+
+def until(condition, timeout_s: float) -> None:
+    """Wait for ``condition``; fail when it does not hold within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
 def test_otlp_sink_with_spool_loses_nothing_through_an_overloaded_collector(tmp_path):
-    slow = SlowSink(0.01)
-    server = serve([slow], {"queue_size": 2, "retry_after_s": 0.05})  # senders honour it
+    """The collector's sink stalls until the collector has refused requests (its queue of 2
+    full: a certainty, not a race of rates), then drains; every sender's spool replays."""
+    gated = Gated()
+    server = serve([gated], {"queue_size": 2, "retry_after_s": 0.05})  # senders honour it
     fast = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 5.0}
+    total = 60 * (2 + HEALTH_POINTS)
+
+    def refused() -> int:
+        return sum(server.pipeline.stats().refused.values())
 
     def sender(i: int):
         spool = Spool(tmp_path / f"spool{i}", limit_bytes=10**8)
         sink = OtlpSink(server.endpoint, spool=spool, queue_size=16, **fast)
         queued = QueuedSink.of(sink)
-        for step in range(60):
+        for step in range(60):  # each with room in the queue: it spills at half full
             points = (Gauge(f"id/{i}-{step}", 1.0), Counter("tokens", float(step + 1)))
             snapshot = Snapshot(points, Step(0, step, step), (("rltel.rank", i),), step + 1)
+            until(lambda: queued.depth() < 16, 60)
             assert queued.submit(snapshot)
-            time.sleep(0.002)  # a trainer's step; the queue spools what waits
-        deadline = time.monotonic() + 30.0  # the spool replays while the collector refuses
-        total = 60 * (2 + HEALTH_POINTS)
-        while sink.health()["points_exported"] < total and time.monotonic() < deadline:
-            time.sleep(0.05)
-        queued.shutdown(5.0)
+        until(lambda: refused() > 0, 60)
+        gated.open.set()  # the spool replays through the collector's pushback
+        until(lambda: sink.health()["points_exported"] >= total, 120)
+        queued.shutdown(30.0)
         health = sink.health()
         delivered = health["points_exported"] == total and health["spool_points"] == 0
         return delivered, health
 
     try:
-        results = run_clients(4, sender)
-        assert server.pipeline.force_flush(10)
+        results = run_clients(4, sender, timeout_s=300)
+        assert server.pipeline.force_flush(30)
         stats = server.pipeline.stats()
     finally:
+        gated.open.set()
         server.stop(10)
     for delivered, health in results:
         assert delivered, str(health)
         assert health["points_dropped"] == 0 and health["points_failed"] == 0
     assert sum(stats.refused.values()) > 0, "the collector must have refused some requests"
-    assert sorted(ids(slow)) == sorted(f"{i}-{s}" for i in range(4) for s in range(60))
+    assert sorted(ids(gated)) == sorted(f"{i}-{s}" for i in range(4) for s in range(60))
 
 
 def test_a_failing_sink_does_not_make_the_collector_refuse():

@@ -4,7 +4,7 @@
 # pyproject.toml packages, so a new top-level package cannot be left out) and reads the
 # collector's requirements from the installed wheel's metadata (`python -m
 # collector.requirements`: every dependency but torch and tqdm, which only the training side
-# imports, plus the W&B, SwanLab and TensorBoard extras). The second installs those, then
+# imports, plus the W&B, SwanLab, TensorBoard and Trackio extras). The second installs those, then
 # the wheel with --no-deps; no source tree is left in it, and the check runs from outside one.
 FROM python:3.11.11-slim-bookworm AS wheel
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -29,7 +29,7 @@ RUN pip install --quiet --no-deps /tmp/wheels/rltel-*.whl && rm -rf /tmp/wheels
 USER rltel
 WORKDIR /var/lib/rltel
 RUN rltel collector --help >/dev/null \
-    && python -c "import collector.server, dashboards.webhook, wandb, swanlab, tensorboard"
+    && HF_HUB_OFFLINE=1 python -c "import collector.server, dashboards.webhook, wandb, swanlab, tensorboard, trackio"
 EXPOSE 4317 9464
 ENTRYPOINT ["rltel"]
 CMD ["collector", "--config", "/etc/rltel/collector.yaml"]

@@ -13,8 +13,9 @@ import re
 from importlib import metadata
 
 DISTRIBUTION = "rltel"
-BRIDGES = ("wandb", "swanlab", "tensorboard")
-"""The experiment-tracker bridges the collector runs (extras of rltel)."""
+BRIDGES = ("wandb", "swanlab", "tensorboard", "trackio")
+"""The experiment-tracker bridges the collector runs (extras of rltel): W&B, SwanLab,
+TensorBoard and Trackio."""
 TRAINING_ONLY = frozenset({"torch", "tqdm"})
 """Dependencies the collector never imports: torch (recording, reduction) and tqdm (the
 demo's progress bar)."""

@@ -208,11 +208,11 @@ def test_image_requirements_are_the_installed_metadata_without_torch_plus_the_br
     bridges = [
         r.split(";")[0].strip()
         for r in declared
-        if re.search(r'extra == "(wandb|swanlab|tensorboard)"', r)
+        if re.search(r'extra == "(wandb|swanlab|tensorboard|trackio)"', r)
     ]
     names = [re.split(r"[<>=!~\[]", r)[0] for r in requirements]
     assert requirements == [r for r in core if not r.startswith(("torch", "tqdm"))] + bridges
-    assert {"wandb", "swanlab", "tensorboard", "grpcio", "prometheus-client"} <= set(names)
+    assert {"wandb", "swanlab", "tensorboard", "trackio", "grpcio"} <= set(names)
     assert "torch" not in names and "tqdm" not in names
     assert len(names) == len(set(names))
 

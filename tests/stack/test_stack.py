@@ -31,6 +31,7 @@ from rltel.logger import StatsLogger
 from telemetry import stats_tracker
 from telemetry.metrics import record_train_infer
 from tests.stack.compose import ROOT, compose, containers, docker, volume_path, wait_for
+from tests.trackio_log import series, trackio_run
 from tests.wandb_log import inspect_wandb
 
 pytestmark = pytest.mark.timeout(900)
@@ -208,6 +209,8 @@ def test_the_critical_kl_alert_reaches_the_webhook(stack):
 
 
 def test_stop_ends_every_service_at_once_with_every_step_in_every_bridge(stack):
+    """TensorBoard, SwanLab, Trackio and W&B (offline) in the collector's volume, each read
+    back with its own reader: each step of the known run once, at its committed values."""
     started = time.monotonic()
     compose("stop")
     took = time.monotonic() - started
@@ -222,6 +225,10 @@ def test_stop_ends_every_service_at_once_with_every_step_in_every_bridge(stack):
         want = [(step, pytest.approx(known_values(step)[key], rel=1e-6)) for step in steps]
         assert tensorboard_steps(path / "tensorboard", key) == want, key
         assert swanlab_steps(path, key) == want, key
+    logged = series(trackio_run(path / "trackio", *KNOWN)["rows"])
+    for key in (LOSS, GRAD_NORM):  # Trackio's project is the experiment, its run the trial
+        want = {step: [pytest.approx(known_values(step)[key], rel=1e-6)] for step in steps}
+        assert logged[key] == want, key
     rows = [row for row in wandb_rows(path) if LOSS in row]
     assert [int(row["_step"]) for row in rows] == list(steps)  # W&B's step is global_step
     assert [row[LOSS] for row in rows] == [

@@ -40,8 +40,10 @@ class Held:
                 self.axes[key] = max(self.axes.get(key, value), value)
         step = row.get(TRAIN_AXIS)
         if isinstance(step, int | float):
+            # every key but the train axis itself: a key named ``<x>/step`` (``rltel/step``,
+            # a user's ``ledger/step``, another stream's axis logged in the row) is held too
             for key in row:
-                if not key.startswith("_") and not _is_axis(key):
+                if not key.startswith("_") and key != TRAIN_AXIS:
                     self.train_keys[key] = max(self.train_keys.get(key, int(step)), int(step))
 
 

@@ -1,0 +1,67 @@
+"""A W&B offline run resumed by a second sink (a restarted collector) that replays steps the
+first part already holds: every step once over the run's parts, ``_step`` = ``global_step``,
+read back with W&B's own reader."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections import Counter
+
+import pytest
+
+from tests.wandb_log import inspect_wandb
+
+pytest.importorskip("wandb")
+
+from exporters.base import ExportResult
+from exporters.wandb import WandbSink
+from telemetry.model.names import STEP_METRIC
+from telemetry.model.snapshot import Gauge, Snapshot, Step
+
+from .test_wandb import make_config
+
+
+def step_snapshot(step: int) -> Snapshot:
+    """A train snapshot at ``step`` with a plain key, the ``rltel/step`` gauge a trainer
+    export carries and a user key whose name ends in ``/step``."""
+    points = (
+        Gauge("train/loss", step * 10.0),
+        Gauge(STEP_METRIC, float(step)),
+        Gauge("ledger/step", float(step)),
+    )
+    return Snapshot(points, step=Step(0, step, step), stream="train")
+
+
+def rows_of_run(run_dir_root: str) -> list[dict]:
+    """The history rows of every offline part under ``run_dir_root/wandb``, in part order."""
+    parts = sorted(glob.glob(os.path.join(run_dir_root, "wandb", "offline-run-*", "*.wandb")))
+    return [
+        record["history"]["item"]
+        for part in parts
+        for record in inspect_wandb(part)
+        if record["type"] == "history"
+    ]
+
+
+def test_resumed_run_skips_held_steps_including_keys_named_step(tmp_path):
+    config = make_config(tmp_path)
+    first = WandbSink(config)
+    for step in range(1, 6):
+        assert first.export(step_snapshot(step)) is ExportResult.SUCCESS
+    first.shutdown()
+
+    second = WandbSink(config)  # the restarted collector resumes the run by its id
+    second.skip_held_steps()
+    for step in range(3, 9):  # 3..5 are a replay of what the first part holds
+        assert second.export(step_snapshot(step)) is ExportResult.SUCCESS
+    second.shutdown()
+
+    rows = rows_of_run(str(config.run_dir))
+    assert Counter(int(row["_step"]) for row in rows) == Counter(range(1, 9))
+    assert all(row["_step"] == row["global_step"] for row in rows), rows
+    for key in ("train/loss", STEP_METRIC, "ledger/step"):
+        steps = Counter(int(row["_step"]) for row in rows if key in row)
+        assert steps == Counter(range(1, 9)), (key, steps)
+    values = {int(row["_step"]): row["train/loss"] for row in rows}
+    assert values == {step: step * 10.0 for step in range(1, 9)}

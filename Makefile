@@ -68,8 +68,8 @@ bench: venv
 	$(PY) bench/record_bench.py
 
 # rltel's CUDA, NCCL and NVML paths in one command (scripts/gpu-check, bench/gpu_check): one
-# line per check, then "N passed, N failed, N skipped"; under 6 minutes on one GPU. Without
-# CUDA the checks with a CPU meaning run on the CPU (about 50 s on 2 cores).
+# line per check, then "N passed, N failed, N skipped"; sized for 6 minutes on one GPU (not
+# yet run on one). Without CUDA the checks with a CPU meaning run on the CPU (30-50 s here).
 gpu-check: venv
 	bash scripts/gpu-check
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from bench.gpu_check import benchmarks_md
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = (1, 3, 4, 5, 6, 7, 8)
 CPU_MEANING = {3, 4, 8}  # the checks that run and pass on a CPU
@@ -41,3 +43,11 @@ def test_gpu_check_reports_one_line_per_check_and_a_summary(tmp_path):
     assert report["cuda"] is cuda and report["commit"]
     runs = next(c for c in report["checks"] if c["name"].startswith("4 "))["figures"]["runs"]
     assert all(run["collectives_per_export"] == 3 for run in runs if run["world"] == 2)
+
+
+def test_the_benchmarks_section_is_written_from_the_result_files():
+    doc = benchmarks_md.DOC.read_text()
+    assert benchmarks_md.rendered(doc) == doc, "run python -m bench.gpu_check.benchmarks_md"
+    gpu = (benchmarks_md.RESULTS / "gpu.json").exists()
+    assert ("**GPU: not measured.**" in doc) is not gpu
+    assert "**CPU (no CUDA" in doc  # the CPU run's figures, labelled CPU

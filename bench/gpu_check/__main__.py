@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -43,11 +44,20 @@ def context() -> Context:
     return Context("cpu", False, 0)
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``) and the cores this process may use."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    model = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")),
+                 platform.machine())  # fmt: skip
+    return f"{model}, {len(os.sched_getaffinity(0))} cores"
+
+
 def machine(ctx: Context) -> dict:
     """What the JSON says the figures were measured on."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
-    name = torch.cuda.get_device_name() if ctx.cuda else platform.processor() or "cpu"
+    name = torch.cuda.get_device_name() if ctx.cuda else cpu_name()
     return {"device": ctx.device, "device_name": name, "cuda": ctx.cuda, "gpus": ctx.gpus,
             "torch": torch.__version__, "commit": commit,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}  # fmt: skip

@@ -75,7 +75,7 @@ def _bits(stats: dict[str, float]) -> dict[str, bytes]:
 
 def _run(backend: str, world: int, device: str) -> dict:
     """One setup: every rank's exports checked; its figures."""
-    results = run_ranks(_rank, world, device, timeout=180, backend=backend)
+    results = run_ranks(_rank, world, device, timeout=120, backend=backend)
     for export in range(EXPORTS):
         first = results[0][export]
         for rank, result in enumerate(results[1:], 1):

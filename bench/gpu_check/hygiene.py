@@ -84,7 +84,7 @@ print("RESULT " + json.dumps(out))
 def user_state(ctx: Context) -> tuple[str, dict]:
     """Check 8 (the global settings part also on the CPU)."""
     done = subprocess.run(
-        [sys.executable, "-c", SNIPPET], cwd=ROOT, capture_output=True, text=True, timeout=240
+        [sys.executable, "-c", SNIPPET], cwd=ROOT, capture_output=True, text=True, timeout=150
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, f"exit {done.returncode}: {done.stderr[-2000:]}"
@@ -99,9 +99,13 @@ def user_state(ctx: Context) -> tuple[str, dict]:
     assert not out["cuda_initialised"], "CUDA was initialised before the user's first call"
     detail = f"{len(out['before'])} global settings unchanged, CUDA not initialised"
     if ctx.cuda:
-        assert out["contexts"] == [out["device"]], f"contexts on devices {out['contexts']}"
         assert out["same_stream"], "the current stream changed"
-        detail += f"; one context, on device {out['device']}; current stream unchanged"
+        detail += "; current stream unchanged"
+        if out["contexts"]:
+            assert out["contexts"] == [out["device"]], f"contexts on devices {out['contexts']}"
+            detail += f"; one context, on device {out['device']}"
+        else:  # a PID namespace: NVML lists the host's pids, not this one
+            detail += "; contexts not placed (NVML does not list this pid)"
     else:
         detail += " (no CUDA: the context and stream parts skipped)"
     return detail, {"settings": out["before"], "cuda_initialised": out["cuda_initialised"]}

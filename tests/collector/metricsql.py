@@ -11,7 +11,11 @@ Measured with Debian bookworm's ``victoria-metrics`` 1.79.5 and ``prometheus`` 2
 - ``rate``: ``rate()`` and ``increase()`` extrapolate nothing. ``increase(m[w])`` at ``t``
   is the last sample in ``(t - w, t]`` minus the last one at or before ``t - w``; ``rate``
   divides that by the two samples' time distance. :func:`vm_form` writes the same in
-  PromQL, so Prometheus computes VictoriaMetrics' answer on the same samples.
+  PromQL, so Prometheus computes VictoriaMetrics' answer on the same samples. A ``rate``
+  window shorter than ``k`` of the series' sample intervals is widened to that (``k`` 5 for
+  intervals up to 2 s, 3 to 4 s, 2 to 8 s, 1.5 to 16 s, 1.25 to 32 s, else 1.125:
+  ``MayAdjustWindow`` in VictoriaMetrics' ``rollup.go``), which :func:`vm_form` does not
+  write: the test's windows are longer.
 - Values are stored with 12 to 15 significant decimal digits (Prometheus: float64), so
   answers agree to a relative 1e-9, not bit for bit, and ``time() - x`` of a gauge ``x``
   holding a Unix time to a few microseconds.
@@ -59,17 +63,21 @@ def duration_ms(text: str) -> int:
 
 def vm_form(expr: str) -> str:
     """``expr`` with every ``rate(s[w] offset o)`` and ``increase(...)`` written as
-    VictoriaMetrics computes it, in PromQL (``s offset o - s offset o+w`` and, for a rate,
-    divided by the two samples' timestamps' distance)."""
+    VictoriaMetrics computes it, in PromQL: ``s offset o - s offset o+w`` (for a series
+    with no sample before the window, its value: counted from 0) and, for a rate, divided by
+    the two samples' timestamps' distance; nothing for a series with no sample in the
+    window."""
 
     def rewrite(match: re.Match) -> str:
         offset = duration_ms(match["offset"]) if match["offset"] else 0
-        now = match["sel"] + (f" offset {offset}ms" if offset else "")
+        shift = f" offset {offset}ms" if offset else ""
+        now = match["sel"] + shift
         before = f"{match['sel']} offset {offset + duration_ms(match['window'])}ms"
+        inside = f"count_over_time({match['sel']}[{match['window']}]{shift})"  # none: no answer
         delta = f"({now} - {before})"
         if match[1] == "increase":
-            return f"({delta} or ({now} * 1))"
-        return f"({delta} / (timestamp({now}) - timestamp({before})))"
+            return f"(({delta} or ({now} * 1)) and {inside})"
+        return f"(({delta} / (timestamp({now}) - timestamp({before}))) and {inside})"
 
     return _RANGE_CALL.sub(rewrite, expr)
 

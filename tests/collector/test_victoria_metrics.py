@@ -48,10 +48,14 @@ STEPS = 30
 STEP_S = 0.5
 NAN_STEPS = 5
 """Node b's last steps send a NaN gradient norm."""
-BUILTINS = {"__rate_interval": "5s", "__interval": "1s"}
+BUILTINS = {"__rate_interval": "8s", "__interval": "1s"}
+"""8 s: over 5 sample intervals of every series (see metricsql: a shorter rate() window
+is widened by VictoriaMetrics)."""
 CHOSEN = {"experiment": [EXPERIMENT], "trial": list(NODES.values()), "layer": ["0"]}
-EVERY_S = 3
-"""Instant queries every 3 s of the run; the range query's step is 1 s."""
+EVERY_S = 2
+FIRST_S = 10
+"""Queries from 10 s into the run (every series has a sample before the rate window), instant
+ones every 2 s, the range query at a 1 s step."""
 
 
 def board_queries() -> dict[str, str]:
@@ -140,6 +144,15 @@ def _flushed(stores: dict[str, str], node: Node) -> bool:
     )
 
 
+def _written_after(stores: dict[str, str], at: float) -> bool:
+    """Each store answers both collectors' ``up`` written after ``at``."""
+    for url in stores.values():
+        result = query(url, "query", query='timestamp(up{job="rltel-collector"}) > ' + str(at))
+        if len(result["result"]) != len(NODES):
+            return False
+    return True
+
+
 def _same_series(stores: dict[str, str], at: float) -> bool:
     prometheus, victoria = _series(stores, at)
     return prometheus == victoria
@@ -182,7 +195,9 @@ def stores(tmp_path_factory) -> Iterator[tuple[dict[str, str], float, float]]:
             node.logger.close(30)
             assert servers.until(lambda n=node: _flushed(stores, n), 60), node.name
         end = math.floor(time.time())
-        # VictoriaMetrics makes a write searchable within about a second, Prometheus at once
+        # VictoriaMetrics makes a write searchable within about a second, Prometheus at once:
+        # once both collectors' later writes are searchable, so is everything up to end
+        assert servers.until(lambda: _written_after(stores, end + 1), 30), "no later write"
         if not servers.until(lambda: _same_series(stores, end), 30):
             prometheus, victoria = _series(stores, end)
             raise AssertionError(f"series differ: {sorted(prometheus ^ victoria)[:5]}")
@@ -196,7 +211,7 @@ def _answers(stores: dict[str, str], expr: str, start: float, end: int):
     answered it with an earlier sample's value while the collectors still wrote the series
     (a range reaching past that time answers the same point right; not understood).
     """
-    first = math.ceil(start) + 6
+    first = math.ceil(start) + FIRST_S
     instants = list(range(first, end + 1, EVERY_S))
     range_params = {"start": first, "end": end, "step": 1}
     for url in stores.values():

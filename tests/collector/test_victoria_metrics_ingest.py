@@ -33,7 +33,7 @@ from tests.distributed import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
-PLAIN = ("-search.latencyOffset=0s", "-search.disableCache", "-retentionPeriod=1d")
+PLAIN = ("-search.latencyOffset=0s", "-retentionPeriod=1d")
 """VictoriaMetrics without the recipe's ``-dedup.minScrapeInterval``, a 1-day retention."""
 EXACT = 0.1234567890123456789
 RESOURCE = (("service.name", "trainer"), ("rltel.experiment", "exp"))

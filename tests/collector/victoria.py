@@ -26,7 +26,7 @@ from tests.distributed import free_port
 DEDUP = "-dedup.minScrapeInterval=1ms"
 """One sample per series and millisecond: a replayed write (same series, same timestamp)
 is stored once, as Prometheus stores it once."""
-FLAGS = (DEDUP, "-search.latencyOffset=0s", "-search.disableCache")
+FLAGS = (DEDUP, "-search.latencyOffset=0s")
 """The recipe's flags besides storage and address. ``-search.latencyOffset=0s``: an
 instant query at "now" reads the newest samples, as Prometheus does (the default, 30s,
 evaluates such a query 30 s in the past)."""

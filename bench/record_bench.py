@@ -57,9 +57,8 @@ def make_step(seq: int = SEQ) -> list[dict]:
 def record_step(stats_tracker, batches: list[dict]) -> None:
     for batch in batches:
         with stats_tracker.scope("ppo_actor"), stats_tracker.scope("update"):
-            stats_tracker.denominator(
-                n_valid_tokens=batch["mask"], n_seqs=torch.ones(BATCH, dtype=torch.bool)
-            )
+            seqs = torch.ones(BATCH, dtype=torch.bool, device=batch["mask"].device)
+            stats_tracker.denominator(n_valid_tokens=batch["mask"], n_seqs=seqs)
             tokens = batch["tokens"]
             for call in range(3):
                 stats_tracker.stat(

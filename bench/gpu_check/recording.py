@@ -130,7 +130,9 @@ def cost(ctx: Context) -> tuple[str, dict]:
     assert np.isfinite(ratio) and ratio > 0, figures
     detail = f"{ratio:.1f}x one memory pass ({record_s * 1e3:.2f} ms vs {pass_s * 1e3:.3f} ms)"
     if not ctx.cuda:
-        assert ratio < 50, f"{ratio:.1f}x on the CPU (record_bench measures 8-10x CPU time)"
+        # a guard against an order of magnitude: other work on this machine's 2 cores moved
+        # the wall-clock ratio between 4x and 35x (record_bench: 8-10x in CPU time)
+        assert ratio < 100, f"{ratio:.1f}x on the CPU"
         return f"{detail}, wall clock, {achieved / 1e9:.1f} GB/s", figures
     name = torch.cuda.get_device_name()
     peak = peak_bandwidth(name)

@@ -324,18 +324,13 @@ class StatsLogger:
             self._send_closed(self._last_step)
         self.fanout.shutdown(timeout_s)
         if self.otlp is not None:
-            health = self.otlp.health()
-            if health["spool_points"] or health["points_dropped"]:
-                from exporters.otlp import spool_root
+            from exporters.otlp import spool_root
+            from exporters.otlp.overflow import close_line
 
-                logger.warning(
-                    "otlp: closed with %d points spooled for the next run, %d dropped; "
-                    "to send the spool now: rltel spool flush %s --endpoint %s",
-                    health["spool_points"],
-                    health["points_dropped"],
-                    spool_root(self.config),
-                    self.config.otlp.endpoint,
-                )
+            root, endpoint = spool_root(self.config), str(self.config.otlp.endpoint)
+            line = close_line(self.otlp.health(), self.otlp.spool, root, endpoint)
+            if line is not None:
+                logger.warning("%s", line)
 
 
 def _start_hardware(config: StatsLoggerConfig) -> Any:

@@ -8,6 +8,7 @@ oldest first, before anything queued later.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from exporters.base import ExportResult, Overflow
@@ -16,7 +17,7 @@ from exporters.otlp.spool import Part, Spool
 from exporters.otlp.transport import OtlpSender
 from telemetry.model.snapshot import Snapshot
 
-__all__ = ["PendingRequests", "SpoolOverflow", "down_hint"]
+__all__ = ["PendingRequests", "SpoolOverflow", "close_line", "down_hint"]
 
 
 class PendingRequests(Protocol):
@@ -70,3 +71,38 @@ def down_hint(endpoint: str, spool: Spool | None) -> str:
         f"spooling to {where} and retrying; if this process ends before it is back, "
         f"send the spool with: rltel spool flush {where} --endpoint {endpoint}"
     )
+
+
+def close_line(
+    health: dict[str, float], spool: Spool | None, spool_root: Path, endpoint: str
+) -> str | None:
+    """The close's one line when something was not delivered, else None: what is left on
+    disk unacknowledged (requests, points, the steps they hold), what was dropped and what
+    the endpoint refused for good, and the command that sends the spool."""
+    dropped, refused = int(health["points_dropped"]), int(health["points_failed"])
+    left = 0 if spool is None else len(spool)
+    if not (left or dropped or refused):
+        return None
+    parts = []
+    if left and spool is not None:
+        steps = spool.steps()
+        held = f"; steps {_ranges(steps)}" if steps else ""
+        parts.append(
+            f"{left} requests ({int(health['spool_points'])} points{held}) not acknowledged, "
+            f"kept in {spool.directory} for the next run"
+        )
+    parts.append(f"{dropped} points dropped (points_dropped)")
+    parts.append(f"{refused} points refused by the endpoint (points_failed)")
+    command = f"; to send the spool now: rltel spool flush {spool_root} --endpoint {endpoint}"
+    return f"otlp: closed with {', '.join(parts)}{command if left else ''}"
+
+
+def _ranges(steps: list[int]) -> str:
+    """``1-3, 7`` for steps 1, 2, 3, 7 (sorted, each once)."""
+    runs: list[list[int]] = []
+    for step in sorted(set(steps)):
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

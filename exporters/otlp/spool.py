@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 from collections import deque
 from pathlib import Path
@@ -33,6 +34,8 @@ Part = Batch | SignalRequest
 logger = logging.getLogger(__name__)
 
 _FORMAT = 1
+_HEAD_BYTES = 65536  # an entry's head: everything before its points (resource, step)
+_STEP = re.compile(r'"step":\[-?\d+,-?\d+,(-?\d+)\]')
 
 
 class Spool:
@@ -178,6 +181,24 @@ class Spool:
                     self.dropped_points += points
                     self.dropped_batches += 1
                 self.pop()
+
+    def steps(self) -> list[int]:
+        """The global steps of the metric batches on disk, oldest first (a batch without a
+        step, and a trace or logs request, names none). Only each entry's head is read:
+        ``batch_to_json`` writes the step before the points."""
+        with self._lock:
+            paths = [path for path, _, _ in self._entries]
+        found = []
+        for path in paths:
+            try:
+                with path.open("rb") as entry:
+                    head = entry.read(_HEAD_BYTES).decode("utf-8", "replace")
+            except OSError:
+                continue
+            match = _STEP.search(head)
+            if match is not None:
+                found.append(int(match.group(1)))
+        return found
 
     def pop(self) -> None:
         """Remove the oldest batch (after it was delivered)."""

@@ -7,7 +7,9 @@ with their own retry disabled: the
 queue in front of the OTLP sink retries (:mod:`exporters.queued`). An answer is an
 :class:`~exporters.base.ExportResult`: SUCCESS, FAILURE (a retryable status, or an
 authentication failure: the data is kept, in the queue and then the spool, until the token
-is right; one error logged per minute) or PERMANENT_FAILURE (dropped and counted). After a
+is right; one error logged per minute) or PERMANENT_FAILURE (dropped and counted). Once
+:meth:`OtlpSender.close` ran, no answer is PERMANENT_FAILURE: a request the closed channel
+did not send, or cancelled in flight, is a FAILURE and stays queued or spooled. After a
 FAILURE, :attr:`OtlpSender.retry_after_s` holds the delay the server
 asked for (gRPC retry pushback, e.g. the collector's RESOURCE_EXHAUSTED), which the queue
 honours. The sender counts what it delivered, what was refused, its retries and its
@@ -173,6 +175,8 @@ class OtlpSender:
             else:
                 ok = self._exporter.export(encode_batch(batch)) is MetricExportResult.SUCCESS
         except Exception as exc:  # encoding or exporter bug: retrying cannot help
+            if self._closed:  # the channel closed under the call: nothing was refused
+                return self._unsent()
             return self._refused(batch, f"cannot send: {exc}")
         if ok:
             latency = time.monotonic() - start
@@ -220,6 +224,15 @@ class OtlpSender:
                 )
             return ExportResult.FAILURE
         return self._refused(batch, f"export rejected ({code.name if code else 'no status'})")
+
+    def _unsent(self) -> ExportResult:
+        """A request that met the closed channel (``close`` ran between the exporter's own
+        check and its call: gRPC raises ``Cannot invoke RPC on closed channel!``): it was
+        not sent, so it stays where it is (queue, spool) and counts as a retry."""
+        self._bump("retries", 1)
+        self.retry_after_s = None
+        self.last_failure = "closed"
+        return ExportResult.FAILURE
 
     def _refused(self, batch: Batch | SignalRequest, why: str) -> ExportResult:
         """Count a request dropped for good; log the first of a run of them."""

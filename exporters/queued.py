@@ -88,6 +88,8 @@ class QueuedSink:
         self._forked = False
         if self.hooks is not None:
             self.hooks.attach(self.depth)
+        if self.overflow is not None and len(self.overflow):
+            self._ensure_worker()  # an earlier process's entries go now, not at a first submit
 
     @classmethod
     def of(

@@ -46,6 +46,22 @@ def create(config: StatsLoggerConfig, context: BuildContext) -> Sink:
             "otlp: no spool at %s (%s); outages beyond the queue lose data", directory, exc
         )
         spool = None
+    if spool is not None and len(spool):
+        from exporters.otlp.overflow import ranges
+
+        steps = spool.steps()
+        held = f"; steps {ranges(steps)}" if steps else ""
+        logger.warning(
+            "otlp: %d requests (%d points%s) that an earlier process left in %s are sent "
+            "first; if this process ends before they are, send them with: "
+            "rltel spool flush %s --endpoint %s",
+            len(spool),
+            spool.points,
+            held,
+            spool.directory,
+            spool.directory,
+            otlp.endpoint,
+        )
     return OtlpSink(
         otlp.endpoint,
         insecure=otlp.insecure,

@@ -17,7 +17,7 @@ from exporters.otlp.spool import Part, Spool
 from exporters.otlp.transport import OtlpSender
 from telemetry.model.snapshot import Snapshot
 
-__all__ = ["PendingRequests", "SpoolOverflow", "close_line", "down_hint"]
+__all__ = ["PendingRequests", "SpoolOverflow", "close_line", "down_hint", "ranges"]
 
 
 class PendingRequests(Protocol):
@@ -86,7 +86,7 @@ def close_line(
     parts = []
     if left and spool is not None:
         steps = spool.steps()
-        held = f"; steps {_ranges(steps)}" if steps else ""
+        held = f"; steps {ranges(steps)}" if steps else ""
         parts.append(
             f"{left} requests ({int(health['spool_points'])} points{held}) not acknowledged, "
             f"kept in {spool.directory} for the next run"
@@ -97,7 +97,7 @@ def close_line(
     return f"otlp: closed with {', '.join(parts)}{command if left else ''}"
 
 
-def _ranges(steps: list[int]) -> str:
+def ranges(steps: list[int]) -> str:
     """``1-3, 7`` for steps 1, 2, 3, 7 (sorted, each once)."""
     runs: list[list[int]] = []
     for step in sorted(set(steps)):

@@ -19,8 +19,9 @@ whenever the queue fills past half), the snapshot in hand and everything queued 
 in order, and so does each snapshot submitted while the endpoint stays down, so a process
 killed during an outage loses at most the snapshot it was handing over. Requests are
 replayed from disk, before anything queued later, once the endpoint is back (a spool left
-by an earlier process first); ``rltel spool flush`` replays a spool without a process that
-commits (:mod:`exporters.otlp.flush`). At close the queue keeps retrying until its deadline
+by an earlier process first, from this process's start, whether it commits or not);
+``rltel spool flush`` replays a spool without a process that commits
+(:mod:`exporters.otlp.flush`). At close the queue keeps retrying until its deadline
 and spools only what is left then. Beyond the spool's limit points are dropped and counted.
 """
 

@@ -248,3 +248,20 @@ def test_a_full_merge_journal_refuses_windows_retryably_until_a_step_releases_th
     pipeline.consume(_request(pipeline, _train(2)))  # releases the windows: journal acked
     pipeline.consume(_request(pipeline, _window(0, 1.0, 1000)))
     pipeline.shutdown(10.0)
+
+
+def test_windows_before_a_checkpoint_whose_ack_failed_are_not_merged_again(tmp_path):
+    """A kill between a checkpoint's write and its acknowledgement (here the ack's write
+    fails: ``acked.tmp`` is a directory) leaves the released windows before the checkpoint:
+    the next merger takes only the windows after it."""
+    (tmp_path / "acked.tmp").mkdir()
+    merger = RolloutMerger()
+    merger.journal_to(Journal(tmp_path, 1 << 20, fsync=False))
+    merger.add(_window(0, 1.0, 10))
+    assert _merged(merger.on_train(_train(1)))["rollout/reward/avg"] == 1.0
+    merger.checkpoint()
+    merger.add(_window(0, 3.0, 11))  # waits for step 2; then the process is killed
+
+    again = RolloutMerger()
+    again.journal_to(Journal(tmp_path, 1 << 20, fsync=False))
+    assert _merged(again.on_train(_train(2)))["rollout/reward/avg"] == 3.0

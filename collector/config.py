@@ -254,10 +254,18 @@ def from_dict(data: Mapping[str, Any] | None) -> CollectorConfig:
 def load(path: str | Path) -> CollectorConfig:
     """A validated config from a YAML file.
 
+    A file that sets nothing (empty, only comments, or ``collector:`` with nothing under it)
+    is refused: it is most likely the wrong file, and no file at all gives the defaults.
+
     Raises:
-        ConfigError: the file is missing or not YAML, or holds an invalid config.
+        ConfigError: the file is missing, not YAML or empty, or holds an invalid config.
     """
-    section, _ = read_section(Path(path), ROOT)
+    section, whole = read_section(Path(path), ROOT)
+    if whole is None and section in ({}, {ROOT: None}):
+        raise ConfigError(
+            f"{ROOT}: {str(path)!r} sets nothing (an empty file, or {ROOT}: with no key under "
+            f"it); write the {ROOT}: section, or leave out --config for the built-in defaults"
+        )
     return validate(CollectorConfig, section, ROOT)
 
 

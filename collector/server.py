@@ -76,7 +76,7 @@ from collector.traces.metrics import TraceMetrics
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
 from exporters.remote_write import RemoteWriteSink
-from telemetry.config.cli_args import check_port_free
+from telemetry.config.cli_args import check_bindable
 from telemetry.model.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ class CollectorServer:
         """Bind and serve; returns at once."""
         receiver, limits = self.config.receiver, self.config.limits
         address = f"{receiver.host}:{receiver.port}"
-        check_port_free(f"{RECEIVER_KEY}.port", receiver.host, receiver.port)
+        check_bindable(RECEIVER_KEY, receiver.host, receiver.port)
         options = [
             ("grpc.max_receive_message_length", receiver.max_message_bytes),
             ("grpc.max_send_message_length", receiver.max_message_bytes),
@@ -244,14 +244,15 @@ class CollectorServer:
         if durable.enabled and self.run_sinks is not None and self.pipeline.durable is None:
             directory = durable.state_dir(self.config.sinks.fileroot, port)
             limit, fsync = durable.limit_bytes, durable.fsync == "request"
-            state = DurableState(directory, limit, fsync, f"{ROOT}.durable.directory")
+            key = f"{ROOT}.durable.directory" if durable.directory else f"{ROOT}.sinks.fileroot"
+            state = DurableState(directory, limit, fsync, key)
             self.pipeline.recover(state)  # replayed into the queues before any request
             state.attach_decoder(self.pipeline.decoder)  # the senders' totals taken up
             for service in self.signals:  # and to the consumers
                 try:
                     service.recover(state.directory, limit, fsync)
                 except OSError as exc:
-                    raise ConfigError(f"{ROOT}.durable.directory: {exc}") from None
+                    raise ConfigError(f"{key}: {exc}") from None
         server.start()
         self._server, self.port = server, port
         for service in ("", SERVICE, *(signal.kind.service for signal in self.signals)):

@@ -323,7 +323,11 @@ def render_config() -> str:
         "",
         "The YAML file of `rltel collector --config FILE` (see",
         "`collector/collector.example.yaml`); `rltel collector --print-config` prints the",
-        "effective values with secrets shown as `<set>`.",
+        "effective values with secrets shown as `<set>`. The file holds the `collector:`",
+        "section (or that section's keys alone). For the built-in defaults run `rltel",
+        "collector` without `--config`: a file that sets nothing (empty, only comments, or",
+        "`collector:` with no key under it) is refused with one line (exit 2), as it is most",
+        "likely the wrong file.",
         "",
     ]
     _section(CollectorConfig, "collector", lines)

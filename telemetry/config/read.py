@@ -227,6 +227,15 @@ def _require_values(value: Any, key: str) -> None:
             _require_values(item, f"{key}.{index}")
 
 
+def _where(exc: Exception) -> str:
+    """A YAML error in one line: ``line L, column C: what is wrong (while ...)``."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}" + (f" ({context})" if context else "")
+
+
 def _load(source: Any, root: str) -> Any:
     if source is None:
         return {}
@@ -241,7 +250,9 @@ def _load(source: Any, root: str) -> Any:
         try:
             return to_plain(yaml.safe_load(text) or {})
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{root} config {str(path)!r} is not valid YAML: {exc}") from None
+            raise ConfigError(
+                f"{root} config {str(path)!r} is not valid YAML: {_where(exc)}"
+            ) from None
     return to_plain(source)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import yaml
 
 RLTEL = Path(sys.executable).with_name("rltel")
@@ -122,3 +124,59 @@ def test_a_prometheus_port_for_a_disabled_endpoint_is_one_line(tmp_path: Path):
     line = error_line(collector("--config", str(config), "--prometheus-port", "9999"))
     assert line.startswith("rltel collector: error: argument --prometheus-port: ")
     assert "sinks.prometheus.enabled: false" in line
+
+
+def test_a_host_that_does_not_resolve_is_one_line_naming_receiver_host(tmp_path: Path):
+    config = tmp_path / "collector.yaml"
+    config.write_text(yaml.safe_dump({"collector": {"receiver": {"host": "999.1.1.1"}}}))
+    line = error_line(collector("--config", str(config), "--prometheus-port", "0"))
+    assert line.startswith(
+        "rltel collector: error: collector.receiver.host: 999.1.1.1 does not resolve ("
+    )
+
+
+def test_an_address_of_another_machine_is_one_line_naming_receiver_host(tmp_path: Path):
+    config = tmp_path / "collector.yaml"
+    config.write_text(yaml.safe_dump({"collector": {"receiver": {"host": "10.255.255.1"}}}))
+    line = error_line(collector("--config", str(config), "--prometheus-port", "0"))
+    assert line == (
+        "rltel collector: error: collector.receiver.host: 10.255.255.1 is not an address of "
+        "this machine (Cannot assign requested address)"
+    )
+
+
+def test_a_fileroot_that_cannot_hold_the_state_is_named_as_sinks_fileroot(tmp_path: Path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config = tmp_path / "collector.yaml"
+    fileroot = blocker / "runs"
+    config.write_text(yaml.safe_dump({"collector": {"sinks": {"fileroot": str(fileroot)}}}))
+    result = collector("--config", str(config), "--otlp-port", "0", "--prometheus-port", "0")
+    state = re.escape(str(fileroot / ".collector-state")) + r"/\d+"
+    assert re.fullmatch(
+        f"rltel collector: error: collector.sinks.fileroot: cannot use ({state}): "
+        r"\[Errno 20\] Not a directory: '\1'",
+        error_line(result),
+    )
+
+
+def test_a_yaml_syntax_error_is_one_line_with_its_line_and_column(tmp_path: Path):
+    config = tmp_path / "collector.yaml"
+    config.write_text("collector:\n  receiver:\n    port: [1\n  sinks: {}\n")
+    line = error_line(collector("--config", str(config)))
+    assert line == (
+        f"rltel collector: error: collector config {str(config)!r} is not valid YAML: line 4, "
+        "column 8: expected ',' or ']', but got ':' (while parsing a flow sequence)"
+    )
+
+
+@pytest.mark.parametrize("text", ["", "# every key left to its default\n", "collector:\n"])
+def test_a_config_that_sets_nothing_is_refused_in_one_line(tmp_path: Path, text: str):
+    config = tmp_path / "collector.yaml"
+    config.write_text(text)
+    line = error_line(collector("--config", str(config), "--otlp-port", "0"))
+    assert line == (
+        f"rltel collector: error: collector: {str(config)!r} sets nothing (an empty file, or "
+        "collector: with no key under it); write the collector: section, or leave out --config "
+        "for the built-in defaults"
+    )

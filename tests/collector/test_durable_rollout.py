@@ -265,3 +265,21 @@ def test_windows_before_a_checkpoint_whose_ack_failed_are_not_merged_again(tmp_p
     again = RolloutMerger()
     again.journal_to(Journal(tmp_path, 1 << 20, fsync=False))
     assert _merged(again.on_train(_train(2)))["rollout/reward/avg"] == 3.0
+
+
+def test_each_worker_keeps_its_own_total_and_last_window_across_a_checkpoint(tmp_path):
+    """The checkpoint restores every worker under its own resource: a silent worker's total
+    still counts, and its retried last window is known as a duplicate."""
+    merger = RolloutMerger()
+    merger.journal_to(Journal(tmp_path, 1 << 20, fsync=False))
+    last = _window(0, 1.0, 10, tokens=100.0)
+    merger.add(last)
+    merger.add(_window(1, 2.0, 11, tokens=50.0))
+    merger.on_train(_train(1))
+    merger.checkpoint()
+
+    again = RolloutMerger()
+    again.journal_to(Journal(tmp_path, 1 << 20, fsync=False))
+    assert again.add(last) is False  # worker 0's retry, known from the checkpoint alone
+    again.add(_window(1, 4.0, 12, tokens=70.0))
+    assert _merged(again.on_train(_train(2)))["rollout/tokens"] == 170.0  # worker 0's 100 kept

@@ -3,12 +3,15 @@ TLS from files, a TLS mismatch named.
 
 gRPC answers a plaintext channel to a TLS port, and a TLS channel to a plaintext one, with
 UNAVAILABLE only; the recorder reads the call's details and logs what they point at (once
-per kind, again after a call went through), beside the sender's own failure line."""
+per kind, again after a call went through), beside the sender's own failure line. A plaintext
+channel's ``Socket closed`` is also what a dying plaintext server gives, so it is named a TLS
+port only when the endpoint answers a TLS ClientHello with TLS (:mod:`.tls_probe`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +21,19 @@ from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
+from exporters.otlp.tls_probe import speaks_tls
 from telemetry.config import OtlpTlsConfig
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
 logger = logging.getLogger(__name__)
 
 
-def tls_mismatch(details: str, tls: bool) -> str | None:
-    """What an UNAVAILABLE call's ``details`` say about the channel's TLS, or None."""
+def tls_mismatch(details: str, tls: bool, speaks_tls: Callable[[], bool]) -> str | None:
+    """What an UNAVAILABLE call's ``details`` say about the channel's TLS, or None.
+
+    ``speaks_tls`` asks the endpoint; it is called only for a plaintext channel whose
+    connection was closed, the one failure a TLS port and a dying plaintext server share.
+    """
     text = details.lower()
     if tls and "handshake failed" in text:
         if "wrong_version_number" in text:
@@ -36,7 +44,7 @@ def tls_mismatch(details: str, tls: bool) -> str | None:
             )
         failure = details[text.index("handshake failed") :]
         return f"the TLS {failure} (check otlp.tls.ca_file against the endpoint's certificate)"
-    if not tls and "socket closed" in text:
+    if not tls and "socket closed" in text and speaks_tls():
         return (
             "the endpoint closed the connection at once: a plaintext channel to a TLS port? "
             "(set otlp.insecure: false and otlp.tls.ca_file)"
@@ -64,7 +72,8 @@ class StatusRecorder(grpc.UnaryUnaryClientInterceptor):
         if ok:
             self.mismatch = None
         elif self.code is grpc.StatusCode.UNAVAILABLE:
-            mismatch = tls_mismatch(outcome.details() or "", self.tls)
+            details = outcome.details() or ""
+            mismatch = tls_mismatch(details, self.tls, lambda: speaks_tls(self.target))
             if mismatch is not None and mismatch != self.mismatch:
                 logger.warning("otlp: %s: %s", self.target, mismatch)
             self.mismatch = mismatch or self.mismatch

@@ -109,22 +109,27 @@ def test_an_untrusted_certificate_names_the_ca_file(tmp_path, caplog, pem):
 
 
 @pytest.mark.parametrize(
-    ("details", "tls", "named"),
+    ("details", "tls", "answer", "named"),
     [
+        ("last error: UNAVAILABLE: x: Socket closed", False, True, True),
+        ("last error: UNAVAILABLE: x: Socket closed", False, False, False),
+        ("last error: UNAVAILABLE: x: Socket closed", True, True, False),
+        ("last error: UNAVAILABLE: x: Connection refused", False, True, False),
+        ("last error: UNAVAILABLE: x: Connection refused", True, True, False),
         (
-            "failed to connect to all addresses; last error: UNAVAILABLE: x: Socket closed",
+            "x: Ssl handshake failed (TSI_PROTOCOL_FAILURE): WRONG_VERSION_NUMBER",
             False,
             True,
-        ),
-        (
-            "failed to connect to all addresses; last error: UNAVAILABLE: x: Socket closed",
-            True,
             False,
         ),
-        ("last error: UNAVAILABLE: x: Connection refused", False, False),
-        ("last error: UNAVAILABLE: x: Connection refused", True, False),
-        ("x: Ssl handshake failed (TSI_PROTOCOL_FAILURE): WRONG_VERSION_NUMBER", False, False),
     ],
 )
-def test_only_the_failures_that_point_at_tls_are_named(details, tls, named):
-    assert (tls_mismatch(details, tls) is not None) is named
+def test_only_the_failures_that_point_at_tls_are_named(details, tls, answer, named):
+    asked = []
+
+    def speaks_tls() -> bool:
+        asked.append(True)
+        return answer
+
+    assert (tls_mismatch(details, tls, speaks_tls) is not None) is named
+    assert asked == ([True] if not tls and "Socket closed" in details else [])

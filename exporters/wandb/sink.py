@@ -39,6 +39,7 @@ from exporters.sample_views import sample_tables, samples_key
 from exporters.steps import StreamSteps
 from exporters.wandb.held import TRAIN_AXIS, Held, held_steps
 from telemetry.config import StatsLoggerConfig, public_dict
+from telemetry.model.names import CLOSED_METRIC
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -157,6 +158,9 @@ class WandbSink(RunSink):
         if self._holds(snapshot):
             return  # an earlier part of the run holds this step (a replay after a restart)
         data: dict[str, Any] = dict(flat_without_experts(snapshot))
+        # The trainer's closed marker comes at its last step, a row W&B has committed: a new
+        # row would leave _step behind global_step; the run's finish marks its end instead.
+        data.pop(CLOSED_METRIC, None)
         for part, rows in enumerate(_chunks(expert_loads(snapshot), self._table_type.MAX_ROWS)):
             key = TABLE_KEY if part == 0 else f"{TABLE_KEY}_part{part}"
             data[key] = self._table_type(columns=list(TABLE_COLUMNS), data=rows)

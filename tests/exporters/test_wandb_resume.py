@@ -16,7 +16,7 @@ pytest.importorskip("wandb")
 
 from exporters.base import ExportResult
 from exporters.wandb import WandbSink
-from telemetry.model.names import STEP_METRIC
+from telemetry.model.names import CLOSED_METRIC, STEP_METRIC
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 
 from .test_wandb import make_config
@@ -65,3 +65,18 @@ def test_resumed_run_skips_held_steps_including_keys_named_step(tmp_path):
         assert steps == Counter(range(1, 9)), (key, steps)
     values = {int(row["_step"]): row["train/loss"] for row in rows}
     assert values == {step: step * 10.0 for step in range(1, 9)}
+
+
+def test_the_trainers_closed_marker_adds_no_row(tmp_path):
+    """What a collector's W&B sink gets at a trainer's close: ``rltel/step`` and
+    ``rltel/closed`` at the last step, whose row is committed."""
+    config = make_config(tmp_path)
+    sink = WandbSink(config)
+    sink.skip_held_steps()  # as the collector builds it
+    for step in range(1, 4):
+        assert sink.export(step_snapshot(step)) is ExportResult.SUCCESS
+    marker = (Gauge(STEP_METRIC, 3.0), Gauge(CLOSED_METRIC, 1.0))
+    assert sink.export(Snapshot(marker, step=Step(0, 3, 3))) is ExportResult.SUCCESS
+    sink.shutdown()
+    rows = rows_of_run(str(config.run_dir))
+    assert [(row["_step"], row["global_step"]) for row in rows] == [(1, 1), (2, 2), (3, 3)]

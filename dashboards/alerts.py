@@ -73,8 +73,14 @@ def alert_rules() -> dict:
     run = "{{ $labels.experiment }}/{{ $labels.trial }}"
     kl3 = c.KL_K3.stat("avg")
     nonfinite = c.NONFINITE_LOGP_FRACTION.stat("avg")
-    staleness = c.STALENESS_THETA_AVG.stat("avg")
-    loss, grad = c.LOSS.stat("avg"), c.GRAD_NORM.name
+    areal_staleness = c.AREAL_STALENESS["theta_avg"]
+    staleness = c.per_run_first(
+        c.STALENESS_THETA_AVG.stat("avg"),
+        areal_staleness.name,
+        c.beside_histogram(areal_staleness),
+    )
+    loss = f"({c.per_run_first(*(m.stat('avg') for m in c.POLICY_LOSS))})"
+    grad = c.GRAD_NORM.name
     future = c.FUTURE_TOKEN_FRACTION.stat("avg")
     rl = [
         _rule("RLTrainInferKLHigh", f"{kl3} >= {KL_K3_WARNING}", "10m", "warning", "kl",
@@ -94,13 +100,14 @@ def alert_rules() -> dict:
               "rollout logprob is NaN/inf on a valid generated token."),
         _rule("RLLossNotFinite", _not_finite(loss), "0s", "critical", "training",
               f"Training loss is NaN or infinite ({run})",
-              "ppo_actor/update/loss/avg = {{ $value }}: the update diverged or a batch "
-              "holds NaN; the weights may already be corrupt."),
+              "ppo_actor/update/actor_loss/avg (AReaL's PPO actor; loss/avg where the run "
+              "records no actor_loss) = {{ $value }}: the update diverged or a batch holds "
+              "NaN; the weights may already be corrupt."),
         _rule("RLGradNormNotFinite", _not_finite(grad), "0s", "critical", "training",
               f"Gradient norm is NaN or infinite ({run})",
               "ppo_actor/update/grad_norm = {{ $value }}: the backward pass overflowed; "
               "the optimizer step (if taken) corrupts the weights."),
-        _rule("RLSampleStalenessHigh", f"{staleness} >= {STALENESS_WARNING}", "15m", "warning",
+        _rule("RLSampleStalenessHigh", f"({staleness}) >= {STALENESS_WARNING}", "15m", "warning",
               "staleness",
               f"Mean sample staleness at or above {STALENESS_WARNING:g} versions ({run})",
               "ppo_actor/update/version_stats/sample_staleness_theta_avg = {{ $value }} "

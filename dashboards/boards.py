@@ -1,25 +1,18 @@
-"""The training run's Grafana dashboards: throughput, MoE balance, RL health.
+"""The training run's Grafana dashboards: throughput and MoE balance.
 
 Every query filters on the run variables (``experiment``, ``trial``); names come from
-:mod:`dashboards.catalog`. The telemetry path's own dashboard is
-:mod:`dashboards.pipeline_board`.
+:mod:`dashboards.catalog`. The RL health board is :mod:`dashboards.rl_board`, the telemetry
+path's own :mod:`dashboards.pipeline_board`.
 """
 
 from __future__ import annotations
 
 from dashboards import catalog as c
-from dashboards.alerts import (
-    KL_K3_CRITICAL,
-    KL_K3_WARNING,
-    MAX_OVER_IDEAL_CRITICAL,
-    MAX_OVER_IDEAL_WARNING,
-    STALENESS_WARNING,
-)
+from dashboards.alerts import MAX_OVER_IDEAL_CRITICAL, MAX_OVER_IDEAL_WARNING
 from dashboards.hardware_panels import gpu_panels
 from dashboards.panels import (
     Panel,
     Query,
-    bucket_heatmap,
     dashboard,
     heatmap,
     row,
@@ -30,31 +23,19 @@ from dashboards.variables import NUMERICAL, query_variable
 
 RUN = '{experiment=~"$experiment", trial=~"$trial"}'
 """Label matchers of the run variables, added to every dashboard query."""
-BUCKET_WINDOW = "30s"
-"""The least window (and step) of a histogram heatmap: two scrapes at the stack's 15 s scrape
-interval, so that each window holds the two samples ``increase()`` needs."""
 
 
-def _sel(name: str, extra: str = "") -> str:
+def sel(name: str, extra: str = "") -> str:
     """``name{run matchers[, extra]}``."""
     inner = RUN[1:-1] + (f", {extra}" if extra else "")
     return f"{name}{{{inner}}}"
 
 
-def _run_variables(metric: str) -> list[dict]:
+def run_variables(metric: str) -> list[dict]:
     return [
         query_variable("experiment", "experiment", metric, multi=True),
         query_variable("trial", "trial", f'{metric}{{experiment=~"$experiment"}}', multi=True),
     ]
-
-
-def _weighted_mean(hist: c.Metric) -> str:
-    """Token-weighted mean over the rate window, from the cumulative histogram samples."""
-    by = "by (experiment, trial)"
-    return (
-        f"sum {by} (rate({_sel(hist.stat('sum'))}[$__rate_interval]))\n"
-        f"/ sum {by} (rate({_sel(hist.stat('count'))}[$__rate_interval]))"
-    )
 
 
 def _span_mean() -> str:
@@ -62,15 +43,15 @@ def _span_mean() -> str:
     by = "by (experiment, trial, role, phase)"
     span = c.SPAN_DURATION
     return (
-        f"sum {by} (rate({_sel(span.stat('sum'))}[$__rate_interval]))\n"
-        f"/ sum {by} (rate({_sel(span.stat('count'))}[$__rate_interval]))"
+        f"sum {by} (rate({sel(span.stat('sum'))}[$__rate_interval]))\n"
+        f"/ sum {by} (rate({sel(span.stat('count'))}[$__rate_interval]))"
     )
 
 
 def _span_p90() -> str:
     """The 90th percentile of span durations per role and phase over the rate window."""
     by = "by (experiment, trial, role, phase, le)"
-    bucket = _sel(c.SPAN_DURATION.stat("bucket"))
+    bucket = sel(c.SPAN_DURATION.stat("bucket"))
     return f"histogram_quantile(0.9, sum {by} (rate({bucket}[$__rate_interval])))"
 
 
@@ -81,47 +62,47 @@ def throughput() -> dict:
         row("Tokens"),
         timeseries(
             "Training tokens/s",
-            Query(_sel(c.TOKENS_PER_SECOND.name), f"window {legend}"),
-            Query(_sel(c.CUMULATIVE_TOKENS_PER_SECOND.name), f"cumulative {legend}"),
+            Query(sel(c.TOKENS_PER_SECOND.name), f"window {legend}"),
+            Query(sel(c.CUMULATIVE_TOKENS_PER_SECOND.name), f"cumulative {legend}"),
             unit="short",
             description="train_perf/tokens_per_second (since the last export) and "
             "train_perf/cumulative_tokens_per_second (since engine start); whole cluster.",
         ),
         timeseries(
             "Tokens/s from the total_tokens counter",
-            Query(f"rate({_sel(c.TOTAL_TOKENS.name)}[$__rate_interval])", legend),
+            Query(f"rate({sel(c.TOTAL_TOKENS.name)}[$__rate_interval])", legend),
             description="Wall-clock rate of train_perf/total_tokens: includes rollout and "
             "other non-training time, unlike train_perf/tokens_per_second.",
         ),
-        stat("Total tokens", Query(f"sum({_sel(c.TOTAL_TOKENS.name)})"), width=8),
+        stat("Total tokens", Query(f"sum({sel(c.TOTAL_TOKENS.name)})"), width=8),
         stat(
             "Training share of wall time",
-            Query(f"avg(rate({_sel(c.TOTAL_SECONDS.name)}[$__rate_interval]))"),
+            Query(f"avg(rate({sel(c.TOTAL_SECONDS.name)}[$__rate_interval]))"),
             unit="percentunit",
             width=8,
             description="rate of train_perf/total_seconds: fraction of wall time in train_batch.",
         ),
-        stat("Window tokens", Query(f"sum({_sel(c.WINDOW_TOKENS.name)})"), width=8),
+        stat("Window tokens", Query(f"sum({sel(c.WINDOW_TOKENS.name)})"), width=8),
         row("FLOPs"),
         timeseries(
             "Estimated FLOP/s",
-            Query(_sel(c.FLOPS_PER_SECOND.name), f"window {legend}"),
-            Query(_sel(c.CUMULATIVE_FLOPS_PER_SECOND.name), f"cumulative {legend}"),
+            Query(sel(c.FLOPS_PER_SECOND.name), f"window {legend}"),
+            Query(sel(c.CUMULATIVE_FLOPS_PER_SECOND.name), f"cumulative {legend}"),
             unit="flops",
             description="Model math of the text backbone (seed's FLOPs rules); absent when "
             "no estimator is registered for the architecture.",
         ),
         stat(
             "Total estimated FLOPs",
-            Query(f"sum({_sel(c.TOTAL_FLOPS.name)})"),
+            Query(f"sum({sel(c.TOTAL_FLOPS.name)})"),
             unit="short",
             width=12,
             height=8,
         ),
         timeseries(
             "MFU",
-            Query(_sel(c.MFU.name), f"window {legend}"),
-            Query(_sel(c.CUMULATIVE_MFU.name), f"cumulative {legend}"),
+            Query(sel(c.MFU.name), f"window {legend}"),
+            Query(sel(c.CUMULATIVE_MFU.name), f"cumulative {legend}"),
             unit="percentunit",
             description="Estimated FLOP/s over the configured peak; present only when a peak "
             "FLOP/s per device is given.",
@@ -129,14 +110,14 @@ def throughput() -> dict:
         row("Time"),
         timeseries(
             "Training time per export window",
-            Query(_sel(c.WINDOW_SECONDS.name), legend),
+            Query(sel(c.WINDOW_SECONDS.name), legend),
             unit="s",
             description="train_perf/seconds: max over ranks of train_batch time in the window.",
         ),
         timeseries(
             "timeperf",
             Query(
-                _sel("", f'__name__=~"{c.TIMEPERF_PATTERN}", __name__!~"{c.SPREAD_PATTERN}"'),
+                sel("", f'__name__=~"{c.TIMEPERF_PATTERN}", __name__!~"{c.SPREAD_PATTERN}"'),
                 "{{__name__}}",
             ),
             unit="s",
@@ -155,7 +136,7 @@ def throughput() -> dict:
         row("Stragglers"),
         timeseries(
             "Slowest rank",
-            Query(_sel("", f'__name__=~"{c.SLOWEST_RANK_PATTERN}"'), "{{__name__}}"),
+            Query(sel("", f'__name__=~"{c.SLOWEST_RANK_PATTERN}"'), "{{__name__}}"),
             unit="none",
             description="The rank with the longest time of each timing and of train_batch "
             "(train_perf/seconds), and the rank with the most tokens: <key>/slowest_rank. "
@@ -163,8 +144,8 @@ def throughput() -> dict:
         ),
         timeseries(
             "Training time per rank: fastest and slowest",
-            Query(_sel(c.SECONDS_RANK_MIN.name), f"fastest {legend}"),
-            Query(_sel(c.SECONDS_RANK_MAX.name), f"slowest {legend}"),
+            Query(sel(c.SECONDS_RANK_MIN.name), f"fastest {legend}"),
+            Query(sel(c.SECONDS_RANK_MAX.name), f"slowest {legend}"),
             unit="s",
             description="train_perf/seconds/rank_min and rank_max: the spread of train_batch "
             "time over ranks in the window; a wide gap means the others wait for one rank.",
@@ -172,34 +153,34 @@ def throughput() -> dict:
         row("Hardware"),
         timeseries(
             "Peak resident memory per rank",
-            Query(_sel(c.PEAK_RSS_PER_RANK.name), "rank {{rank}}"),
+            Query(sel(c.PEAK_RSS_PER_RANK.name), "rank {{rank}}"),
             unit="bytes",
             description="hardware/memory/peak_rss_bytes per rank (stats_logger.hardware): the "
             "process's resident high-water mark over each export window; per phase under "
             "hardware/phase/<phase>/, GPU readings under hardware/gpu/ where NVML reads one.",
         ),
-        *gpu_panels(_sel),
+        *gpu_panels(sel),
     ]
     return dashboard(
         "rltel-throughput",
         "rltel / Throughput",
         panels,
-        _run_variables(c.TOKENS_PER_SECOND.name),
+        run_variables(c.TOKENS_PER_SECOND.name),
         "Training throughput, estimated FLOPs and timings (AReaL train_perf, timeperf).",
     )
 
 
 def moe_balance() -> dict:
     """max_over_ideal per layer over time, and per-expert load of a selected layer."""
-    variables = _run_variables(c.MAX_OVER_IDEAL.name)
-    variables.append(query_variable("layer", "layer", _sel(c.MAX_OVER_IDEAL.name), sort=NUMERICAL))
-    load = _sel(c.LOAD_PERCENT.name, 'layer="$layer"')
-    tokens = _sel(c.EXPERT_TOKENS.name, 'layer="$layer"')
+    variables = run_variables(c.MAX_OVER_IDEAL.name)
+    variables.append(query_variable("layer", "layer", sel(c.MAX_OVER_IDEAL.name), sort=NUMERICAL))
+    load = sel(c.LOAD_PERCENT.name, 'layer="$layer"')
+    tokens = sel(c.EXPERT_TOKENS.name, 'layer="$layer"')
     panels: list[Panel] = [
         row("All layers"),
         heatmap(
             "max_over_ideal: layer x time",
-            Query(f"max by (layer) ({_sel(c.MAX_OVER_IDEAL.name)})", "{{layer}}"),
+            Query(f"max by (layer) ({sel(c.MAX_OVER_IDEAL.name)})", "{{layer}}"),
             width=16,
             height=10,
             description="Per-layer max expert load / ideal load (1 = balanced, 0 = no "
@@ -207,14 +188,14 @@ def moe_balance() -> dict:
         ),
         stat(
             "Worst layer max_over_ideal",
-            Query(f"max({_sel(c.MAX_OVER_IDEAL.name)})"),
+            Query(f"max({sel(c.MAX_OVER_IDEAL.name)})"),
             width=8,
             height=10,
             thresholds=(MAX_OVER_IDEAL_WARNING, MAX_OVER_IDEAL_CRITICAL),
         ),
         timeseries(
             "max_over_ideal per layer",
-            Query(f"max by (layer) ({_sel(c.MAX_OVER_IDEAL.name)})", "layer {{layer}}"),
+            Query(f"max by (layer) ({sel(c.MAX_OVER_IDEAL.name)})", "layer {{layer}}"),
             width=24,
             thresholds=(MAX_OVER_IDEAL_WARNING, MAX_OVER_IDEAL_CRITICAL),
         ),
@@ -251,84 +232,4 @@ def moe_balance() -> dict:
         panels,
         variables,
         "MoE routing balance (AReaL moe_balance scope).",
-    )
-
-
-def rl_health() -> dict:
-    """Train/infer KL and logprob mismatch, staleness, advantage sign fractions."""
-    legend = "{{experiment}}/{{trial}}"
-    kl = ((c.KL_K1, "k1"), (c.KL_K2, "k2"), (c.KL_K3, "k3"))
-    panels: list[Panel] = [
-        row("Train/infer mismatch (ppo_actor/train_infer)"),
-        timeseries(
-            "KL estimators (last step)",
-            *(Query(_sel(m.stat("avg")), f"{k} {legend}") for m, k in kl),
-            thresholds=(KL_K3_WARNING, KL_K3_CRITICAL),
-            description="Means of k1 = -d, k2 = d^2/2, k3 = exp(d)-1-d over valid generated "
-            "tokens, d = log p_trainer - log p_rollout. k1 can be negative.",
-        ),
-        timeseries(
-            "KL k3, token-weighted over the rate window",
-            Query(_weighted_mean(c.KL_K3), legend),
-            thresholds=(KL_K3_WARNING, KL_K3_CRITICAL),
-        ),
-        timeseries(
-            "logp_diff avg / min / max",
-            Query(_sel(c.LOGP_DIFF.stat("avg")), f"avg {legend}"),
-            Query(_sel(c.LOGP_DIFF.stat("min")), f"min {legend}"),
-            Query(_sel(c.LOGP_DIFF.stat("max")), f"max {legend}"),
-            Query(_sel(c.LOGP_ABS_DIFF.stat("avg")), f"|d| avg {legend}"),
-        ),
-        bucket_heatmap(
-            "logp_diff distribution",
-            Query(
-                f"sum by (le) (increase({_sel(c.LOGP_DIFF.stat('bucket'))}[$__interval]))",
-                "{{le}}",
-            ),
-            interval=BUCKET_WINDOW,
-            description="Token counts per logp_diff bucket (where bucket bounds are set) in "
-            "each step of the graph: the window is the step, so no token is counted twice.",
-        ),
-        timeseries(
-            "Non-finite and overflow fractions",
-            Query(_sel(c.NONFINITE_LOGP_FRACTION.stat("avg")), f"nonfinite {legend}"),
-            Query(_sel(c.KL_K3_OVERFLOW_FRACTION.stat("avg")), f"k3 overflow {legend}"),
-            unit="percentunit",
-        ),
-        timeseries(
-            "Probability ratio outside [1/t, t]",
-            *(Query(_sel(m.stat("avg")), m.metric.rsplit("_", 1)[1]) for m in c.RATIO_OUTSIDE),
-            unit="percentunit",
-        ),
-        row("Staleness (ppo_actor/update/version_stats)"),
-        timeseries(
-            "Sample staleness (versions)",
-            Query(_sel(c.STALENESS_THETA_AVG.stat("avg")), f"theta avg {legend}"),
-            Query(_sel(c.STALENESS_THETA_MIN.stat("min")), f"theta min {legend}"),
-            Query(_sel(c.STALENESS_THETA_MAX.stat("max")), f"theta max {legend}"),
-            Query(_sel(c.STALENESS_PROXIMAL_AVG.stat("avg")), f"proximal avg {legend}"),
-            thresholds=(STALENESS_WARNING,),
-        ),
-        timeseries(
-            "Stale / future token fractions",
-            Query(_sel(c.STALE_TOKEN_FRACTION.stat("avg")), f"stale {legend}"),
-            Query(_sel(c.FUTURE_TOKEN_FRACTION.stat("avg")), f"future {legend}"),
-            unit="percentunit",
-            description="future > 0 means behaviour versions ahead of the trainer: a bug.",
-        ),
-        row("Advantages (ppo_actor)"),
-        timeseries(
-            "Advantage sign fractions (tokens)",
-            *(Query(_sel(m.stat("avg")), s) for s, m in c.ADVANTAGE_FRACTIONS.items()),
-            unit="percentunit",
-            width=24,
-            options={"legend": {"placement": "right"}},
-        ),
-    ]
-    return dashboard(
-        "rltel-rl-health",
-        "rltel / RL health",
-        panels,
-        _run_variables(c.KL_K3.stat("avg")),
-        "Train/infer logprob mismatch, KL estimators, staleness and advantages.",
     )

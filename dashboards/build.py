@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from dashboards import alerts, boards, engines_board, pipeline_board
+from dashboards import alerts, boards, engines_board, pipeline_board, rl_board
 
 HERE = Path(__file__).resolve().parent
 GRAFANA_DIR = HERE / "grafana"
@@ -24,7 +24,7 @@ ALERTS_PATH = HERE / "prometheus" / "alerts.yml"
 BOARDS = {
     "throughput": boards.throughput,
     "moe_balance": boards.moe_balance,
-    "rl_health": boards.rl_health,
+    "rl_health": rl_board.rl_health,
     "pipeline": pipeline_board.pipeline,
     "engines": engines_board.engines,
 }

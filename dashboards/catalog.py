@@ -10,7 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporters.prometheus.naming import Kind, histogram_gauge_names, metric_name
+from exporters.prometheus.naming import (
+    Kind,
+    MetricKey,
+    histogram_gauge_names,
+    metric_name,
+    resolve_names,
+)
 from telemetry.model.names import CLOSED_METRIC, STEP_METRIC
 from telemetry.model.snapshot import Attributes, StatReduce
 
@@ -54,6 +60,33 @@ def _hist(metric: str, unit: str = "", reduce: StatReduce = StatReduce.AVG) -> M
     return Metric(metric, "histogram", unit, reduce)
 
 
+RUN_LABELS = ("experiment", "trial")
+"""The labels that name a run in Prometheus (the sink's from the run's resource)."""
+
+
+def per_run_first(*selectors: str) -> str:
+    """The first of ``selectors`` that a run has, per run: ``a or on (experiment, trial) b``.
+
+    PromQL's ``or`` keeps every series of its left side and adds a right-side series only
+    where no left-side series has the same labels; ``on (experiment, trial)`` compares the
+    run labels alone, so a run that records both keys shows the first one only (never twice),
+    and a run that records one shows that one. ``selectors`` are plain series selectors;
+    parenthesise the result inside a larger expression.
+    """
+    return f" or on ({', '.join(RUN_LABELS)}) ".join(selectors)
+
+
+def beside_histogram(gauge: Metric) -> str:
+    """The family name the sink gives ``gauge`` in an exposition that also holds a histogram
+    of the same key (another run's): :func:`~exporters.prometheus.naming.resolve_names`
+    keeps the histogram's name and appends ``_gauge`` to the gauge's."""
+    keys = [
+        MetricKey(gauge.metric, "histogram", gauge.unit),
+        MetricKey(gauge.metric, "gauge", gauge.unit),
+    ]
+    return resolve_names(keys)[keys[1]]
+
+
 _TI = "ppo_actor/train_infer/"
 _VS = "ppo_actor/update/version_stats/"
 _LAYER: Attributes = (("layer", 0),)
@@ -73,6 +106,13 @@ STALENESS_THETA_AVG = _hist(_VS + "sample_staleness_theta_avg")
 STALENESS_THETA_MIN = _hist(_VS + "sample_staleness_theta_min", reduce=StatReduce.MIN)
 STALENESS_THETA_MAX = _hist(_VS + "sample_staleness_theta_max", reduce=StatReduce.MAX)
 STALENESS_PROXIMAL_AVG = _hist(_VS + "sample_staleness_proximal_avg")
+# AReaL's PPO actor (_log_version_staleness_stats) records the same keys as scalar streams (one
+# value per micro-batch, averaged): gauges. A run has one or the other (one writer per key),
+# and the board and the staleness alert read whichever the run has (see per_run_first).
+AREAL_STALENESS = {
+    which: Metric(f"{_VS}sample_staleness_{which}", "gauge")
+    for which in ("theta_avg", "theta_min", "theta_max", "proximal_avg")
+}
 STALE_TOKEN_FRACTION = _hist(_VS + "stale_token_fraction")
 FUTURE_TOKEN_FRACTION = _hist(_VS + "future_token_fraction")
 
@@ -157,8 +197,13 @@ EXPERT_TOKENS = Metric(
     "moe_balance/tokens", "gauge", "{token}", attributes=(*_LAYER, ("expert", 0))
 )
 
-# ppo_actor/update/: the loss (a masked token stat) and the gradient norm (a scalar stream).
+# ppo_actor/update/: the policy loss (a masked token stat) and the gradient norm (a scalar
+# stream). AReaL's PPO actor records actor_loss (grpo_loss_fn); a user's own loop (rltel's demo
+# and quick start) records loss. A run's loss is actor_loss where the run has it, else loss.
+ACTOR_LOSS = _hist("ppo_actor/update/actor_loss", reduce=StatReduce.AVG_MIN_MAX)
 LOSS = _hist("ppo_actor/update/loss", reduce=StatReduce.AVG_MIN_MAX)
+POLICY_LOSS = (ACTOR_LOSS, LOSS)
+"""The policy loss's keys, preferred first (see :func:`per_run_first`)."""
 GRAD_NORM = Metric("ppo_actor/update/grad_norm", "gauge")
 
 # rollout/: the rollout workers' reward (a scalar stream, count-weighted over workers).
@@ -202,7 +247,9 @@ ALL: tuple[Metric, ...] = (
     STALENESS_PROXIMAL_AVG,
     STALE_TOKEN_FRACTION,
     FUTURE_TOKEN_FRACTION,
+    *AREAL_STALENESS.values(),
     *ADVANTAGE_FRACTIONS.values(),
+    ACTOR_LOSS,
     LOSS,
     GRAD_NORM,
     ROLLOUT_REWARD,

@@ -77,7 +77,16 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
         )
         for sign, word in (("positive", "> 0"), ("negative", "< 0"), ("zero", "exactly 0"))
     },
-    "ppo_actor/update/loss": ("the policy loss over the loss mask", "finite"),
+    "ppo_actor/update/actor_loss": (
+        "the policy loss over the loss mask, as AReaL's PPO actor (`grpo_loss_fn`) records it; "
+        "the board and `RLLossNotFinite` read it where a run records it",
+        "finite",
+    ),
+    "ppo_actor/update/loss": (
+        "the policy loss over the loss mask, as a loop of your own records it (rltel's demo "
+        "and quick start); read only for a run that records no `actor_loss`",
+        "finite",
+    ),
     "ppo_actor/update/grad_norm": (
         "gradient norm of the update (a scalar stream, count-weighted mean)",
         "finite; below {spike}× its median over the last hour",
@@ -271,6 +280,34 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+_AREAL_VS = "ppo_actor/update/version_stats/sample_staleness_"
+AREAL_SCALARS: dict[tuple[str, str], tuple[str, str]] = {
+    # (metric, kind) -> (definition, healthy range): AReaL's own record of a key rltel's
+    # producers record as another kind (AReaL's PPO actor, _log_version_staleness_stats).
+    (f"{_AREAL_VS}{which}", "gauge"): (
+        f"AReaL's PPO actor's own {what}, a scalar per micro-batch averaged over the "
+        "micro-batches with a generated token (not token-weighted); a run has it or rltel's "
+        "histogram of the key, never both",
+        healthy,
+    )
+    for which, what, healthy in (
+        (
+            "theta_avg",
+            "mean of current − behaviour version",
+            "< {stale} versions (alert at {stale} for 15m)",
+        ),
+        ("theta_min", "smallest current − behaviour version", "≥ 0"),
+        ("theta_max", "largest current − behaviour version", "within the configured max staleness"),
+        ("proximal_avg", "mean of proximal − behaviour version", "small, ≥ 0"),
+    )
+}
+
+
+def _definition(metric: Any) -> tuple[str, str]:
+    """The definition and healthy range of a catalogue entry (by key, or key and kind)."""
+    return AREAL_SCALARS.get((metric.metric, metric.kind)) or DEFINITIONS[metric.metric]
+
+
 def render_metrics() -> str:
     from dashboards import catalog
 
@@ -301,13 +338,15 @@ def render_metrics() -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for m in catalog.ALL:
-        definition, healthy = DEFINITIONS[m.metric]
+        definition, healthy = _definition(m)
         names = _series(m)
         prom = f"`{names[0]}`" if len(names) == 1 else f"`{m.name}` + `_avg`, `_min`, `_max`, …"
         unit = f" (`{m.unit}`)" if m.unit else ""
         labels = dict(m.attributes)
         if labels:
             prom += " {" + ",".join(labels) + "}"
+        if (m.metric, m.kind) in AREAL_SCALARS:
+            prom += f", `{catalog.beside_histogram(m)}` beside another run's histogram"
         used = "; ".join(_uses(m, panels)) or "–"
         fired = ", ".join(_uses(m, alert_exprs)) or "–"
         row = [

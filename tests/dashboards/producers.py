@@ -58,7 +58,9 @@ def produced_points(
             versions = 4 + torch.arange(16).reshape(2, 8) % 3
             record_version_stats(versions, 6, mask, tracker=tracker)
             tracker.denominator(n_valid_tokens=mask)
+            # a run with both policy-loss keys: AReaL's actor_loss and a loop's own loss
             tracker.stat(loss=torch.full((2, 8), loss), denominator="n_valid_tokens")
+            tracker.stat(actor_loss=torch.full((2, 8), loss), denominator="n_valid_tokens")
             tracker.scalar(grad_norm=grad_norm)
     with tracker.scope("rollout"):
         for reward in (0.25, 0.75):

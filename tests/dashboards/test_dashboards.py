@@ -25,7 +25,9 @@ from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
 from telemetry.config import PrometheusConfig
 from telemetry.heartbeat import FAMILIES as HEARTBEAT_FAMILIES
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot
+from telemetry.record import export as rltel_export
 from tests.collector.engines import Engine
+from tests.dashboards.areal_run import AREAL, Recorder
 from tests.dashboards.producers import produced_points, snapshot
 
 BOARDS = {name: build.GRAFANA_DIR / f"{name}.json" for name in build.BOARDS}
@@ -83,6 +85,7 @@ def catalog_names() -> set[str]:
     names = {"up"}
     for metric in c.ALL:
         names.update(sample_names(metric.name, metric.kind))
+    names.update(c.beside_histogram(m) for m in c.AREAL_STALENESS.values())
     return names | own_names() | engine_names()
 
 
@@ -302,35 +305,57 @@ def points():
     return (*produced_points(), *window.snapshot().points)
 
 
-def test_catalog_matches_what_the_producers_emit(points):
+@pytest.fixture(scope="module")
+def areal_points():
+    """A step of AReaL's own PPO actor (tests/dashboards/areal_run.py): its version stats
+    are scalars, gauges of the keys rltel's producer records as histograms."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rltel_export, "_sources", [])
+        return Recorder.start().step(AREAL, 0).points
+
+
+def test_catalog_matches_what_the_producers_emit(points, areal_points):
     """Kind, unit, reduce type and attribute names of every catalog entry, as produced."""
     by_metric = {}
-    for point in points:
-        by_metric.setdefault(point.metric, point)
+    for point in (*points, *areal_points):
+        by_metric.setdefault((point.metric, _kind(point)), point)
     for metric in c.ALL:
-        point = by_metric.get(metric.metric)
-        assert point is not None, f"no producer emits {metric.metric!r}"
+        point = by_metric.get((metric.metric, metric.kind))
+        assert point is not None, f"no producer emits {metric.metric!r} ({metric.kind})"
         assert (_kind(point), point.unit) == (metric.kind, metric.unit), metric.metric
         if metric.kind == "histogram":
             assert point.reduce is metric.reduce, metric.metric
         assert [k for k, _ in point.attributes] == [k for k, _ in metric.attributes]
 
 
-def test_sink_exposes_every_name_the_dashboards_and_alerts_use(points):
-    """The real Prometheus sink, fed the producers' export: every referenced series exists."""
+def _exposed(*snapshots: Snapshot) -> set[str]:
+    """The sample names of a real Prometheus sink fed ``snapshots``."""
     sink = PrometheusSink(PrometheusConfig(enabled=True), serve=False)
     try:
-        assert sink.export(snapshot(points, "t1")).value == "success"
-        for engine in (Engine("vllm", itl=True), Engine("sglang")):  # as the receiver sees them
-            scraped = Converter().convert(engine.exposition().decode())
-            assert sink.export(Snapshot(scraped.points)).value == "success"
+        for fed in snapshots:
+            assert sink.export(fed).value == "success"
         body, _ = sink.render()
     finally:
         sink.shutdown()
+    families = text_string_to_metric_families(body.decode())
+    return {sample.name for family in families for sample in family.samples}
+
+
+def test_sink_exposes_every_name_the_dashboards_and_alerts_use(points, areal_points):
+    """Real Prometheus sinks, fed the producers' export: every referenced series exists.
+
+    One sink holds the producers' run, the engines and an AReaL run (whose version-stat
+    gauges get ``_gauge`` there, beside the histograms of the same keys); another an AReaL
+    run alone, as the embedded sink of its trainer (plain names).
+    """
+    engines = [  # as the receiver sees them
+        Snapshot(Converter().convert(engine.exposition().decode()).points)
+        for engine in (Engine("vllm", itl=True), Engine("sglang"))
+    ]
+    shared = _exposed(snapshot(points, "t1"), snapshot(areal_points, "t2"), *engines)
     served = ("rltel_collector_", "rltel_heartbeat_", "rltel_scrape_")
     exposed = {"up"} | {n for n in own_names() if n.startswith(served)}
-    for family in text_string_to_metric_families(body.decode()):
-        exposed.update(sample.name for sample in family.samples)
+    exposed |= shared | _exposed(snapshot(areal_points, "t2"))
     for where, expr in _all_expressions().items():
         names, regexes = metric_names(expr)
         assert names <= exposed, f"{where}: {sorted(names - exposed)} not exposed: {expr!r}"

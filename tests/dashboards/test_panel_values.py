@@ -72,6 +72,7 @@ VARIABLES = {name: board["templating"]["list"] for name, board in BOARDS.items()
 # Panels whose inputs are not a trainer's steps, each checked by a test of its own.
 ELSEWHERE = {
     ("throughput", "Phase latency (spans): mean and p90"): "tests/dashboards/test_span_panel.py",
+    ("rl_health", "Policy loss avg / min / max"): "tests/dashboards/test_areal_run.py",
 }
 TARGETS = [
     (name, panel, target)

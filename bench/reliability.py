@@ -15,13 +15,16 @@ own reader (:mod:`bench.reliability_ledger`):
   with a short deadline (a spool backlog at close); the collector starts again and ``rltel
   spool flush`` sends it.
 
-A step is acknowledged once the trainer's ``commit`` returned for it (it prints the step).
+A step is acknowledged once the trainer's ``commit`` returned for it (it prints the step);
+the trainer paces its steps from the collector's answer to step 1 (the run's sinks open
+then), so the break comes mid-stream, after steps were delivered.
 Per scenario and sink: acknowledged, present once, duplicated, lost, and extra (present but
 never acknowledged: the step a killed trainer was handing over). Exit status 1 when any
 step was lost or duplicated.
 
 Usage: ``.venv/bin/python bench/reliability.py [--runs 5] [--steps 40] [--rate 20]
-[--scenario NAME ...]`` (``make reliability``).
+[--gauges 0] [--scenario NAME ...]`` (``make reliability``); ``--gauges`` adds that many keys
+to every step (the issue's close race was measured with 1,500).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import yaml  # noqa: E402
 
 from bench.reliability_ledger import (  # noqa: E402
     Ledger,
+    out_of_order,
     prometheus_steps,
     tensorboard_steps,
     wandb_steps,
@@ -57,14 +61,21 @@ import sys, time
 from rltel.logger import StatsLogger
 fileroot, endpoint, spool, trial = sys.argv[1:5]
 steps, rate, close_s = int(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
+extra = {f"extra/g{i}": float(i) for i in range(int(sys.argv[8]))}
 stats = StatsLogger({"experiment_name": "rel", "trial_name": trial, "fileroot": fileroot,
                      "console": {"enabled": False},
                      "otlp": {"endpoint": endpoint, "spool_dir": spool, "timeout": 2.0}})
 start = time.monotonic()
 for step in range(1, steps + 1):
     time.sleep(max(0.0, start + step / rate - time.monotonic()))  # pacing, not a wait
-    stats.commit(0, step, step, {"ledger/value": float(step), "ledger/step": float(step)})
+    stats.commit(0, step, step, {"ledger/value": float(step), "ledger/step": float(step), **extra})
     print(step, flush=True)
+    if step == 1:  # the clock starts once step 1 is acknowledged: the run's sinks are open
+        give_up = time.monotonic() + 120
+        while stats.otlp.health()["requests_exported"] < 1:
+            assert time.monotonic() < give_up, "step 1 not acknowledged in 120 s"
+            time.sleep(0.01)
+        start = time.monotonic() - 1 / rate
 stats.close(close_s)
 print("closed", flush=True)
 """
@@ -73,11 +84,14 @@ print("closed", flush=True)
 class Trainer:
     """The trainer process; the steps it printed after ``commit`` returned."""
 
-    def __init__(self, work: Path, endpoint: str, trial: str, steps: int, rate: float, close_s):
+    def __init__(self, stack: Stack, trial: str, args: argparse.Namespace, **run: float):
+        work = stack.work
         self.spool = work / "spool"
-        args = [str(work / "trainer"), endpoint, str(self.spool), trial, str(steps), str(rate)]
+        steps, rate = run.get("steps", args.steps), run.get("rate", args.rate)
+        close_s = run.get("close_s", 60.0)
+        plan = [str(work / "trainer"), stack.endpoint, str(self.spool), trial, str(steps)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", TRAINER, *args, str(close_s)],
+            [sys.executable, "-c", TRAINER, *plan, str(rate), str(close_s), str(args.gauges)],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=(work / "trainer.log").open("w"),
@@ -169,7 +183,7 @@ class Stack:
 def collector_crash(sig: int) -> Callable[[Stack, argparse.Namespace, str], list[int]]:
     def run(stack: Stack, args: argparse.Namespace, trial: str) -> list[int]:
         stack.start()
-        trainer = Trainer(stack.work, stack.endpoint, trial, args.steps, args.rate, 60.0)
+        trainer = Trainer(stack, trial, args)
         trainer.wait_step(args.steps * 2 // 5)
         stack.stop(sig)
         stack.start()  # the trainer spools meanwhile, and replays once it is back
@@ -182,7 +196,7 @@ def collector_crash(sig: int) -> Callable[[Stack, argparse.Namespace, str], list
 
 def trainer_sigkill_outage(stack: Stack, args: argparse.Namespace, trial: str) -> list[int]:
     stack.start()
-    trainer = Trainer(stack.work, stack.endpoint, trial, args.steps * 10, args.rate, 60.0)
+    trainer = Trainer(stack, trial, args, steps=args.steps * 10)
     trainer.wait_step(args.steps // 2)
     stack.stop(signal.SIGTERM)  # the outage
     trainer.wait_step(args.steps)
@@ -195,7 +209,7 @@ def trainer_sigkill_outage(stack: Stack, args: argparse.Namespace, trial: str) -
 
 def close_backlog_flush(stack: Stack, args: argparse.Namespace, trial: str) -> list[int]:
     stack.start()
-    trainer = Trainer(stack.work, stack.endpoint, trial, args.steps, args.rate * 2, 0.5)
+    trainer = Trainer(stack, trial, args, rate=args.rate * 2, close_s=0.5)
     trainer.wait_step(args.steps * 4 // 5)
     stack.stop(signal.SIGKILL)
     acked = trainer.finish()  # closed with its backlog spooled
@@ -219,6 +233,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rate", type=float, default=20.0, help="steps per second")
+    parser.add_argument("--gauges", type=int, default=0, help="extra keys per step")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
     args = parser.parse_args()
     names = args.scenario or list(SCENARIOS)
@@ -243,6 +258,7 @@ def main() -> int:
                 port,
             )
         )
+        refused_before = 0
         for name in names:
             for run in range(args.runs):
                 trial = f"{name}-{run}"
@@ -259,11 +275,14 @@ def main() -> int:
                 }
                 for sink in SINKS:
                     ledgers[name, sink].add(acked, found[sink])
+                refused = out_of_order(prometheus) - refused_before
+                refused_before += refused
                 lost = {s: sorted(set(acked) - set(found[s])) for s in SINKS}
                 twice = {s: sorted(k for k, v in found[s].items() if v > 1) for s in SINKS}
                 print(
                     f"{trial}: {len(acked)} acknowledged in {time.monotonic() - began:.0f} s; "
                     f"lost {lost}; duplicated {twice}"
+                    + f"; Prometheus refused {refused} samples as out of order"
                     + (f"; flush: {run_stack.flushed}" if run_stack.flushed else ""),
                     flush=True,
                 )

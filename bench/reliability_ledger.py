@@ -25,7 +25,14 @@ from tests.wandb_log import inspect_wandb
 KEY = "ledger/value"  # the trainer logs the step number as this key's value
 PROM_NAME = "ledger_value"
 
-__all__ = ["KEY", "Ledger", "prometheus_steps", "tensorboard_steps", "wandb_steps"]
+__all__ = [
+    "KEY",
+    "Ledger",
+    "out_of_order",
+    "prometheus_steps",
+    "tensorboard_steps",
+    "wandb_steps",
+]
 
 
 @dataclass
@@ -104,3 +111,16 @@ def _samples(url: str, trial: str) -> Counter:
             if math.isfinite(number):  # a staleness marker is NaN
                 found[int(number)] += 1
     return found
+
+
+def out_of_order(url: str) -> int:
+    """Samples Prometheus refused as out of order so far (its own counter, every type)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("prometheus_tsdb_out_of_order_samples_total")
+        )
+    )

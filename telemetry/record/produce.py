@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 
-from telemetry.model.errors import InvalidValueError
 from telemetry.record.window import Window
 
 __all__ = ["Refusals", "masks_of", "merge", "staged", "staged_window", "target", "withdraw_owned"]
@@ -64,14 +63,6 @@ def _keys(window: Window) -> list[str]:
     return [*window.stats, *window.scalars, *window.denominators]
 
 
-def _kind(window: Window, key: str) -> str | None:
-    if key in window.stats:
-        return "a stat"
-    if key in window.scalars:
-        return "a scalar"
-    return "a denominator" if key in window.denominators else None
-
-
 def merge(main: Window, part: Window, owner: str, refusals: Refusals) -> None:
     """Join producer ``owner``'s window ``part`` into ``main`` (the caller holds the lock),
     or refuse it when another caller recorded one of its keys.
@@ -82,7 +73,7 @@ def merge(main: Window, part: Window, owner: str, refusals: Refusals) -> None:
     """
     keys = _keys(part)
     for key in keys:
-        if _kind(main, key) is not None and main.owners.get(key) != owner:
+        if main.kind(key) is not None and main.owners.get(key) != owner:
             refusals.note(
                 owner,
                 key,
@@ -91,9 +82,7 @@ def merge(main: Window, part: Window, owner: str, refusals: Refusals) -> None:
                 "into one wrong value)",
             )
             return
-        theirs, mine = _kind(main, key), _kind(part, key)
-        if theirs is not None and theirs != mine:
-            raise InvalidValueError(f"{key!r}: recorded as {theirs}, now as {mine}")
+        main.check_kind(key, part.kind(key))
     for key, entry in part.stats.items():
         main.check_stat(key, entry.reduce, entry.device)
     _merge_states(main, part)

@@ -114,17 +114,19 @@ class DistributedStatsTracker:
 
         Raises:
             MaskTypeError: a mask is not a boolean tensor.
-            InvalidValueError: a mask is empty.
+            InvalidValueError: a mask is empty, or its key holds a stat or a scalar.
         """
         checks.reduce_group(self.full_key(next(iter(masks), "?")), reduce_group)
         checked = []
         for name, given in masks.items():  # every mask is checked before any is recorded
             key = self.full_key(name)
-            checked.append((key, checks.mask(key, given)))
-        for key, mask in checked:
-            count = mask.sum().to(torch.float64).reshape(1)  # an integer sum: 3x faster
-            with self._lock:
-                window = produce.target(self, self._window, self.refusals, [key])
+            mask = checks.mask(key, given)  # an integer sum: 3x faster
+            checked.append((key, mask, mask.sum().to(torch.float64).reshape(1)))
+        with self._lock:
+            window = produce.target(self, self._window, self.refusals, [c[0] for c in checked])
+            for key, _, _ in checked:
+                window.check_kind(key, "a denominator")
+            for key, mask, count in checked:
                 window.masks[key] = kernels.MaskBits(mask, count)
                 _set_group(window, key, reduce_group)
                 total = window.denominators.get(key)
@@ -272,8 +274,7 @@ class DistributedStatsTracker:
         with self._lock:
             window = produce.target(self, self._window, self.refusals, keys)
             for key, _ in checked:
-                if key in window.stats:
-                    raise InvalidValueError(f"{key!r}: recorded as a stat, now as a scalar")
+                window.check_kind(key, "a scalar")
             for key, value in checked:
                 _set_group(window, key, reduce_group)
                 state = window.scalars.setdefault(key, accumulate.ScalarState())

@@ -52,14 +52,32 @@ class Window:
             bank = self.banks[device] = accumulate.StatBank(device)
         return bank
 
+    def kind(self, key: str) -> str | None:
+        """What ``key`` holds here: ``"a stat"``, ``"a scalar"``, ``"a denominator"`` or None."""
+        if key in self.stats:
+            return "a stat"
+        if key in self.scalars:
+            return "a scalar"
+        return "a denominator" if key in self.denominators else None
+
+    def check_kind(self, key: str, kind: str) -> None:
+        """Raise if ``key`` holds another kind than ``kind`` (as :meth:`kind` names it).
+
+        Raises:
+            InvalidValueError: naming the key and both kinds.
+        """
+        held = self.kind(key)
+        if held is not None and held != kind:
+            raise InvalidValueError(f"{key!r}: recorded as {held}, now as {kind}")
+
     def check_stat(self, key: str, reduce: StatReduce, device: torch.device) -> None:
         """Raise if ``key`` was recorded otherwise in this window.
 
         Raises:
-            InvalidValueError: ``key`` is a scalar, or a stat of another reduce type or device.
+            InvalidValueError: ``key`` is a scalar or a denominator, or a stat of another
+                reduce type or device.
         """
-        if key in self.scalars:
-            raise InvalidValueError(f"{key!r}: recorded as a scalar, now as a stat")
+        self.check_kind(key, "a stat")
         entry = self.stats.get(key)
         if entry is not None and entry.reduce is not reduce:
             raise InvalidValueError(

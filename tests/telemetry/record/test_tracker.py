@@ -408,3 +408,34 @@ def test_fold_moment_rows_folds_bucket_counts_and_names_bad_ones():
     with pytest.raises(InvalidValueError, match="'y': expected a float64 bucket-count vector of 0"):
         tracker.fold_moment_rows(["x", "y"], rows, ReduceType.AVG, {"x": buckets, "y": buckets})
     assert not tracker.export().points
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "message"),
+    [
+        ("denominator", "scalar", "'x': recorded as a denominator, now as a scalar"),
+        ("scalar", "denominator", "'x': recorded as a scalar, now as a denominator"),
+        ("denominator", "stat", "'x': recorded as a denominator, now as a stat"),
+        ("stat", "denominator", "'x': recorded as a stat, now as a denominator"),
+    ],
+)
+def test_a_key_keeps_its_kind_and_a_refused_call_records_nothing(first, second, message):
+    """A denominator key taken by scalar() or stat() (or the reverse) is refused, naming both
+    kinds, before any of the call's keys is recorded; the window keeps what it held."""
+    tracker = DistributedStatsTracker()
+    mask = torch.tensor([True, False, True])
+    tracker.denominator(m=mask)
+
+    def record(kind: str, extra: str) -> None:
+        if kind == "denominator":
+            tracker.denominator(**{extra: mask, "x": mask})
+        elif kind == "scalar":
+            tracker.scalar(**{extra: 1.0, "x": 2.0})
+        else:
+            tracker.stat(denominator="m", **{extra: torch.ones(3), "x": torch.ones(3)})
+
+    record(first, "a")
+    expected = dict(tracker.export(reset=False))
+    with pytest.raises(InvalidValueError, match=message):
+        record(second, "b")
+    assert dict(tracker.export()) == expected

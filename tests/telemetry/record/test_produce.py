@@ -17,10 +17,9 @@ X = torch.tensor([1.0, 2.0, 50.0, 4.0])
 
 def test_a_producer_call_that_raises_leaves_nothing() -> None:
     tracker = DistributedStatsTracker()
-    with pytest.raises(UnknownDenominatorError):
-        with tracker.producing("p"):
-            tracker.denominator(n=MASK)
-            tracker.stat(x=X, denominator="missing")
+    with pytest.raises(UnknownDenominatorError), tracker.producing("p"):
+        tracker.denominator(n=MASK)
+        tracker.stat(x=X, denominator="missing")
     assert tracker.export() == {}
 
 

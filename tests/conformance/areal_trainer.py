@@ -174,8 +174,8 @@ def run_trainer(stats_logger_class: type | None, exports: list[dict]) -> dict[st
     commit ``exports`` through its ``_export_and_commit_stats``, close it.
 
     Returns what came of it, paths relative to the run's root: the log directory, the
-    files under the root (TensorBoard's left out), the rollout dump directories, the
-    TensorBoard rows and the logger's ``state_dict()``.
+    files under the root (TensorBoard's left out), the progress lines in AReaL's ``main.log``,
+    the rollout dump directories, the TensorBoard rows and the logger's ``state_dict()``.
     """
     with al._isolated("disabled") as root, loader.kept_logging():
         with _fresh_logging() as logging_module, _swapped(stats_logger_class) as module:
@@ -189,8 +189,10 @@ def run_trainer(stats_logger_class: type | None, exports: list[dict]) -> dict[st
             log_dir = module.StatsLogger.get_log_path(trainer.config.stats_logger)
             dumps = _dump_dirs(root)
             trainer.close()
+        main_log = (Path(log_dir) / "main.log").read_text().splitlines()
         return {
             "log_dir": str(Path(log_dir).relative_to(root)),
+            "main_log_progress": sum(" done." in line and "Epoch " in line for line in main_log),
             "files": _files(root),
             "dump_dirs": [str(Path(d).relative_to(root)) for d in dumps],
             "tensorboard": al.tensorboard_rows(root / "tb"),

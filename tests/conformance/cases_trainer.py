@@ -74,6 +74,17 @@ CASES: list[Case] = [
         rltel=lambda: commits("rltel"),
     ),
     Case(
+        name="trainer_sft_main_log",
+        call="SFTTrainer(...) in the single-controller mode: the progress lines in "
+        "<get_log_path>/main.log after 3 commits",
+        areal=lambda: trainer_run("areal")["main_log_progress"],
+        rltel=lambda: trainer_run("rltel")["main_log_progress"],
+        why="AReaL's setup_file_logging writes main.log from the loggers AReaL's own "
+        "getLogger made; rltel's progress line is on the standard logger rltel.logger (the "
+        "console and any handler the application adds), not in AReaL's main.log",
+        expected=(3, 0),
+    ),
+    Case(
         name="get_log_path_section",
         call="StatsLogger.get_log_path(config.stats_logger)",
         areal=lambda: get_log_path("areal", "<section>"),

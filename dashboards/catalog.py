@@ -96,6 +96,12 @@ KL_K1 = _hist(_TI + "kl_k1")
 KL_K2 = _hist(_TI + "kl_k2")
 KL_K3 = _hist(_TI + "kl_k3")
 LOGP_DIFF = _hist(_TI + "logp_diff", reduce=StatReduce.AVG_MIN_MAX)
+LOGP_DIFF_SIGN = (
+    "d = log p_trainer − log p_rollout: trainer − rollout, positive where the trainer gives "
+    "the token more probability. AReaL's actor records its own ppo_actor/update/logp_diff "
+    "(no train_infer/; AReaL 1.0.4 has none) as rollout − trainer: the opposite sign."
+)
+"""The sign of the train/infer ``logp_diff``, as every panel and page that shows it says it."""
 LOGP_ABS_DIFF = _hist(_TI + "logp_abs_diff", reduce=StatReduce.AVG_MIN_MAX)
 NONFINITE_LOGP_FRACTION = _hist(_TI + "nonfinite_logp_fraction")
 KL_K3_OVERFLOW_FRACTION = _hist(_TI + "kl_k3_overflow_fraction")

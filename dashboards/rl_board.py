@@ -51,7 +51,7 @@ def rl_health() -> dict:
             *(Query(sel(m.stat("avg")), f"{k} {legend}") for m, k in kl),
             thresholds=(KL_K3_WARNING, KL_K3_CRITICAL),
             description="Means of k1 = -d, k2 = d^2/2, k3 = exp(d)-1-d over valid generated "
-            "tokens, d = log p_trainer - log p_rollout. k1 can be negative.",
+            f"tokens. k1 can be negative. {c.LOGP_DIFF_SIGN}",
         ),
         timeseries(
             "KL k3, token-weighted over the rate window",
@@ -64,6 +64,8 @@ def rl_health() -> dict:
             Query(sel(c.LOGP_DIFF.stat("min")), f"min {legend}"),
             Query(sel(c.LOGP_DIFF.stat("max")), f"max {legend}"),
             Query(sel(c.LOGP_ABS_DIFF.stat("avg")), f"|d| avg {legend}"),
+            description=f"ppo_actor/train_infer/logp_diff over finite valid tokens. "
+            f"{c.LOGP_DIFF_SIGN}",
         ),
         bucket_heatmap(
             "logp_diff distribution",
@@ -72,8 +74,9 @@ def rl_health() -> dict:
                 "{{le}}",
             ),
             interval=BUCKET_WINDOW,
-            description="Token counts per logp_diff bucket (where bucket bounds are set) in "
-            "each step of the graph: the window is the step, so no token is counted twice.",
+            description="Token counts per ppo_actor/train_infer/logp_diff bucket (where bucket "
+            "bounds are set) in each step of the graph: the window is the step, so no token is "
+            f"counted twice. {c.LOGP_DIFF_SIGN}",
         ),
         timeseries(
             "Non-finite and overflow fractions",

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from dashboards.catalog import LOGP_DIFF_SIGN
+
 KL_RANGE = "0 ≤ value < {warn} (alert at {warn}, critical at {crit})"
 
 DEFINITIONS: dict[str, tuple[str, str]] = {
@@ -26,7 +28,7 @@ DEFINITIONS: dict[str, tuple[str, str]] = {
         KL_RANGE,
     ),
     "ppo_actor/train_infer/logp_diff": (
-        "d over finite valid tokens; buckets at 0, ±log{1.5,2,3,5,10}",
+        f"d over finite valid tokens; buckets at 0, ±log{{1.5,2,3,5,10}}. {LOGP_DIFF_SIGN}",
         "avg near 0; min/max within ±log 2",
     ),
     "ppo_actor/train_infer/logp_abs_diff": ("\\|d\\| over finite valid tokens", "avg ≪ 0.1"),

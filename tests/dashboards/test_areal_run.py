@@ -333,3 +333,51 @@ def test_progress_rule_reads_series_of_the_areal_run(scraped, alert):
 def test_every_rl_rule_is_checked():
     health = {a for a, (g, _) in RULES.items() if g == "rltel-rl-health"}
     assert set(RULES) == health | set(PROGRESS_INPUTS)
+
+
+# -- the sign of the train/infer logp_diff -----------------------------------------------------
+
+
+def test_train_infer_logp_diff_panel_is_trainer_minus_rollout(scraped):
+    """On AReaL's batch, whose trainer log-probs sit above the rollout's, the panel's avg is
+    positive: numpy's mean of trainer - rollout, the negative of rollout - trainer."""
+    (series,) = _panel(scraped, ("logp_diff avg / min / max", "A"), AREAL)
+    data = _last_batch()
+    mask = data["loss_mask"].bool()
+    trainer, rollout = data["forward_logp"].double()[mask], data["logprobs"].double()[mask]
+    trainer_minus_rollout = float((trainer - rollout).mean())
+    rollout_minus_trainer = float((rollout - trainer).mean())
+    got = float(series["value"][1])
+    assert got > 0 > rollout_minus_trainer
+    assert math.isclose(got, trainer_minus_rollout, rel_tol=1e-9)
+    assert math.isclose(got, -rollout_minus_trainer, rel_tol=1e-9)
+
+
+def test_every_panel_and_page_with_the_train_infer_logp_diff_says_its_sign():
+    """Each panel of every board that reads the train/infer logp_diff, each alert text that
+    names it and its docs/metrics.md row say trainer - rollout and that AReaL's own
+    logp_diff has the opposite sign."""
+    series = c.LOGP_DIFF.name
+
+    def says_sign(text: str) -> bool:
+        return "trainer − rollout" in text and "opposite sign" in text
+
+    panels = [
+        (name, panel)
+        for name in build.BOARDS
+        for panel in json.loads((build.GRAFANA_DIR / f"{name}.json").read_text())["panels"]
+        if any(series in t["expr"] for t in panel.get("targets", []))
+    ]
+    assert len(panels) == 2, [p["title"] for _, p in panels]  # the avg/min/max and the heatmap
+    for name, panel in panels:
+        assert says_sign(panel["title"] + " " + panel["description"]), (name, panel["title"])
+    for group in alerts.alert_rules()["groups"]:
+        for rule in group["rules"]:
+            text = " ".join(rule["annotations"].values())
+            if "logp_diff" in text:
+                assert says_sign(text), rule["alert"]
+    doc = (build.HERE.parent / "docs" / "metrics.md").read_text()
+    (row,) = [
+        line for line in doc.splitlines() if line.startswith("| `ppo_actor/train_infer/logp_diff/")
+    ]
+    assert says_sign(row), row

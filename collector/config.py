@@ -75,7 +75,14 @@ class ReceiverConfig:
 
 @dataclass(frozen=True, config=SCHEMA)
 class AuthConfig:
-    """Optional bearer token, given inline or (preferably) in a file; neither means no auth."""
+    """Optional bearer token, given inline or (preferably) in a file; neither means no auth.
+    Senders send ``authorization: Bearer <token>``: the scheme in any case (RFC 7235), one or
+    more spaces before the token, whitespace around the value ignored; a tab, or a space inside the
+    token, is refused. A refused call is logged with the peer's address and the reason, at
+    most once a minute per address. The gRPC health service (``grpc.health.v1.Health``) answers
+    without a token: health probes (Kubernetes' gRPC probe, ``grpc_health_probe``) send none,
+    and it tells only whether the collector serves; every Export call needs the token.
+    """
 
     bearer_token: SecretStr | None = None
     token_file: OptStr = None

@@ -2,17 +2,21 @@
 
 HTTPS wraps each accepted connection in that request's own thread, so a slow or broken TLS
 client holds its thread, never the accept loop; a failed handshake is logged at debug level.
-The token is compared in constant time; a request without it is answered 401 with
-``WWW-Authenticate: Bearer``, and nothing else is read from it.
+A request without the token (:mod:`exporters.bearer`'s rule) is answered 401 with
+``WWW-Authenticate: Bearer`` and logged (rate-limited per client); nothing else is read
+from it.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import socket
 import ssl
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from exporters.bearer import RefusalLog, refusal
 
 logger = logging.getLogger(__name__)
 
@@ -54,20 +58,35 @@ def http_server(
     return TlsHTTPServer(address, handler, context)
 
 
-def authorized(request: BaseHTTPRequestHandler, token: str | None) -> bool:
-    """True when no token is required or ``request`` sends ``Authorization: Bearer <token>``;
-    else answers it 401 and returns False."""
-    if token is None:
-        return True
-    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
-    matches = hmac.compare_digest(sent.strip().encode(), token.encode())
-    if matches and scheme.lower() == "bearer":
-        return True
-    body = b"a bearer token is required (Authorization: Bearer <token>)\n"
-    request.send_response(401)
-    request.send_header("WWW-Authenticate", 'Bearer realm="rltel"')
-    request.send_header("Content-Type", "text/plain; charset=utf-8")
-    request.send_header("Content-Length", str(len(body)))
-    request.end_headers()
-    request.wfile.write(body)
-    return False
+class TokenDoor:
+    """The endpoint's bearer-token check (:func:`exporters.bearer.refusal`'s rule); a refused
+    request is answered 401 and logged with the client's address and the reason, at once for a
+    client's first and then at most once a minute per client (:class:`RefusalLog`).
+
+    Args:
+        token: the token a request must send; None: every request passes.
+        clock: monotonic seconds (injectable for tests).
+    """
+
+    def __init__(self, token: str | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._token = token
+        self._log = RefusalLog(
+            logger, "prometheus endpoint: refused an unauthenticated request", clock=clock
+        )
+
+    def admits(self, request: BaseHTTPRequestHandler) -> bool:
+        """True when ``request`` may pass; else answers it 401 and returns False."""
+        if self._token is None:
+            return True
+        why = refusal(request.headers.get("Authorization"), self._token)
+        if why is None:
+            return True
+        self._log.refused(request.client_address[0], why)
+        body = b"a bearer token is required (Authorization: Bearer <token>)\n"
+        request.send_response(401)
+        request.send_header("WWW-Authenticate", 'Bearer realm="rltel"')
+        request.send_header("Content-Type", "text/plain; charset=utf-8")
+        request.send_header("Content-Length", str(len(body)))
+        request.end_headers()
+        request.wfile.write(body)
+        return False

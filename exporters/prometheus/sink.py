@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from exporters.base import ExportResult, Sink
 from exporters.prometheus.naming import Kind
-from exporters.prometheus.serving import authorized, http_server
+from exporters.prometheus.serving import TokenDoor, http_server
 from exporters.prometheus.store import SELF_PREFIX, SeriesStore
 from telemetry.config import PrometheusConfig
 from telemetry.model.errors import ConfigError
@@ -73,9 +73,10 @@ class PrometheusSink(Sink):
     ) -> None:
         self.config = config or PrometheusConfig()
         self._key = key
-        self._token = self.config.token()
-        if self.config.token_file is not None and self._token is None:
+        token = self.config.token()
+        if self.config.token_file is not None and token is None:
             raise ConfigError(f"{key}.token_file: no token in {self.config.token_file!r}")
+        self._door = TokenDoor(token)
         self._lock = threading.Lock()
         self._store = SeriesStore(self.config.series_limit, self.config.expire_seconds, clock)
         self._store.reserve(SELF_METRICS)
@@ -270,7 +271,7 @@ def _keeping_names(accept: str) -> str:
 def _handler(sink: PrometheusSink) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if not authorized(self, sink._token):
+            if not sink._door.admits(self):
                 return
             path = self.path.split("?", 1)[0]
             if path == "/healthz":

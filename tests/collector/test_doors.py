@@ -12,8 +12,10 @@ import grpc
 import psutil
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from collector.auth import MAX_PEERS, BearerCheck, peer_host
+from collector.auth import BearerCheck, peer_host
+from exporters.bearer import MAX_PEERS
 from tests.collector.conftest import samples, scrape
 from tests.collector.test_cli import collector, error_line
 from tests.collector.test_server import gauges_request, status_of
@@ -89,6 +91,9 @@ class Clock:
         ((("x-other", "Bearer s3cret"),), "no authorization header"),
         ((("authorization", "Bearer s3cret"),), None),
         ((("authorization", "bearer  s3cret "),), None),
+        ((("authorization", "BEARER s3cret"),), None),
+        ((("authorization", "Bearer \ts3cret"),), "wrong bearer token"),
+        ((("authorization", "Bearer"),), "not a bearer token"),
     ],
 )
 def test_the_reason_of_each_refusal(metadata, reason):
@@ -157,3 +162,18 @@ def test_a_bad_tls_file_is_one_line_naming_its_key_without_a_port_hint(tmp_path)
         f"file: {str(garbage)!r} ("
     )
     assert "overrides it" not in line  # not a port: no --otlp-port hint
+
+
+def test_the_health_service_answers_without_the_token_and_export_does_not(
+    start_collector, tmp_path
+):
+    """The documented choice (docs/config.md, collector.auth): probes send no token."""
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    server = start_collector(auth={"token_file": str(token)})
+    with grpc.insecure_channel(server.endpoint) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "opentelemetry.proto.collector.metrics.v1.MetricsService"):
+            reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    assert status_of(server.endpoint, gauges_request(1)) == UNAUTHENTICATED

@@ -5,13 +5,17 @@ A :class:`StoreBoard` writes each rank's beat under its own key of the
 back on the reading rank. It talks over its own connection (``Store.clone()``), so a
 training thread blocked on the store, or in a collective, never waits for it and it never
 waits for them; the TCPStore server answers from its own thread, so rank 0's heartbeat
-works while rank 0's training thread is stuck.
+works while rank 0's training thread is stuck. When it opens that connection it logs, once
+at INFO, the store's address (``HOST:PORT`` of a TCPStore): the address every rank joined,
+which the job's launcher chose (``MASTER_ADDR``/``MASTER_PORT``, torchrun's
+``--master-addr`` or ``--rdzv-endpoint``; docs/troubleshooting.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 from typing import Any, Protocol
 
 from telemetry.heartbeat.beat import Beat
@@ -19,6 +23,8 @@ from telemetry.heartbeat.beat import Beat
 __all__ = ["Board", "LocalBoard", "StoreBoard", "default_store"]
 
 KEY_PREFIX = "rltel/heartbeat"
+
+logger = logging.getLogger(__name__)
 
 
 class Board(Protocol):
@@ -59,6 +65,7 @@ class StoreBoard:
         self._timeout_s = timeout_s
         self._connection: Any = None
         self._keys = [f"{KEY_PREFIX}/{role}/{rank}" for rank in range(world)]
+        self._role = role
         self._all_seen = False
 
     @property
@@ -71,6 +78,7 @@ class StoreBoard:
                 store = store.clone()
             store.set_timeout(datetime.timedelta(seconds=self._timeout_s))
             self._connection = store
+            logger.info("heartbeat: %s beats on the store at %s", self._role, address(store))
         return self._connection
 
     def publish(self, beat: Beat) -> None:
@@ -97,6 +105,14 @@ class StoreBoard:
             except ValueError:
                 continue  # a foreign value under our key: not a beat to show
         return beats
+
+
+def address(store: Any) -> str:
+    """``HOST:PORT`` of a TCPStore (through any ``PrefixStore``), else the store's type."""
+    while hasattr(store, "underlying_store"):
+        store = store.underlying_store
+    host, port = getattr(store, "host", None), getattr(store, "port", None)
+    return f"{host}:{port}" if host is not None else f"a {type(store).__name__}"
 
 
 def default_store() -> Any:

@@ -114,3 +114,18 @@ def test_disabled_starts_no_thread():
     logger = StatsLogger({**BASE, "heartbeat": {"enabled": False}})
     assert logger.heartbeat is None
     logger.close()
+
+
+def test_the_board_logs_the_store_address_it_joined_once(caplog):
+    caplog.set_level(logging.INFO, logger="telemetry.heartbeat.board")
+    port = free_port()
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=timedelta(seconds=5))
+    board = StoreBoard(dist.PrefixStore("default_pg", server), 2, "trainer", 5.0)  # as a group's
+    board.publish(Beat(0, "h", 0, "", 0.0, 0.0, 0.0, 0.0))
+    board.read()
+    StoreBoard(dist.HashStore(), 1, "rollout", 5.0).read()
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert lines == [
+        f"heartbeat: trainer beats on the store at 127.0.0.1:{port}",
+        "heartbeat: rollout beats on the store at a HashStore",
+    ]

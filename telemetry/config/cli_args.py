@@ -100,33 +100,38 @@ def port_in_use(host: str, port: int) -> bool:
 def check_bindable(section: str, host: str, port: int) -> None:
     """Raise a ConfigError naming the key to change when ``host:port`` cannot be bound now.
 
-    Checked with a socket of our own before a server binds, so that the user reads one line
-    naming ``<section>.host`` (a name that does not resolve, an address that is not this
-    machine's) or ``<section>.port`` (something listens there), not the server library's.
+    Checked with sockets of our own before a server binds, so that the user reads one line
+    naming ``<section>.host`` (a name that does not resolve, no address of it this machine's)
+    or ``<section>.port`` (something listens on one of its addresses), not the server
+    library's. Like gRPC, a name passes when one of its addresses binds (``localhost`` on a
+    host without IPv6).
     """
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(bare, port, type=socket.SOCK_STREAM)[0]
+        found = socket.getaddrinfo(bare, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
         raise ConfigError(f"{section}.host: {host} does not resolve ({reason})") from None
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise ConfigError(
-                    f"{section}.port: {host}:{port} is in use; choose another port, or 0 for "
-                    "any free port"
-                ) from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise ConfigError(
-                    f"{section}.host: {host} is not an address of this machine ({exc.strerror})"
-                ) from None
-            raise ConfigError(
-                f"{section}.host/{section}.port: cannot bind {host}:{port}: {exc.strerror}"
-            ) from None
+    failures: list[OSError] = []
+    for family, kind, proto, _, address in found:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                failures.append(exc)
+    if any(exc.errno == errno.EADDRINUSE for exc in failures):
+        raise ConfigError(
+            f"{section}.port: {host}:{port} is in use; choose another port, or 0 for any free port"
+        )
+    if len(failures) < len(found):
+        return
+    first = failures[0]
+    if first.errno == errno.EADDRNOTAVAIL:
+        raise ConfigError(
+            f"{section}.host: {host} is not an address of this machine ({first.strerror})"
+        )
+    raise ConfigError(f"{section}.host/{section}.port: cannot bind {host}:{port}: {first.strerror}")
 
 
 def missing_libraries(libraries: Iterable[str]) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import gzip
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -211,6 +212,10 @@ def _bind_error(key: str, host: str, port: int, exc: OSError) -> str:
     if exc.errno == errno.EADDRINUSE:
         return f"{key}.port: {host}:{port} is in use; choose another port, or 0 for any free port"
     reason = exc.strerror or str(exc)
+    if isinstance(exc, socket.gaierror):
+        return f"{key}.host: {host} does not resolve ({reason})"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{key}.host: {host} is not an address of this machine ({reason})"
     return f"{key}.host/{key}.port: cannot serve Prometheus on {host}:{port}: {reason}"
 
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 RLTEL = Path(sys.executable).with_name("rltel")
+ANY_PORTS = ("--otlp-port", "0", "--prometheus-port", "0")
 IN_USE = "is in use; choose another port, or 0 for any free port"
 
 
@@ -126,21 +127,31 @@ def test_a_prometheus_port_for_a_disabled_endpoint_is_one_line(tmp_path: Path):
     assert "sinks.prometheus.enabled: false" in line
 
 
-def test_a_host_that_does_not_resolve_is_one_line_naming_receiver_host(tmp_path: Path):
+def host_config(tmp_path: Path, section: str, host: str) -> Path:
+    """A collector config setting ``host`` in ``receiver`` or ``sinks.prometheus``."""
+    body = {"host": host}
+    document = {"receiver": body} if section == "receiver" else {"sinks": {"prometheus": body}}
     config = tmp_path / "collector.yaml"
-    config.write_text(yaml.safe_dump({"collector": {"receiver": {"host": "999.1.1.1"}}}))
-    line = error_line(collector("--config", str(config), "--prometheus-port", "0"))
+    config.write_text(yaml.safe_dump({"collector": document}))
+    return config
+
+
+@pytest.mark.parametrize("section", ["receiver", "sinks.prometheus"])
+def test_a_host_that_does_not_resolve_is_one_line_naming_its_host_key(tmp_path, section):
+    config = host_config(tmp_path, section, "999.1.1.1")
+    line = error_line(collector("--config", str(config), *ANY_PORTS))
     assert line.startswith(
-        "rltel collector: error: collector.receiver.host: 999.1.1.1 does not resolve ("
+        f"rltel collector: error: collector.{section}.host: 999.1.1.1 does not resolve ("
     )
+    assert "overrides it" not in line  # the host, not the port
 
 
-def test_an_address_of_another_machine_is_one_line_naming_receiver_host(tmp_path: Path):
-    config = tmp_path / "collector.yaml"
-    config.write_text(yaml.safe_dump({"collector": {"receiver": {"host": "10.255.255.1"}}}))
-    line = error_line(collector("--config", str(config), "--prometheus-port", "0"))
+@pytest.mark.parametrize("section", ["receiver", "sinks.prometheus"])
+def test_an_address_of_another_machine_is_one_line_naming_its_host_key(tmp_path, section):
+    config = host_config(tmp_path, section, "10.255.255.1")
+    line = error_line(collector("--config", str(config), *ANY_PORTS))
     assert line == (
-        "rltel collector: error: collector.receiver.host: 10.255.255.1 is not an address of "
+        f"rltel collector: error: collector.{section}.host: 10.255.255.1 is not an address of "
         "this machine (Cannot assign requested address)"
     )
 

@@ -155,7 +155,7 @@ class Gated(InMemorySink):
         self.open = threading.Event()
 
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
-        self.open.wait(120)
+        self.open.wait(100)
         return super().export(snapshot, timeout_s)
 
 
@@ -189,14 +189,14 @@ def test_otlp_sink_with_spool_loses_nothing_through_an_overloaded_collector(tmp_
             assert queued.submit(snapshot)
         until(lambda: refused() > 0, 60)
         gated.open.set()  # the spool replays through the collector's pushback
-        until(lambda: sink.health()["points_exported"] >= total, 120)
+        until(lambda: sink.health()["points_exported"] >= total, 60)
         queued.shutdown(30.0)
         health = sink.health()
         delivered = health["points_exported"] == total and health["spool_points"] == 0
         return delivered, health
 
     try:
-        results = run_clients(4, sender, timeout_s=300)
+        results = run_clients(4, sender, timeout_s=100)
         assert server.pipeline.force_flush(30)
         stats = server.pipeline.stats()
     finally:

@@ -71,9 +71,9 @@ for step in range(1, steps + 1):
     stats.commit(0, step, step, {"ledger/value": float(step), "ledger/step": float(step), **extra})
     print(step, flush=True)
     if step == 1:  # the clock starts once step 1 is acknowledged: the run's sinks are open
-        give_up = time.monotonic() + 120
+        give_up = time.monotonic() + 300
         while stats.otlp.health()["requests_exported"] < 1:
-            assert time.monotonic() < give_up, "step 1 not acknowledged in 120 s"
+            assert time.monotonic() < give_up, "step 1 not acknowledged in 300 s"
             time.sleep(0.01)
         start = time.monotonic() - 1 / rate
 stats.close(close_s)
@@ -86,7 +86,7 @@ class Trainer:
 
     def __init__(self, stack: Stack, trial: str, args: argparse.Namespace, **run: float):
         work = stack.work
-        self.spool = work / "spool"
+        self.spool, self.log = work / "spool", work / "trainer.log"
         steps, rate = run.get("steps", args.steps), run.get("rate", args.rate)
         close_s = run.get("close_s", 60.0)
         plan = [str(work / "trainer"), stack.endpoint, str(self.spool), trial, str(steps)]
@@ -94,7 +94,7 @@ class Trainer:
             [sys.executable, "-c", TRAINER, *plan, str(rate), str(close_s), str(args.gauges)],
             cwd=REPO,
             stdout=subprocess.PIPE,
-            stderr=(work / "trainer.log").open("w"),
+            stderr=self.log.open("w"),
             text=True,
         )
         self.steps: list[int] = []
@@ -114,11 +114,13 @@ class Trainer:
         with self._cond:
             self._cond.notify_all()
 
-    def wait_step(self, step: int, timeout_s: float = 120.0) -> None:
-        """Until the trainer committed ``step``."""
+    def wait_step(self, step: int, timeout_s: float = 300.0) -> None:
+        """Until the trainer committed ``step``; its log's end in the error if it did not."""
         with self._cond:
             if not self._cond.wait_for(lambda: len(self.steps) >= step, timeout_s):
-                raise RuntimeError(f"trainer did not reach step {step}")
+                state = "running" if self.proc.poll() is None else f"exit {self.proc.returncode}"
+                log = self.log.read_text()[-3000:]
+                raise RuntimeError(f"trainer ({state}) did not reach step {step}:\n{log}")
 
     def finish(self, timeout_s: float = 120.0) -> list[int]:
         """Wait for the process to end; the acknowledged steps."""

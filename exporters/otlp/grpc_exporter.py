@@ -28,11 +28,12 @@ from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 logger = logging.getLogger(__name__)
 
 
-def tls_mismatch(details: str, tls: bool, speaks_tls: Callable[[], bool]) -> str | None:
+def tls_mismatch(details: str, tls: bool, ask_endpoint: Callable[[], bool]) -> str | None:
     """What an UNAVAILABLE call's ``details`` say about the channel's TLS, or None.
 
-    ``speaks_tls`` asks the endpoint; it is called only for a plaintext channel whose
-    connection was closed, the one failure a TLS port and a dying plaintext server share.
+    ``ask_endpoint`` says whether the endpoint speaks TLS (:func:`speaks_tls`); it is called
+    only for a plaintext channel whose connection was closed, the one failure a TLS port and
+    a dying plaintext server share.
     """
     text = details.lower()
     if tls and "handshake failed" in text:
@@ -44,7 +45,7 @@ def tls_mismatch(details: str, tls: bool, speaks_tls: Callable[[], bool]) -> str
             )
         failure = details[text.index("handshake failed") :]
         return f"the TLS {failure} (check otlp.tls.ca_file against the endpoint's certificate)"
-    if not tls and "socket closed" in text and speaks_tls():
+    if not tls and "socket closed" in text and ask_endpoint():
         return (
             "the endpoint closed the connection at once: a plaintext channel to a TLS port? "
             "(set otlp.insecure: false and otlp.tls.ca_file)"

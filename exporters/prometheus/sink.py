@@ -41,6 +41,7 @@ SELF_METRICS: dict[str, Kind] = {
     f"{SELF_PREFIX}export_errors_total": "counter",
     f"{SELF_PREFIX}overflow_points_total": "counter",
     f"{SELF_PREFIX}expired_series_total": "counter",
+    f"{SELF_PREFIX}nonfinite_windows_total": "counter",
     f"{SELF_PREFIX}series": "gauge",
     f"{SELF_PREFIX}metrics_overflowing": "gauge",
     f"{SELF_PREFIX}name_collisions": "gauge",
@@ -189,6 +190,7 @@ def store_families(store: SeriesStore, errors: int) -> list[Metric]:
         "export_errors": errors,
         "overflow_points": store.overflowed_points,
         "expired_series": store.expired_series,
+        "nonfinite_windows": store.nonfinite_windows,
     }
     gauges = {
         "series": store.series_count,

@@ -2,10 +2,13 @@
 
 Snapshot histograms are windows (deltas): each series accumulates count, sum and bucket
 counts into cumulative totals and keeps the last non-empty window's avg/min/max for the
-companion gauges. Counters are cumulative already; gauges are last-value. Every series is
-labelled by :mod:`exporters.prometheus.labels`. A metric holds at most ``series_limit``
-series; points of further label sets go to one ``otel_metric_overflow="true"`` series per
-resource and are counted.
+companion gauges. A window whose sum is not finite (a NaN loss, an infinite KL) shows in
+those gauges (NaN, ±Inf: the NotFinite alerts read them) but stays out of the cumulative
+``_bucket``/``_count``/``_sum``, which it would otherwise turn NaN or infinite for good; the
+store counts it (``nonfinite_windows``). Counters are cumulative already; gauges are
+last-value. Every series is labelled by :mod:`exporters.prometheus.labels`. A metric holds
+at most ``series_limit`` series; points of further label sets go to one
+``otel_metric_overflow="true"`` series per resource and are counted.
 
 An overflow counter is the sum of the overflowed series' totals: the store remembers each
 overflowed series' last total (by a hash of its labels, at most ``MAX_OVERFLOW_TRACKED``
@@ -52,9 +55,19 @@ class _Hist:
     max: float | None = None
     seen: float = 0.0
 
-    def add(self, point: Histogram, overflow: bool, now: float) -> None:
-        """Accumulate one window; mismatched bounds (overflow only) land in ``+Inf``."""
+    def add(self, point: Histogram, overflow: bool, now: float) -> bool:
+        """Accumulate one window; mismatched bounds (overflow only) land in ``+Inf``.
+
+        Returns False for a window with a non-finite sum: its avg/min/max are shown, its
+        count, sum and buckets are not added to the cumulative totals.
+        """
         count, total, buckets = point.count, point.sum, point.bucket_counts
+        if count > 0:
+            self.avg = total / count
+            self.min, self.max = point.min, point.max
+        self.seen = now
+        if not math.isfinite(total):
+            return False
         self.count += count
         self.sum += total
         if buckets and point.bounds == self.bounds:
@@ -62,10 +75,7 @@ class _Hist:
                 self.buckets[i] += n
         elif overflow or not buckets:
             self.buckets[-1] += count
-        if count > 0:
-            self.avg = total / count
-            self.min, self.max = point.min, point.max
-        self.seen = now
+        return True
 
 
 @dataclass(slots=True)
@@ -111,6 +121,7 @@ class SeriesStore:
         self._closed_family: _Family | None = None  # and the resources it marks closed:
         self._closed: set[Labels] = set()
         self.overflowed_points = 0
+        self.nonfinite_windows = 0
         self.tracked_overflow = 0
         self.expired_series = 0
         self.snapshots = 0
@@ -149,7 +160,8 @@ class SeriesStore:
                     state = table[labels] = _Hist(
                         point.bounds, buckets=[0] * (len(point.bounds) + 1)
                     )
-                state.add(point, overflow, now)
+                if not state.add(point, overflow, now):
+                    self.nonfinite_windows += 1
             elif state is None:
                 table[labels] = _Value(float(point.value), now)
             else:  # a gauge's or counter's last value

@@ -227,6 +227,37 @@ def test_delta_windows_accumulate_to_cumulative(make_sink):
     assert value(fams["adv_min"], "adv_min") == windows[-1].min()
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_nonfinite_window_shows_in_the_gauges_and_stays_out_of_the_totals(make_sink, bad):
+    sink = make_sink()
+    bounds = (0.0, 1.0)
+    finite = [np.array([0.5, 2.0]), np.array([-1.0, 0.25, 0.75])]
+    poisoned = np.array([0.5, bad, 0.1])  # the recorder's NaN lands in the +Inf bucket
+    sink.export(snap(window("loss", finite[0], bounds), step=1))
+    sink.export(snap(window("loss", poisoned, bounds), step=2))
+    fams = families(scrape(sink))
+    assert str(value(fams["loss_avg"], "loss_avg")) == str(poisoned.mean()) == str(bad)
+    for gauge, expected in (("loss_min", poisoned.min()), ("loss_max", poisoned.max())):
+        assert str(value(fams[gauge], gauge)) == str(expected)  # NaN, inf or -inf as recorded
+    assert value(fams["loss"], "loss_count") == 2 and value(fams["loss"], "loss_sum") == 2.5
+    assert (
+        value(
+            fams["rltel_prometheus_nonfinite_windows"], "rltel_prometheus_nonfinite_windows_total"
+        )
+        == 1
+    )
+    sink.export(snap(window("loss", finite[1], bounds), step=3))  # the next step is whole
+    fams = families(scrape(sink))
+    everything = np.concatenate(finite)
+    assert value(fams["loss"], "loss_count") == everything.size
+    assert value(fams["loss"], "loss_sum") == pytest.approx(everything.sum())
+    for bound in (*bounds, math.inf):
+        le = "+Inf" if bound == math.inf else repr(bound)
+        assert value(fams["loss"], "loss_bucket", le=le) == int((everything <= bound).sum())
+    assert value(fams["loss_avg"], "loss_avg") == pytest.approx(finite[1].mean())
+    assert value(fams["loss_min"], "loss_min") == -1.0
+
+
 def test_series_limit_overflow(make_sink):
     sink = make_sink(series_limit=4)
     experts = range(10)

@@ -116,9 +116,7 @@ class PointMapper:
         attrs = attributes(kvs, self.label_limits) if kvs else ()
         description = metric.description
         reduce = REDUCE_BY_DESCRIPTION.get(description) or reduce_of(description)
-        count, total = point.count, point.sum
-        if not math.isfinite(total):
-            raise Rejected(f"histogram sum {total!r} is not finite")
+        count, total = point.count, point.sum  # a non-finite sum is the sender's value
         if reduce is SCALAR:
             if count > 0:
                 out.append(trusted_gauge(name, total / count, count, metric.unit, attrs))

@@ -11,6 +11,11 @@ series started after this collector did (``start_time_unix_nano >= started_ns``)
 series (the collector restarted under a running sender) only sets the baseline, as the
 OpenTelemetry Collector's ``cumulativetodelta`` processor does in its ``auto`` mode.
 
+A non-finite sum is kept as sent, and a window's sum is plain float arithmetic: after a
+sender's running sum turned NaN or infinite, its windows' sums are NaN or infinite too
+(counts and buckets stay exact). The Prometheus sink keeps such windows out of its
+cumulative series, as it does a trainer's.
+
 A collector with its durable state keeps these states across a restart
 (:mod:`collector.baselines`), and with them the start of its first process: a series it
 held goes on from its kept baseline, and a series that started after the first process did

@@ -121,8 +121,11 @@ def number(point) -> float:
 def explicit(point) -> HistogramState:
     """A ``HistogramDataPoint`` as read, its buckets checked against its bounds and count.
 
+    A non-finite sum (a NaN loss, an infinite KL) is kept: it is the sender's value, shown
+    as the embedded path shows it.
+
     Raises:
-        Rejected: inconsistent buckets or a non-finite sum.
+        Rejected: inconsistent buckets, or bounds not finite and strictly increasing.
     """
     bounds = tuple(point.explicit_bounds)
     buckets = tuple(point.bucket_counts)
@@ -150,10 +153,7 @@ def exponential(point) -> HistogramState:
     """Exponential buckets as explicit ones: bucket ``i`` covers ``(base**i, base**(i+1)]``.
 
     Buckets that floats cannot bound exactly (overflow, too fine a scale) are dropped;
-    count, sum, min and max are kept.
-
-    Raises:
-        Rejected: a non-finite sum.
+    count, sum (finite or not), min and max are kept.
     """
     try:
         bounds, counts = _exponential_buckets(point)
@@ -204,8 +204,7 @@ def _increasing(bounds: Iterable[float]) -> bool:
 
 
 def _hist_sum(point) -> float:
+    """The point's sum as sent, non-finite included; unset: NaN when it counted values."""
     if not point.HasField("sum"):
         return math.nan if point.count else 0.0
-    if not math.isfinite(point.sum):
-        raise Rejected(f"histogram sum {point.sum!r} is not finite")
     return point.sum

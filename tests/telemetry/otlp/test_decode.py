@@ -235,14 +235,64 @@ def test_unmappable_points_are_counted_as_partial_success():
     no_value = pb.Metric(name="g")
     no_value.gauge.data_points.add()
     negative = number_metric("c", "sum", [-1.0])
-    nan_sum = pb.Metric(name="h2")
-    nan_sum.histogram.aggregation_temporality = 1
-    nan_sum.histogram.data_points.add(count=1, sum=math.nan)
+    inf_bound = pb.Metric(name="h2")
+    inf_bound.histogram.aggregation_temporality = 1
+    p = inf_bound.histogram.data_points.add(count=1, sum=1.0)
+    p.explicit_bounds.extend([1.0, math.inf])
+    p.bucket_counts.extend([1, 0, 0])
     good = number_metric("ok", "gauge", [1.0])
-    result = Decoder().decode(raw(bad_buckets, no_value, negative, nan_sum, pb.Metric(), good))
+    result = Decoder().decode(raw(bad_buckets, no_value, negative, inf_bound, pb.Metric(), good))
     assert (result.accepted, result.rejected) == (1, 5)
     assert "'h'" in result.message and "'c'" in result.message
+    assert "'h2': histogram bounds are not finite" in result.message
     assert result.snapshots[0].points == (Gauge("ok", 1.0, None, "1", (("host", "a"),)),)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_nonfinite_histogram_sum_is_kept_as_sent(bad):
+    """A NaN loss or an infinite KL k3 reaches the sinks as the embedded path shows it."""
+    delta = pb.Metric(name="loss", description="rltel.reduce=avg_min_max")
+    delta.histogram.aggregation_temporality = 1
+    delta.histogram.data_points.add(count=3, sum=bad, min=0.5, max=bad)
+    buckets = pb.Metric(name="kl")
+    buckets.histogram.aggregation_temporality = 1
+    p = buckets.histogram.data_points.add(count=2, sum=bad, min=0.1, max=bad)
+    p.explicit_bounds.extend([1.0])
+    p.bucket_counts.extend([1, 1])
+    expo = pb.Metric(name="e")
+    expo.exponential_histogram.aggregation_temporality = 1
+    p = expo.exponential_histogram.data_points.add(count=1, sum=bad, scale=0, zero_count=1)
+    grad = pb.Metric(name="grad_norm", description="rltel.reduce=scalar")
+    grad.histogram.aggregation_temporality = 1
+    grad.histogram.data_points.add(count=2, sum=bad)
+    result = Decoder().decode(raw(delta, buckets, expo, grad))
+    assert (result.accepted, result.rejected) == (4, 0), result.message
+    got = {point.metric: point for point in result.snapshots[0].points}
+    assert str((got["loss"].count, got["loss"].sum, got["loss"].max)) == str((3, bad, bad))
+    assert got["loss"].min == 0.5
+    assert str((got["kl"].sum, got["kl"].bucket_counts)) == str((bad, (1, 1)))
+    assert str((got["e"].count, got["e"].sum)) == str((1, bad))
+    assert str((got["grad_norm"].value, got["grad_norm"].count)) == str((bad, 2))
+
+
+def test_a_nonfinite_cumulative_sum_gives_nonfinite_windows_with_exact_counts():
+    decoder = Decoder(started_ns=0)
+
+    def point(count: int, total: float, buckets: list[int]):
+        metric = pb.Metric(name="latency")
+        metric.histogram.aggregation_temporality = 2
+        p = metric.histogram.data_points.add(start_time_unix_nano=5, count=count, sum=total)
+        p.explicit_bounds.extend([1.0])
+        p.bucket_counts.extend(buckets)
+        result = decoder.decode(raw(metric))
+        assert (result.accepted, result.rejected) == (1, 0), result.message
+        (window,) = result.snapshots[0].points
+        return window.count, window.sum, window.bucket_counts
+
+    assert point(2, 1.0, [2, 0]) == (2, 1.0, (2, 0))
+    assert str(point(3, math.nan, [2, 1])) == str((1, math.nan, (0, 1)))
+    # the sender's running sum stays NaN: its later windows' sums are unknown, counts exact
+    assert str(point(5, math.nan, [3, 2])) == str((2, math.nan, (1, 1)))
 
 
 def test_series_limit_rejects_new_stateful_series():

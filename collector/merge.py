@@ -8,6 +8,9 @@ training step. Per point type:
 - scalar-stream ``Gauge`` (``count`` set): count-weighted mean, count = total count;
 - ``Histogram``: counts and sums added (so ``avg`` is count-weighted), min of mins, max of
   maxes, buckets added where every window has the same bounds;
+- a NaN in one worker's window makes that step's merged value NaN: a sum with NaN is NaN,
+  and a NaN min or max wins whatever the workers' order, as in the DP reduction; the next
+  step merges afresh;
 - ``Counter``: each worker's latest cumulative total, summed over workers;
 - ``Gauge`` without count: mean over the workers' latest values in the window.
 
@@ -31,6 +34,7 @@ and acknowledges the windows before it (:mod:`collector.merge_state`).
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 from dataclasses import dataclass, field
 
@@ -145,7 +149,8 @@ class RolloutMerger:
         kept = last[1]
         if isinstance(kept, str):
             return kept == _digest(snapshot)
-        return kept.points == snapshot.points
+        # a NaN equals nothing, so points holding one are compared by their records
+        return kept.points == snapshot.points or _digest(kept) == _digest(snapshot)
 
     def _merge(self, snapshot: Snapshot, kept: Snapshot | str) -> None:
         worker = snapshot.resource
@@ -307,9 +312,12 @@ def _add_buckets(window: _Window, point: Histogram) -> None:
 
 
 def _pick(current: float | None, new: float | None, choose) -> float | None:
-    if new is None:
+    """``choose`` of the two, None ignored; a NaN wins (as in the DP reduction)."""
+    if new is None or (current is not None and math.isnan(current)):
         return current
-    return new if current is None else choose(current, new)
+    if current is None or math.isnan(new):
+        return new
+    return choose(current, new)
 
 
 def _digest(snapshot: Snapshot) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -216,3 +218,68 @@ def test_equal_bounds_decoded_separately_keep_their_buckets():
     (merged,) = merger.on_train(train(1))
     (point,) = merged.points
     assert (point.bounds, point.bucket_counts) == ((0.0, 1.0), (2, 2, 0))
+
+
+def stat_window(values: np.ndarray, bounds: tuple[float, ...] = (0.0,)) -> Histogram:
+    """A masked stat's window as the recorder makes it: a NaN on a valid token makes the
+    sum, min and max NaN and lands in the ``+Inf`` bucket."""
+    finite = values[~np.isnan(values)]
+    buckets = np.histogram(finite, [-np.inf, *bounds, np.inf])[0]
+    buckets[-1] += len(values) - len(finite)
+    return Histogram(
+        "loss",
+        len(values),
+        float(values.sum()),
+        float(values.min()),
+        float(values.max()),
+        bounds,
+        tuple(int(c) for c in buckets),
+    )
+
+
+@pytest.mark.parametrize("nan_worker", [0, 1])  # a NaN wins whichever worker comes first
+def test_a_nan_in_one_workers_window_makes_that_steps_merge_nan_and_the_next_step_whole(
+    nan_worker,
+):
+    merger = RolloutMerger()
+    values = [np.array([0.5, -1.0]), np.array([2.0, 0.25, 1.0])]
+    values[nan_worker] = np.array([0.5, np.nan])
+    for i, v in enumerate(values):
+        reward = float("nan") if i == nan_worker else 1.5
+        merger.add(worker(i, [stat_window(v), Gauge("reward", reward, 2)]))
+    (merged,) = merger.on_train(train(1))
+    by_key = {p.key: p for p in merged.points}
+    every = np.concatenate(values)
+    loss = by_key["loss"]
+    assert loss.count == len(every) and loss.bucket_counts == stat_window(every).bucket_counts
+    assert [math.isnan(x) for x in (loss.avg, loss.min, loss.max)] == [True] * 3
+    assert math.isnan(by_key["reward"].value) and by_key["reward"].count == 4
+    later = [np.array([0.5, -1.0]), np.array([3.0])]
+    for i, v in enumerate(later):
+        merger.add(
+            Snapshot(
+                (stat_window(v), Gauge("reward", 1.0 + i, 1)),
+                None,
+                worker(i, ()).resource,
+                200 + i,
+                "rollout",
+            )
+        )
+    (merged,) = merger.on_train(train(2))
+    by_key = {p.key: p for p in merged.points}
+    every = np.concatenate(later)
+    assert (by_key["loss"].avg, by_key["loss"].min, by_key["loss"].max) == pytest.approx(
+        (every.mean(), every.min(), every.max())
+    )
+    assert by_key["reward"].value == 1.5
+
+
+def test_a_retried_window_holding_a_nan_is_a_duplicate():
+    merger = RolloutMerger()
+    window = worker(0, [stat_window(np.array([1.0, np.nan])), Gauge("reward", 1.0, 1)])
+    assert merger.add(window)
+    retried = worker(0, [stat_window(np.array([1.0, np.nan])), Gauge("reward", 1.0, 1)])
+    assert not merger.add(retried)  # decoded again: NaN objects that are not equal
+    assert merger.duplicates == 1
+    (merged,) = merger.on_train(train(1))
+    assert {p.key: p for p in merged.points}["loss"].count == 2

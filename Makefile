@@ -76,7 +76,7 @@ gpu-check: venv
 # The reliability ledger (bench/reliability.py): collector SIGKILL/SIGTERM, a trainer killed
 # into an outage, a close with a spool backlog then rltel spool flush; every acknowledged step
 # looked up in TensorBoard, W&B offline and a real Prometheus (remote write), 5 runs each
-# (about 8 minutes here); exit 1 when a step was lost or duplicated. Not part of make test.
+# (10-17 minutes here, under load); exit 1 when a step was lost or duplicated. Not in make test.
 reliability: venv
 	$(PY) bench/reliability.py
 

@@ -104,10 +104,13 @@ def _swapped(stats_logger_class: type | None) -> Iterator[types.ModuleType]:
 @contextmanager
 def _fresh_logging() -> Iterator[types.ModuleType]:
     """A fresh ``areal.utils.logging`` meanwhile (its ``setup_file_logging`` runs once per
-    module); afterwards its file handlers are detached from every logger it made and closed,
-    and the module it replaced is back."""
+    module), knowing every logger the module it replaces had made (AReaL's modules loaded
+    by earlier cases log through those); afterwards its file handlers are detached from
+    every logger it knows and closed, and the module it replaced is back."""
     previous = sys.modules.pop("areal.utils.logging", None)
     module = loader.module("areal.utils.logging")
+    if previous is not None:  # AReaL's modules loaded before keep their loggers: in one
+        module._created_loggers.update(previous._created_loggers)  # process, one registry
     try:
         yield module
     finally:

@@ -3,18 +3,26 @@ and a pipeline that replays a stored run's journals before any request."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import stat
 import threading
 
 import pytest
 
+from collector.baselines import DIRECTORY as BASELINES
 from collector.config import LimitsConfig
-from collector.durable import DurableState
+from collector.durable import MERGE, DurableState
+from collector.merge import RolloutMerger
 from collector.pipeline import Pipeline
 from collector.sinks import SinksFailed
 from exporters.base import ExportResult, InMemorySink
+from exporters.fanout import FanOut
+from exporters.journal import Journal
 from telemetry.model.errors import ConfigError
 from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.otlp.decode import Decoder
 
 KEY = "collector.durable.directory"
 RUN = (("rltel.experiment", "exp"), ("rltel.trial", "t1"), ("rltel.rank", 0))
@@ -132,3 +140,128 @@ def test_a_record_changed_on_disk_is_counted_logged_once_and_never_replayed(tmp_
     assert skipped == [f"durable queue {segment.parent}: 1 torn or corrupt entries skipped"]
     second.shutdown(30)
     stuck.release.set()
+
+
+def test_missing_parents_of_the_directory_are_created(tmp_path):
+    state = DurableState(tmp_path / "a" / "b" / "state", 1 << 20, False, KEY)
+    assert (tmp_path / "a" / "b" / "state" / "lock").is_file()
+    state.close()
+
+
+def test_the_lock_file_is_read_write_for_its_owner_and_read_only_for_others(tmp_path):
+    umask = os.umask(0o022)
+    try:
+        state = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "state" / "lock").stat().st_mode) == 0o644
+    state.close()
+
+
+def test_an_unusable_baselines_directory_is_a_config_error_naming_the_key(tmp_path):
+    state = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    (tmp_path / "state" / BASELINES).write_text("a file, not a directory")
+    with pytest.raises(ConfigError, match=f"{KEY}: "):
+        state.attach_decoder(Decoder())
+    state.close()
+
+
+def test_a_journal_of_a_running_sink_is_replayed_without_a_warning(tmp_path, caplog):
+    """An earlier process's journal of a sink this collector still runs is no stray one."""
+    held = Journal(tmp_path / "state" / "shared" / "memory", 1 << 20, False)
+    held.append(Snapshot((Gauge("loss", 1.0),), Step(0, 1, 1), RUN))
+    held.close()
+    (tmp_path / "state" / "shared" / "empty").mkdir()  # holds nothing: not named either
+    sink = InMemorySink()
+    pipeline = Pipeline([sink], None, LimitsConfig())
+    pipeline.recover(DurableState(tmp_path / "state", 1 << 20, False, KEY))
+    assert pipeline.force_flush(30)
+    assert [s.step.global_step for s in sink.snapshots] == [1]
+    pipeline.shutdown(30)
+    assert "no sink of this collector" not in caplog.text
+
+
+def test_a_runs_journal_of_waiting_windows_is_taken_up_without_a_warning(tmp_path, caplog):
+    state = tmp_path / "state"
+    first = Pipeline([], lambda experiment, trial: [InMemorySink()], LimitsConfig())
+    first.recover(DurableState(state, 1 << 20, False, KEY))
+    resource = (*RUN, ("rltel.role", "rollout"), ("rltel.worker_id", "w0"))
+    window = Snapshot((Gauge("rollout/reward", 1.0),), None, resource, 1, "rollout")
+    first.runs.of(window).route(window, None)
+    first.durable.sync()
+    os.close(first.durable._lock_fd)  # killed while the window waits for its step
+    assert list(state.glob(f"runs/*/{MERGE}/*.seg"))
+
+    second = Pipeline([], lambda experiment, trial: [InMemorySink()], LimitsConfig())
+    second.recover(DurableState(state, 1 << 20, False, KEY))
+    assert "no sink of this collector" not in caplog.text
+    second.shutdown(30)
+
+
+def test_unreadable_run_markers_are_logged_and_skipped(tmp_path, caplog):
+    runs = tmp_path / "state" / "runs"
+    (runs / "a" / "run.json").mkdir(parents=True)  # OSError
+    (runs / "b").mkdir()
+    (runs / "b" / "run.json").write_text("{not json")  # ValueError
+    (runs / "c").mkdir()
+    (runs / "c" / "run.json").write_text(json.dumps({"experiment": "e"}))  # KeyError
+    (runs / "d").mkdir()
+    (runs / "d" / "run.json").write_text(json.dumps({"experiment": "e", "trial": "t"}))
+    state = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    assert state.stored_runs() == [("e", "t")]
+    unreadable = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
+    assert [m.split(": ")[1] for m in unreadable] == [
+        f"{runs / name / 'run.json'} unreadable" for name in "abc"
+    ]
+    state.close()
+
+
+def test_sync_raises_a_journal_write_that_failed(tmp_path):
+    state = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    merger = RolloutMerger()
+    state.attach_run(("e", "t"), FanOut([]), merger)
+    assert merger.journal is not None
+    shutil.rmtree(merger.journal.directory)  # its disk went away
+    assert merger.journal.append(Snapshot((Gauge("loss", 1.0),), Step(0, 1, 1), RUN)) is None
+    with pytest.raises(FileNotFoundError):
+        state.sync()
+    state.close()
+
+
+def test_close_empties_every_acknowledged_journal_and_removes_the_directory(tmp_path):
+    state = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    merger = RolloutMerger()
+    state.attach_run(("e", "t"), FanOut([]), merger)
+    assert merger.journal is not None
+    merger.journal.append(Snapshot((Gauge("loss", 1.0),), Step(0, 1, 1), RUN))
+    merger.journal.ack(merger.journal.last_seq)  # held: the open segment stays until close
+    assert list((tmp_path / "state").rglob("*.seg"))
+    state.close()
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_second_close_leaves_the_next_collectors_lock_alone(tmp_path):
+    first = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    first.close()
+    second = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    first.close()
+    with pytest.raises(ConfigError, match="held by another running collector"):
+        DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    second.close()
+
+
+def test_close_removes_the_directory_when_its_lock_file_was_deleted(tmp_path):
+    state = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    (tmp_path / "state" / "lock").unlink()  # a /tmp cleaner, say
+    state.close()
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_runs_directory_name_is_the_same_in_every_version(tmp_path):
+    """The name is recomputed from run.json at each start: a changed rule would leave an
+    earlier version's journals unread. Long names are cut at 80 characters plus a digest."""
+    state = DurableState(tmp_path / "state", 1 << 20, False, KEY)
+    state.attach_run(("x" * 100, "trial/1"), FanOut([]), RolloutMerger())
+    (run,) = (tmp_path / "state" / "runs").iterdir()
+    assert run.name == "x" * 80 + "-6b144eea1171"
+    state.close()

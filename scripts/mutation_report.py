@@ -91,6 +91,7 @@ _SPENT_ROW = "either row of the spent log-prob buffer (both read already) holds 
 _ONE_DIM = "the tensor is 1-D: dim -1 is dim 0"
 _MIN_ROWS = "_MIN_ABOVE_ROWS = {dtype: N_EXTREME_ROWS %s for dtype in _BITS}"
 _ONE_CALL = "the tensors of one call share one dtype and length: any of them gives the same"
+_DISJOINT_FLAGS = "the flags are distinct single bits: + and ^ give the same value as |"
 JUDGED: dict[str, dict[str, str]] = {
     "telemetry/record/kernels.py": {
         "fills = (padding & inf, padding * sign)": (
@@ -329,6 +330,20 @@ JUDGED: dict[str, dict[str, str]] = {
         "return None, 1": "the points of a name that is not an entry are never read",
         'if data.get("format") is not _FORMAT:': (
             "the format is written as the int 1, read back as CPython's cached small int"
+        ),
+    },
+    "collector/durable.py": {
+        'self._lock_fd = os.open(self.directory / "lock", os.O_RDWR + os.O_CREAT, 0o644)': (
+            _DISJOINT_FLAGS
+        ),
+        'self._lock_fd = os.open(self.directory / "lock", os.O_RDWR ^ os.O_CREAT, 0o644)': (
+            _DISJOINT_FLAGS
+        ),
+        "fcntl.flock(self._lock_fd, fcntl.LOCK_EX + fcntl.LOCK_NB)": _DISJOINT_FLAGS,
+        "fcntl.flock(self._lock_fd, fcntl.LOCK_EX ^ fcntl.LOCK_NB)": _DISJOINT_FLAGS,
+        'names = {_UNSAFE.sub("_", queued.name) for queued in fanout.queued} ^ {MERGE}': (
+            "no sink is named rollout-merge (a sink's name is its kind, a word, or kind#N):"
+            " the sets are disjoint, so ^ is |"
         ),
     },
 }

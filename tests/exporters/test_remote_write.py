@@ -292,22 +292,29 @@ def test_contract(receiver):
 
 def test_refresh_rewrites_idle_series_and_the_collectors_own_metrics(receiver):
     sink = _sink(receiver.url, interval_s=0.2)
+    wanted = {"loss", "tokens_total", "kl_bucket", "kl_avg", "up"}
+
+    def refreshed() -> list[dict[str, str]]:
+        return [labels for _, series in receiver.requests[before:] for labels, _ in series]
+
     try:
         sink.export(SNAPSHOT)
         assert sink.force_flush(10)
         before = len(receiver.requests)
         deadline = time.monotonic() + 20
-        while len(receiver.requests) == before and time.monotonic() < deadline:
-            threading.Event().wait(0.05)  # the refresher writes within interval_s
-        assert len(receiver.requests) > before and sink.force_flush(10)
+        # A refresh within interval_s of the write finds the series not idle yet and writes
+        # the collector's own metrics alone: wait for the one that rewrites the idle series.
+        while not wanted <= {labels["__name__"] for labels in refreshed()}:
+            assert time.monotonic() < deadline, "no refresh rewrote the idle series in 20 s"
+            threading.Event().wait(0.05)
+        assert sink.force_flush(10)
     finally:
         sink.shutdown()
-    refreshed = [labels for _, series in receiver.requests[before:] for labels, _ in series]
-    names = {labels["__name__"] for labels in refreshed}
-    assert {"loss", "tokens_total", "kl_bucket", "kl_avg", "up"} <= names
+    names = {labels["__name__"] for labels in refreshed()}
+    assert wanted <= names
     assert "rltel_collector_remote_write_samples_sent_total" in names
     assert "rltel_prometheus_overflow_points_total" in names  # the series store's own
-    own = [labels for labels in refreshed if labels["__name__"] == "up"]
+    own = [labels for labels in refreshed() if labels["__name__"] == "up"]
     assert own[0]["job"] == "rltel-collector" and own[0]["instance"] == "c1"
     assert own[0]["collector"] == "c1" and own[0]["cluster"] == "k"
 

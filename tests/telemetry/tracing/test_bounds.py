@@ -77,7 +77,7 @@ def test_stalled_exporter_drops_on_the_replay_side(stalled: Stalled, caplog) -> 
     # once per change: dropping, and at most once more after the export took its one batch
     warned = _warnings(caplog)
     dropping = "perf_tracer: 8 spans waiting for export; dropping"
-    assert warned[0] == dropping and len(warned) in (1, 3), warned
+    assert warned[0] == dropping and len(warned) <= 3, warned  # caught up, then maybe again
     assert warned[2:] in ([], [dropping]) and all("caught up" in w for w in warned[1:2])
     stalled.release.set()
     perf_tracer.save()

@@ -10,6 +10,20 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 sys.path.insert(0, os.path.dirname(__file__))
 
+
+@pytest.fixture(autouse=True)
+def _forget_process_state():
+    """Each test starts without what earlier tests in its worker left in process-wide state: a
+    plain dict commits a key back as the typed point an earlier export gave it
+    (telemetry/record/typed_keys.py: a test that exported ``x`` as a scalar made another's plain
+    ``{"x": 1.0}`` a histogram), and a commit drains the samples logged before it."""
+    from telemetry.record import typed_keys
+    from telemetry.samples import default_buffer
+
+    typed_keys.clear()
+    default_buffer().drain()
+
+
 # tests/stack drives a Docker engine that scripts/stack-test starts (`make stack-test`);
 # `make test` and a bare `pytest` leave it out.
 collect_ignore = [] if os.environ.get("RLTEL_STACK_TEST") == "1" else ["stack"]

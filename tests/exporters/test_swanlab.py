@@ -19,7 +19,8 @@ from exporters.base import ExportResult
 from exporters.factory import BuildContext
 from exporters.swanlab import SwanlabProcessSink, SwanlabSink
 from telemetry.config import StatsLoggerConfig, SwanlabConfig
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Snapshot, Step
+from tests.exporters.train_steps import train_snapshot
 from tests.fresh_python import run_python
 
 CONNECTS: list = []
@@ -68,43 +69,8 @@ def test_keys_steps_moe_experts_and_streams(tmp_path):
     sink = SwanlabSink(make_config(tmp_path, api_key="swan-secret-1"))
     expected: dict[str, dict[int, float]] = {}
     for step in (2, 3):
-        values = rng.normal(size=40)
-        tokens = rng.integers(1, 30, size=(2, 4)).astype(float)
-        points = [
-            Histogram(
-                "ppo_actor/update/loss",
-                40,
-                float(values.sum()),
-                float(values.min()),
-                float(values.max()),
-            ),
-            Gauge("ppo_actor/update/lr", 3e-6 * step, count=5),
-            Counter("train_perf/tokens", 64.0 * step),
-        ]
-        want = {
-            "ppo_actor/update/loss/avg": values.mean(),
-            "ppo_actor/update/loss/min": values.min(),
-            "ppo_actor/update/loss/max": values.max(),
-            "ppo_actor/update/lr": 3e-6 * step,
-            "train_perf/tokens": 64.0 * step,
-        }
-        for layer in range(2):
-            row = tokens[layer]
-            ratio = row.max() / row.mean()
-            points.append(
-                Gauge("moe_balance/max_over_ideal", ratio, attributes=(("layer", layer),))
-            )
-            want[f"moe_balance/layer_{layer}/max_over_ideal"] = ratio
-            for expert in range(4):
-                attrs = (("layer", layer), ("expert", expert))
-                share = 100 * row[expert] / row.sum()
-                points.append(Gauge("moe_balance/tokens", row[expert], attributes=attrs))
-                points.append(Gauge("moe_balance/load_percent", share, attributes=attrs))
-                want[f"moe_balance/layer_{layer}/expert_{expert}/tokens"] = row[expert]
-                want[f"moe_balance/layer_{layer}/expert_{expert}/load_percent"] = share
-        assert (
-            sink.export(Snapshot(tuple(points), step=Step(0, step, step))) is ExportResult.SUCCESS
-        )
+        snapshot, want = train_snapshot(rng, step)
+        assert sink.export(snapshot) is ExportResult.SUCCESS
         for key, value in want.items():
             expected.setdefault(key, {})[step] = value
     streams = [("rollout", 9, 0.9), ("rollout", 1, 0.1), ("eval", 0, 0.5), ("rollout", None, 0.4)]

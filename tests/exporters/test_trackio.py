@@ -14,7 +14,8 @@ from exporters.factory import BuildContext
 from exporters.trackio import TrackioProcessSink, data_dir
 from telemetry.config import StatsLoggerConfig, TrackioConfig
 from telemetry.model.sample import Sample
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Snapshot, Step
+from tests.exporters.train_steps import train_snapshot
 from tests.fresh_python import run_python
 from tests.trackio_log import series, trackio_run
 
@@ -32,43 +33,6 @@ def contract_config(tmp_path, stack):
     """The Trackio sink of the sink contract (tests/exporters/test_base.py), in a process of
     its own as the collector runs it."""
     return make_config(tmp_path), BuildContext(own_process=True)
-
-
-def train_snapshot(rng: np.random.Generator, step: int) -> tuple[Snapshot, dict[str, float]]:
-    """A training step's points (a masked stat, a scalar, a counter, MoE loads of 2 layers
-    of 4 experts) and the keys and values AReaL logs for them, from numpy."""
-    values = rng.normal(size=40)
-    tokens = rng.integers(1, 30, size=(2, 4)).astype(float)
-    points = [
-        Histogram(
-            "ppo_actor/update/loss",
-            40,
-            float(values.sum()),
-            float(values.min()),
-            float(values.max()),
-        ),
-        Gauge("ppo_actor/update/lr", 3e-6 * step, count=5),
-        Counter("train_perf/tokens", 64.0 * step),
-    ]
-    want = {
-        "ppo_actor/update/loss/avg": values.mean(),
-        "ppo_actor/update/loss/min": values.min(),
-        "ppo_actor/update/loss/max": values.max(),
-        "ppo_actor/update/lr": 3e-6 * step,
-        "train_perf/tokens": 64.0 * step,
-    }
-    for layer, row in enumerate(tokens):
-        ratio = row.max() / row.mean()
-        points.append(Gauge("moe_balance/max_over_ideal", ratio, attributes=(("layer", layer),)))
-        want[f"moe_balance/layer_{layer}/max_over_ideal"] = ratio
-        for expert, count in enumerate(row):
-            attrs = (("layer", layer), ("expert", expert))
-            share = 100 * count / row.sum()
-            points.append(Gauge("moe_balance/tokens", count, attributes=attrs))
-            points.append(Gauge("moe_balance/load_percent", share, attributes=attrs))
-            want[f"moe_balance/layer_{layer}/expert_{expert}/tokens"] = count
-            want[f"moe_balance/layer_{layer}/expert_{expert}/load_percent"] = share
-    return Snapshot(tuple(points), step=Step(0, step, step)), want
 
 
 SAMPLES = (

@@ -115,9 +115,9 @@ def otlp_beat(beats: int = 200) -> dict[str, float]:
     keep_forked_children_safe()  # before the collector loads gRPC, as a trainer does
     from collector.config import from_dict
     from collector.server import CollectorServer
+    from exporters.otlp.heartbeat import OtlpBeats
     from telemetry.config import StatsLoggerConfig
     from telemetry.heartbeat import Beat, BeatGroup
-    from telemetry.heartbeat.send import OtlpBeats
 
     server = CollectorServer(
         from_dict({"receiver": {"port": 0}, "sinks": {"prometheus": {"port": 0}}})

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from exporters.fanout import FanOut
 from rltel.commit_points import stats_points
+from rltel.logger_heartbeat import start_heartbeat
 from rltel.logger_sinks import STREAMS, build_context, logger_sinks, serve_sink_health, warn_no_sink
 from rltel.logger_tracing import sends_spans, start_tracing, stop_tracing
 from rltel.progress import progress_line
 from telemetry.config import StatsLoggerConfig, load_experiment, log_path, public_dict
-from telemetry.heartbeat import start_heartbeat
 from telemetry.model import names
 from telemetry.model.errors import ConfigError, InvalidValueError
 from telemetry.model.snapshot import Gauge, Point, Snapshot, Step

@@ -1,11 +1,13 @@
 """Imports run one way, from the application down to the data model, with no cycle.
 
 The layer order is written once, here and in docs/architecture.md (a test compares them).
-Each layer is a list of folders (packages), and each folder is in exactly one layer: a
-module's layer is its folder's. The only modules outside these folders are the top of the
-``telemetry`` package, the documented import paths, which hold nothing but re-exports.
-Every import (module level or inside a function, and every ``importlib`` load) must stay in
-its layer or go down.
+Each layer is a list of top folders (packages), each top folder in exactly one layer; the
+``telemetry`` folder, the bottom layer, is layered again by its subfolders. A module's layer
+is its folder's. The only modules of ``telemetry`` outside its subfolders are the documented
+import paths at its top, which hold nothing but re-exports; two of them re-export the
+application's StatsLogger and progress line (:data:`FACADE_UPWARD`), and nothing else of
+``telemetry`` imports from a folder above it. Every import (module level or inside a
+function, and every ``importlib`` load) must stay in its layer or go down.
 """
 
 from __future__ import annotations
@@ -16,16 +18,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rltel", "telemetry", "exporters", "collector", "dashboards")
 
-# Top to bottom: (layer, its folders).
+# Top to bottom: (layer, its top folders).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("application", ("rltel", "dashboards")),
     ("collector", ("collector",)),
+    ("delivery", ("exporters",)),
+    ("telemetry", ("telemetry",)),
+)
+# The telemetry folder's own layers, top to bottom: (layer, its subfolders).
+TELEMETRY_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("producers", ("telemetry.metrics",)),
     (
         "recording",
         ("telemetry.record", "telemetry.samples", "telemetry.heartbeat", "telemetry.tracing"),
     ),
-    ("delivery", ("exporters",)),
     ("codec", ("telemetry.otlp",)),
     ("config", ("telemetry.config",)),
     ("model", ("telemetry.model",)),
@@ -38,6 +44,9 @@ FACADES = (
     "telemetry.perf_tracer",
     "telemetry.progress",
 )
+# The facades' only imports from above ``telemetry``: the StatsLogger and the progress line
+# moved up to the application and keep their documented paths.
+FACADE_UPWARD = {"telemetry": {"rltel.logger"}, "telemetry.progress": {"rltel.progress"}}
 
 
 def modules() -> dict[str, Path]:
@@ -49,11 +58,32 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def layer_of(module: str) -> int:
-    for rank, (_, folders) in enumerate(LAYERS):
+def _rank_in(table: tuple[tuple[str, tuple[str, ...]], ...], module: str) -> int | None:
+    for rank, (_, folders) in enumerate(table):
         if any(module == f or module.startswith(f + ".") for f in folders):
             return rank
-    raise AssertionError(f"{module} is in no layer's folder: add its folder to LAYERS")
+    return None
+
+
+def layer_of(module: str) -> tuple[int, int]:
+    """``module``'s layer as (top layer, layer inside ``telemetry``): lower is higher up.
+
+    A facade is in the ``telemetry`` layer above all of its subfolders.
+    """
+    top = _rank_in(LAYERS, module)
+    if top is None:
+        raise AssertionError(f"{module} is in no layer's folder: add its folder to LAYERS")
+    if LAYERS[top][1] != ("telemetry",) or module in FACADES:
+        return top, -1
+    inner = _rank_in(TELEMETRY_LAYERS, module)
+    if inner is None:
+        raise AssertionError(f"{module} is in no telemetry subfolder: add it to TELEMETRY_LAYERS")
+    return top, inner
+
+
+def layer_name(module: str) -> str:
+    top, inner = layer_of(module)
+    return LAYERS[top][0] if inner < 0 else TELEMETRY_LAYERS[inner][0]
 
 
 def _dynamic_loads(tree: ast.AST, known: dict[str, Path]) -> set[str]:
@@ -103,17 +133,22 @@ def imports(path: Path, known: dict[str, Path]) -> set[str]:
     return out | _dynamic_loads(tree, known)
 
 
-def test_each_folder_is_in_one_layer_and_only_facades_are_outside():
+def test_each_top_folder_is_in_one_layer_and_only_facades_are_outside_telemetrys_layers():
     folders = [f for _, fs in LAYERS for f in fs]
-    assert len(folders) == len(set(folders)), "a folder is in two layers"
-    for folder in folders:
+    assert sorted(folders) == sorted(PACKAGES), "a top folder is in no layer or in two"
+    subfolders = [f for _, fs in TELEMETRY_LAYERS for f in fs]
+    assert len(subfolders) == len(set(subfolders)), "a telemetry subfolder is in two layers"
+    for folder in folders + subfolders:
         assert (ROOT / folder.replace(".", "/") / "__init__.py").is_file(), folder
-    outside = []
-    for module in modules():
-        try:
-            layer_of(module)
-        except AssertionError:
-            outside.append(module)
+    known = modules()
+    for module in known:
+        layer_of(module)
+    outside = [
+        m
+        for m in known
+        if (m == "telemetry" or m.startswith("telemetry."))
+        and _rank_in(TELEMETRY_LAYERS, m) is None
+    ]
     assert sorted(outside) == sorted(FACADES)
 
 
@@ -138,19 +173,35 @@ def test_the_layer_test_sees_importlib_loads():
     assert "rltel.logger" in imports(ROOT / "telemetry" / "__init__.py", known)
 
 
+def upward(module: str, target: str) -> bool:
+    """Whether ``module`` importing ``target`` goes up the layers (a facade's listed
+    re-exports of the application excepted)."""
+    if target in FACADE_UPWARD.get(module, ()):
+        return False
+    return layer_of(target) < layer_of(module)
+
+
+def test_the_rule_refuses_every_import_from_telemetry_upward():
+    assert upward("telemetry.heartbeat.wire", "exporters.otlp.heartbeat")
+    assert upward("telemetry.model.snapshot", "collector.runs")
+    assert upward("telemetry.record.stats", "rltel.commit_points")
+    assert upward("telemetry.otlp.encode", "telemetry.record.points")
+    assert upward("telemetry.progress", "rltel.logger")  # a facade: only its own re-export
+    assert upward("telemetry.metrics.moe", "telemetry")  # loads the StatsLogger's facade
+    assert not upward("telemetry.progress", "rltel.progress")
+    assert not upward("exporters.otlp.heartbeat", "telemetry.heartbeat.wire")
+    assert not upward("telemetry.record.stats", "telemetry.record.points")
+
+
 def test_every_import_runs_down_the_layers():
     known = modules()
-    upward = []
-    for module, path in sorted(known.items()):
-        if module in FACADES:
-            continue
-        for target in imports(path, known):
-            if target not in FACADES and layer_of(target) < layer_of(module):
-                upward.append(
-                    f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} "
-                    f"({LAYERS[layer_of(target)][0]})"
-                )
-    assert not upward, "\n".join(upward)
+    found = [
+        f"{module} ({layer_name(module)}) imports {target} ({layer_name(target)})"
+        for module, path in sorted(known.items())
+        for target in sorted(imports(path, known))
+        if upward(module, target)
+    ]
+    assert not found, "\n".join(found)
 
 
 def test_no_import_cycles():
@@ -181,7 +232,7 @@ def test_the_torch_free_layers_import_no_torch():
     torch_free = {"codec", "config", "model"}
     offenders = []
     for module, path in known.items():
-        if module in FACADES or LAYERS[layer_of(module)][0] not in torch_free:
+        if module in FACADES or layer_name(module) not in torch_free:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = []

@@ -9,9 +9,9 @@ import logging
 import pytest
 
 from collector.heartbeats import HeartbeatBoard
+from exporters.otlp.heartbeat import OtlpBeats
 from telemetry.config import StatsLoggerConfig
 from telemetry.heartbeat import Beat, BeatGroup
-from telemetry.heartbeat.send import OtlpBeats
 from telemetry.heartbeat.wire import group_of, snapshot_of
 from telemetry.model.snapshot import Snapshot
 from tests.distributed import free_port
@@ -75,7 +75,9 @@ def test_a_collector_down_costs_one_info_line_and_raises_nothing(caplog):
     send = sender(f"127.0.0.1:{free_port()}")
     for sent in range(4):
         send(BeatGroup(RUN, 5.0, (beat(0, "", float(sent)),)), sent == 3)
-    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.endswith(".send")]
+    lines = [
+        (r.levelno, r.getMessage()) for r in caplog.records if r.name == "exporters.otlp.heartbeat"
+    ]
     assert len(lines) == 1, lines  # the OTLP sink warns of the outage: one INFO line here
     assert lines[0][0] == logging.INFO and "(UNAVAILABLE)" in lines[0][1]
     assert (send.sent, send.failures) == (0, 4)

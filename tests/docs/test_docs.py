@@ -172,13 +172,21 @@ def test_every_docs_page_is_linked_from_the_readme():
         assert f"(docs/{page.name})" in text, page.name
 
 
-def test_architecture_layer_table_matches_the_layer_test():
-    from tests.test_layers import LAYERS
+@pytest.mark.parametrize(
+    ("heading", "table_name"),
+    [
+        ("| layer (top to bottom) |", "LAYERS"),
+        ("| telemetry's layer (top to bottom) |", "TELEMETRY_LAYERS"),
+    ],
+)
+def test_architecture_layer_tables_match_the_layer_test(heading, table_name):
+    from tests import test_layers
 
+    layers = getattr(test_layers, table_name)
     text = (ROOT / "docs" / "architecture.md").read_text()
-    table = text[text.index("| layer (top to bottom) |") :]
+    table = text[text.index(heading) :]
     table = table[: table.index("\n\n")]
     rows = [line.split("|") for line in table.splitlines()[2:]]
-    assert [row[1].strip() for row in rows] == [name for name, _ in LAYERS]
+    assert [row[1].strip() for row in rows] == [name for name, _ in layers]
     folders = [tuple(f.strip(" `/").replace("/", ".") for f in row[2].split(",")) for row in rows]
-    assert folders == [folders for _, folders in LAYERS]
+    assert folders == [folders for _, folders in layers]

@@ -49,6 +49,7 @@ from bench.reliability_ledger import (  # noqa: E402
     Ledger,
     out_of_order,
     prometheus_steps,
+    refused_by_sink,
     tensorboard_steps,
     wandb_steps,
 )
@@ -151,6 +152,7 @@ class Stack:
         }
         self.collector: CollectorProcess | None = None
         self.flushed = ""  # the flush's line
+        self.refused = 0  # samples the collectors' remote-write sinks counted refused
 
     def start(self) -> None:
         durable = {"directory": str(self.work / "state")}
@@ -160,6 +162,7 @@ class Stack:
 
     def stop(self, sig: int) -> None:
         assert self.collector is not None
+        self.refused += refused_by_sink(self.collector.metrics_url)  # read before it goes
         code = self.collector.stop(sig, timeout=120)
         if sig == signal.SIGTERM and code != 0:
             log = "".join(self.collector.lines)
@@ -284,7 +287,8 @@ def main() -> int:
                 print(
                     f"{trial}: {len(acked)} acknowledged in {time.monotonic() - began:.0f} s; "
                     f"lost {lost}; duplicated {twice}"
-                    + f"; Prometheus refused {refused} samples as out of order"
+                    + f"; Prometheus refused {refused} samples as out of order (each try)"
+                    + f", the sink {run_stack.refused} (each once)"
                     + (f"; flush: {run_stack.flushed}" if run_stack.flushed else ""),
                     flush=True,
                 )

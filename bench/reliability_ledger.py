@@ -30,6 +30,7 @@ __all__ = [
     "Ledger",
     "out_of_order",
     "prometheus_steps",
+    "refused_by_sink",
     "tensorboard_steps",
     "wandb_steps",
 ]
@@ -114,7 +115,8 @@ def _samples(url: str, trial: str) -> Counter:
 
 
 def out_of_order(url: str) -> int:
-    """Samples Prometheus refused as out of order so far (its own counter, every type)."""
+    """Samples Prometheus refused as out of order so far (its own counter, every type; a
+    sample the remote-write sink sends again in a smaller part is counted at each try)."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     return int(
@@ -123,4 +125,15 @@ def out_of_order(url: str) -> int:
             for line in text.splitlines()
             if line.startswith("prometheus_tsdb_out_of_order_samples_total")
         )
+    )
+
+
+def refused_by_sink(metrics_url: str) -> int:
+    """Samples a collector's remote-write sink counted refused (each once: the receiver
+    refused it alone), from the collector's ``/metrics``."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as answer:
+        text = answer.read().decode()
+    name = 'rltel_collector_remote_write_samples_dropped_total{reason="refused"}'
+    return int(
+        sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
     )

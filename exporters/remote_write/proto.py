@@ -69,6 +69,21 @@ def encode(samples: Iterable[Sample]) -> tuple[bytes, int]:
     return request.SerializeToString(), n
 
 
+def each_sample(payload: bytes) -> list[bytes]:
+    """Every sample of a serialized WriteRequest as a serialized WriteRequest of its own, in
+    the request's order (series by series, each series' samples in order); joined, any run
+    of them is a valid WriteRequest."""
+    out = []
+    for series in WriteRequest.FromString(payload).timeseries:
+        for sample in series.samples:
+            one = WriteRequest()
+            ts = one.timeseries.add()
+            ts.labels.extend(series.labels)
+            ts.samples.append(sample)
+            out.append(one.SerializeToString())
+    return out
+
+
 def decode(payload: bytes) -> list[tuple[dict[str, str], list[tuple[float, int]]]]:
     """``[(labels, [(value, timestamp_ms), ...]), ...]`` of a serialized WriteRequest."""
     request = WriteRequest.FromString(payload)

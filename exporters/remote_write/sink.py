@@ -10,7 +10,9 @@ collector's queue in front of this sink never fills because of the receiver.
 
 The backlog is the one bound: ``max_pending_samples`` waiting (the batch being sent, at
 most ``max_batch_samples``, comes on top); past it the oldest writes are dropped. 429, 5xx
-and connection errors are retried with backoff, the same batch until it is delivered;
+and connection errors are retried with backoff, the same batch until it is delivered; a 400
+for some of its samples (out of order, out of bounds, a duplicate) sends the batch again in
+halves (:mod:`exporters.remote_write.salvage`) so only the samples refused alone are dropped;
 another 4xx drops the batch; a write older than ``max_sample_age_s`` when its turn comes is
 dropped unsent (a receiver refuses the whole request for one sample past its accepted age).
 Every drop is counted and makes the next refresh write every series' current total, so
@@ -47,6 +49,7 @@ from exporters.remote_write.config import (
     RemoteWriteConfig,
 )
 from exporters.remote_write.health import DOWN, FAMILIES, LinkHealth
+from exporters.remote_write.salvage import Salvage, per_sample
 from exporters.remote_write.sources import Sources, StoreFamilies, Up
 from exporters.remote_write.timeline import Timeline
 from exporters.remote_write.writes import Write, Writes
@@ -268,16 +271,16 @@ class RemoteWriteSink(Sink):
         if self._keep is not None:
             self._keep.gone(sum(1 for write in writes if write.kept))
 
-    def _done(self, samples: int, outcome: ExportResult, detail: str) -> bool:
-        """The batch of ``samples`` left: sent, or refused; counted before a flush waiting
-        for it returns. False when shutdown gave it up first."""
+    def _done(self, taken: int, refused: int, detail: str) -> bool:
+        """The batch left: ``taken`` samples delivered, ``refused`` refused; counted before a
+        flush waiting for it returns. False when shutdown gave it up first."""
         with self._cond:
             if self._abandoned:
                 return False
-            if outcome is ExportResult.SUCCESS:
-                self.health.delivered(samples)
-            else:
-                self.health.refused(samples, detail)
+            if taken:
+                self.health.delivered(taken)
+            if refused:
+                self.health.refused(refused, detail)
                 self._resync = True
             self._left(self._writes.done())
             self._cond.notify_all()
@@ -293,6 +296,7 @@ class RemoteWriteSink(Sink):
 
     def _send_all(self) -> None:
         batch: list[Write] = []
+        salvage: Salvage | None = None  # the batch, refused for some samples, sent in parts
         delay = BACKOFF_S
         while True:
             with self._cond:
@@ -305,25 +309,46 @@ class RemoteWriteSink(Sink):
                     if self._drain_until is not None:
                         return
                     self._cond.wait()
-                until = self._drain_until
-            remaining = self.config.timeout_s if until is None else until - time.monotonic()
-            if remaining <= 0.01:
+            if self._past_deadline():
                 return  # shutdown's deadline: what is left is counted there
             samples = sum(write.samples for write in batch)
-            payload = b"".join(write.payload for write in batch)
-            outcome, detail = client.post(
-                self.config.url or "", payload, min(self.config.timeout_s, remaining)
-            )
+            if salvage is None:
+                payload = b"".join(write.payload for write in batch)
+                outcome, detail = self._post(payload)
+                if per_sample(outcome, detail):
+                    salvage = Salvage(payload, detail)
+            if salvage is not None:
+                outcome, detail = salvage.send(self._post)
             if outcome is ExportResult.FAILURE:
+                if self._past_deadline():
+                    return  # cut short by shutdown's deadline, not by the receiver
                 self.health.failed(detail, retry=True)
                 with self._cond:
                     self._cond.notify_all()  # a flush waiting for delivery stops waiting
                     self._cond.wait_for(lambda: self._abandoned, delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 continue
-            if not self._done(samples, outcome, detail):
+            if salvage is not None:
+                taken, refused = salvage.taken, salvage.refused
+                detail += f"; the write's other {taken} samples sent in parts"
+            else:
+                taken = samples if outcome is ExportResult.SUCCESS else 0
+                refused = samples - taken
+            if not self._done(taken, refused, detail):
                 return  # shutdown counted this batch as dropped already
-            batch, delay = [], BACKOFF_S
+            batch, salvage, delay = [], None, BACKOFF_S
+
+    def _past_deadline(self) -> bool:
+        until = self._drain_until
+        return until is not None and until - time.monotonic() <= 0.01
+
+    def _post(self, payload: bytes) -> tuple[ExportResult, str]:
+        """One request, its timeout cut to shutdown's deadline (past it: FAILURE, unsent)."""
+        until = self._drain_until
+        remaining = self.config.timeout_s if until is None else until - time.monotonic()
+        if remaining <= 0.01:
+            return ExportResult.FAILURE, "shutdown's deadline passed"
+        return client.post(self.config.url or "", payload, min(self.config.timeout_s, remaining))
 
     # -- refresher ---------------------------------------------------------------------
 

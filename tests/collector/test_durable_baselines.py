@@ -9,6 +9,8 @@ cumulative histograms with buckets and delta sums (other OTel senders), counters
 from __future__ import annotations
 
 import json
+import logging
+import os
 
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
@@ -20,8 +22,10 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as pb
 from collector import baselines
 from collector.baselines import Baselines
 from collector.durable import DurableState
+from collector.signal_journal import RequestJournal
 from telemetry.model.snapshot import StatReduce
 from telemetry.otlp.decode import Decoder
+from telemetry.otlp.temporality import SumState
 from telemetry.otlp.wire import description
 
 CUMULATIVE, DELTA = 2, 1
@@ -143,3 +147,162 @@ def test_the_durable_state_keeps_the_baselines_dir_only_while_it_holds_a_series(
     empty.attach_decoder(Decoder())
     empty.close()
     assert not (tmp_path / "empty").exists()  # nothing kept: the directory goes
+
+
+def _state_seq(directory) -> int:
+    return json.loads((directory / "state.json").read_text())["seq"]
+
+
+def _kill_between_state_and_ack(directory) -> None:
+    """Every later ack of the log fails (as a kill after ``state.json``'s rename would leave
+    it): ``acked.tmp`` is a directory."""
+    (directory / "acked.tmp").mkdir()
+
+
+@pytest.mark.parametrize("after", [0, 1], ids=["killed-at-the-fold", "one-request-later"])
+def test_log_records_the_state_holds_are_not_replayed_over_it(tmp_path, monkeypatch, after):
+    reference = Decoder(started_ns=START + 1)
+    want = [decoded(reference, i) for i in range(REQUESTS)]
+    monkeypatch.setattr(baselines, "COMPACT_BYTES", 1 << 30)
+    first = Decoder(started_ns=START + 1)
+    Baselines(tmp_path, first, fsync=False)
+    _kill_between_state_and_ack(tmp_path)
+    got = [decoded(first, i) for i in range(2)]
+    monkeypatch.setattr(baselines, "COMPACT_BYTES", 1)  # the third request folds the log
+    got.append(decoded(first, 2))
+    assert _state_seq(tmp_path) == 2
+    monkeypatch.setattr(baselines, "COMPACT_BYTES", 1 << 30)
+    got += [decoded(first, i) for i in range(3, 3 + after)]
+    (tmp_path / "acked.tmp").rmdir()  # killed: the log still holds records 0 to 2
+    second = Decoder()
+    Baselines(tmp_path, second, fsync=False)
+    got += [decoded(second, i) for i in range(3 + after, REQUESTS)]
+    assert got == want
+
+
+@pytest.mark.parametrize("damage", ["missing", "unreadable"])
+def test_without_a_readable_state_the_whole_log_is_taken_up(tmp_path, damage):
+    reference = Decoder(started_ns=START + 1)
+    want = [decoded(reference, i) for i in range(REQUESTS)]
+    first = Decoder(started_ns=START + 1)
+    Baselines(tmp_path, first, fsync=False)
+    got = [decoded(first, 0)]  # its record is the log's first (seq 0); killed
+    if damage == "missing":
+        (tmp_path / "state.json").unlink()
+    else:
+        (tmp_path / "state.json").write_text("{not json")
+    second = Decoder(started_ns=START + 5)
+    assert len(Baselines(tmp_path, second, fsync=False)) == 3
+    assert second.started_ns == START + 5  # no kept start: its own
+    got += [decoded(second, i) for i in range(1, REQUESTS)]
+    assert got == want
+
+
+def test_a_state_that_cannot_be_written_leaves_every_record_in_the_log(tmp_path, caplog):
+    (tmp_path / "state.json.tmp").mkdir()  # every write of the state fails
+    reference = Decoder(started_ns=START + 1)
+    want = [decoded(reference, i) for i in range(REQUESTS)]
+    first = Decoder(started_ns=START + 1)
+    store = Baselines(tmp_path, first, fsync=False)
+    got = [decoded(first, i) for i in range(3)]
+    store.close()
+    assert "cannot write state.json" in caplog.text
+    (tmp_path / "state.json.tmp").rmdir()
+    second = Decoder()
+    assert len(Baselines(tmp_path, second, fsync=False)) == 3
+    got += [decoded(second, i) for i in range(3, REQUESTS)]
+    assert got == want
+
+
+def test_taking_up_series_is_logged_only_when_there_are_some(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="collector.baselines")
+
+    def taken_up() -> list[str]:
+        lines = [r.getMessage() for r in caplog.records if "taken up" in r.getMessage()]
+        caplog.clear()
+        return lines
+
+    first = Decoder(started_ns=START + 1)
+    Baselines(tmp_path, first, fsync=False)
+    assert taken_up() == []  # nothing there
+    decoded(first, 0)  # killed: the series are in the log only
+    store = Baselines(tmp_path, Decoder(), fsync=False)
+    assert taken_up() == [f"baselines {tmp_path}: 3 series taken up"]
+    store.close()  # now in the state only
+    Baselines(tmp_path, Decoder(), fsync=False)
+    assert taken_up() == [f"baselines {tmp_path}: 3 series taken up"]
+
+
+def test_unreadable_log_records_are_logged_and_skipped(tmp_path, caplog):
+    log = RequestJournal(tmp_path, 1 << 20, False)
+    good = baselines.to_json([(_key("a"), SumState(START, 2.0))])
+    for record in (
+        b"not json",  # ValueError
+        b"[1]",  # TypeError
+        json.dumps([[[], [["counter", "b", [], "q", START, 1.0]]]]).encode(),  # form < "s"
+        json.dumps([[[], [["counter", "c", [], "z", START, 1.0]]]]).encode(),  # form > "s"
+        json.dumps(good).encode(),
+    ):
+        log.append(record)
+    log.close()
+    decoder = Decoder()
+    assert len(Baselines(tmp_path, decoder, fsync=False)) == 1
+    assert decoder.export_state()[1] == [(_key("a"), SumState(START, 2.0))]
+    assert [r.getMessage().split(": ")[1] for r in caplog.records] == [
+        f"record {seq} unreadable" for seq in range(4)
+    ]
+
+
+def test_a_state_of_this_format_version_is_read_and_of_another_refused(tmp_path, caplog):
+    series = baselines.to_json([(_key("a"), SumState(START, 2.0))])
+    state = {"version": 1, "started_ns": START, "seq": -1, "series": series}
+    (tmp_path / "state.json").write_text(json.dumps(state))  # as every release writes it
+    assert len(Baselines(tmp_path, Decoder(), fsync=False)) == 1
+    (tmp_path / "state.json").write_text(json.dumps({**state, "version": 2}))
+    assert len(Baselines(tmp_path, Decoder(), fsync=False)) == 0
+    assert "version 2, not 1" in caplog.text
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_the_state_is_fsynced_only_with_fsync(tmp_path, monkeypatch, fsync):
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    Baselines(tmp_path, Decoder(), fsync=fsync)
+    assert bool(synced) is fsync
+
+
+def _key(pad: str) -> tuple:
+    return ("counter", RESOURCE, "big", (("pad", pad),))
+
+
+def _change(size: int, total: float) -> dict:
+    """One series' change whose log record is ``size`` bytes with a total of 10.0 (one
+    byte less with 1.0), the same series for every ``size``."""
+    base = len(json.dumps(baselines.to_json([(_key(""), SumState(START, 10.0))])))
+    return {_key("x" * (size - base)): SumState(START, total)}
+
+
+def test_the_log_folds_into_the_state_at_compact_bytes_or_twice_the_state(tmp_path, monkeypatch):
+    quarter = baselines.COMPACT_BYTES // 4
+    store = Baselines(tmp_path, Decoder(), fsync=False)
+    fresh = _state_seq(tmp_path)
+    for total in (10.0, 10.0, 10.0, 1.0):  # one byte short of COMPACT_BYTES
+        store.record(_change(quarter, total))
+    assert _state_seq(tmp_path) == fresh
+    store.record(_change(quarter, 10.0))  # past it
+    assert _state_seq(tmp_path) == 4
+    for _ in range(3):
+        store.record(_change(quarter, 10.0))
+        assert _state_seq(tmp_path) == 4
+    store.record(_change(quarter, 10.0))  # COMPACT_BYTES exactly
+    assert _state_seq(tmp_path) == 8
+
+    state_bytes = (tmp_path / "state.json").stat().st_size
+    assert 2 * state_bytes < baselines.COMPACT_BYTES
+    monkeypatch.setattr(baselines, "COMPACT_BYTES", 1)  # now twice the state bounds the log
+    for _ in range(2):  # above the state's size, below twice it
+        store.record(_change(quarter, 10.0))
+    assert 2 * quarter > state_bytes + 2 and _state_seq(tmp_path) == 8
+    store.record(_change(quarter, 10.0))  # past twice the state
+    assert 3 * quarter < 3 * state_bytes and _state_seq(tmp_path) == 11

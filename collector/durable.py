@@ -33,14 +33,13 @@ from exporters.fanout import FanOut
 from exporters.journal import Journal
 from exporters.remote_write.kept import FILE as KEPT
 from telemetry.model.errors import ConfigError
+from telemetry.model.run import RunKey, run_name
 from telemetry.otlp.decode import Decoder
 
-__all__ = ["DurableState", "RunKey"]
+__all__ = ["DurableState"]
 
 logger = logging.getLogger(__name__)
 
-RunKey = tuple[str, str]
-"""``(experiment, trial)``."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 MERGE = "rollout-merge"
 """A run's journal of rollout/eval windows waiting in its merger for their training step."""
@@ -184,4 +183,4 @@ class DurableState:
 def _run_dir(key: RunKey) -> str:
     """A directory name for run ``key``: readable, and distinct for distinct runs."""
     digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:12]
-    return f"{_UNSAFE.sub('_', '_'.join(key))[:80]}-{digest}"
+    return f"{_UNSAFE.sub('_', run_name(*key))[:80]}-{digest}"

@@ -42,7 +42,7 @@ from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import Charge, FanOut, Reservation, SinkStats
 from exporters.prometheus import PrometheusSink
-from exporters.prometheus.sink_queues import run_label
+from telemetry.model.run import run_name
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.decode import Decoder, DecodeResult, Request
 
@@ -278,7 +278,7 @@ class Pipeline:
         sinks = {("shared", name): s for name, s in self.shared.stats().items()}
         for (experiment, trial), run in self.runs.items():
             for name, s in run.fanout.stats().items():
-                sinks[(run_label(experiment, trial), name)] = s
+                sinks[(run_name(experiment, trial), name)] = s
         with self._lock:
             return PipelineStats(
                 self._accepted,

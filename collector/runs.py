@@ -22,6 +22,7 @@ from collector.sinks import RunSinks, SinksFailed
 from exporters.charge import Charge
 from exporters.fanout import FanOut, Reservation
 from telemetry.model import names
+from telemetry.model.run import RunKey
 from telemetry.model.snapshot import Attributes, Snapshot
 from telemetry.otlp.decode import Request
 
@@ -34,9 +35,6 @@ logger = logging.getLogger(__name__)
 REOPEN_AFTER_S = 1.0
 """A run whose sinks failed to start is tried again at most this often (refused meanwhile)."""
 STREAMS_MERGED = ("rollout", "eval")
-
-RunKey = tuple[str, str]
-"""``(experiment, trial)``."""
 
 
 class RunUnavailable(Exception):

@@ -32,10 +32,11 @@ import threading
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
 from collector.run_samples import WAITING_STREAMS, RunSamples
-from collector.runs import Run, RunKey, Runs
+from collector.runs import Run, Runs
 from collector.signal_journal import replaying
 from telemetry.config import SamplesConfig
 from telemetry.model import names
+from telemetry.model.run import RunKey
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.samples import ReceivedSample, decode_samples
 

@@ -22,9 +22,9 @@ from collector.config import ROOT, SinksConfig
 from exporters import registry
 from exporters.base import Sink
 from exporters.local_files import link_dir
-from exporters.prometheus.sink_queues import run_label
 from exporters.samples_file import SamplesFileSink
 from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, TRACKIO_DIR, StatsLoggerConfig
+from telemetry.model.run import run_name
 
 __all__ = ["RunSinkFactory", "RunSinks", "SinksFailed", "run_sink_factory", "shared_sinks"]
 
@@ -76,7 +76,7 @@ class RunSinkFactory:
 
     def __call__(self, experiment: str, trial: str) -> list[Sink]:
         config = self.run_config(experiment, trial)
-        run = run_label(experiment, trial)
+        run = run_name(experiment, trial)
         sinks: list[Sink] = []
         failures: dict[tuple[str, str], str] = {}
         for factory in registry.enabled(config, shared=False):
@@ -125,7 +125,7 @@ class RunSinkFactory:
             why = "something else is there"
         except OSError as exc:
             why = str(exc)
-        run = run_label(experiment, trial)
+        run = run_name(experiment, trial)
         logger.warning("run %s: %s does not lead to %s (%s)", run, link, target, why)
 
     def failures(self) -> dict[tuple[str, str], str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from exporters.base import ExportResult, Sink
 from telemetry.config import StatsLoggerConfig
+from telemetry.model.run import run_name
 from telemetry.model.snapshot import Snapshot
 
 __all__ = ["ChildSink", "SinkBuilder"]
@@ -59,7 +60,7 @@ class ChildSink(Sink):
         self._seq = 0
         ctx = multiprocessing.get_context("spawn")
         self._conn, child_conn = ctx.Pipe()
-        run = f"{config.experiment_name}_{config.trial_name}"
+        run = run_name(config.experiment_name, config.trial_name)
         self._process = ctx.Process(
             target=_serve,
             args=(child_conn, build, config, experiment),

@@ -10,6 +10,7 @@ from typing import Any
 from exporters.factory import BuildContext
 from exporters.fanout import FanOut
 from telemetry.config import StatsLoggerConfig
+from telemetry.model.run import run_name
 
 __all__ = ["STREAMS", "build_context", "logger_sinks", "serve_sink_health", "warn_no_sink"]
 
@@ -64,9 +65,9 @@ def serve_sink_health(fanout: FanOut, config: StatsLoggerConfig) -> None:
     as the collector serves them (the families the dashboards read)."""
     for queued in fanout.queued:
         if queued.sink.name == "prometheus":
-            from exporters.prometheus import SINK_FAMILIES, FanOutCollector, run_label
+            from exporters.prometheus import SINK_FAMILIES, FanOutCollector
 
-            run = run_label(config.experiment_name, config.trial_name)
+            run = run_name(config.experiment_name, config.trial_name)
             queued.sink.register(FanOutCollector(fanout, run), SINK_FAMILIES)
 
 

@@ -28,8 +28,8 @@ from collector.traces.forward import ForwardStats, TraceForwarder
 from collector.traces.spans import SpanView, read_spans
 from collector.traces.timeline import RunTimeline, TimelineStats
 from collector.traces_config import TracesConfig
-from exporters.prometheus.sink_queues import run_label
 from telemetry.config import LabelLimits
+from telemetry.model.run import run_name
 from telemetry.model.snapshot import Snapshot, Step
 from telemetry.otlp.values import UNLIMITED, Rejected
 
@@ -142,7 +142,7 @@ class TraceMerge:
             if len(self._timelines) >= self._max_runs:
                 self._log_once("runs", "traces: run limit %d reached: %s", self._max_runs, run)
                 return None
-            label = run_label(*run)
+            label = run_name(*run)
             try:
                 directory = Path(self._run_dir(*run))
             except ValueError as exc:
@@ -179,7 +179,7 @@ class TraceMerge:
         with self._lock:
             timelines = dict(self._timelines)
             spans, rejected = self._spans, self._rejected
-        runs = {run_label(*run): t.stats() for run, t in timelines.items() if t is not None}
+        runs = {run_name(*run): t.stats() for run, t in timelines.items() if t is not None}
         forward = self.forwarder.stats() if self.forwarder is not None else None
         return TraceStats(spans, rejected, runs, forward)
 

@@ -6,7 +6,6 @@ from exporters.prometheus.sink import SELF_METRICS, PrometheusSink
 from exporters.prometheus.sink_queues import (
     SINK_FAMILIES,
     FanOutCollector,
-    run_label,
     sink_families,
 )
 
@@ -29,6 +28,5 @@ __all__ = [
     "PrometheusSink",
     "metric_name",
     "resolve_names",
-    "run_label",
     "sink_families",
 ]

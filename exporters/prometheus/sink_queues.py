@@ -2,10 +2,10 @@
 
 ``rltel_collector_sink_{exported,failed,dropped,retried,timed_out}_total``,
 ``rltel_collector_sink_queue_depth``, ``rltel_collector_sink_latency_seconds`` and
-``rltel_collector_sink_degraded``, labelled ``run`` (:func:`run_label`; ``shared`` for the
-collector's shared sinks) and ``sink``: the names the dashboards and alerts read. The
-collector serves them for every run; an in-process StatsLogger's Prometheus endpoint serves
-them for its own run (:class:`FanOutCollector`).
+``rltel_collector_sink_degraded``, labelled ``run`` (:func:`telemetry.model.run.run_name`;
+``shared`` for the collector's shared sinks) and ``sink``: the names the dashboards and
+alerts read. The collector serves them for every run; an in-process StatsLogger's
+Prometheus endpoint serves them for its own run (:class:`FanOutCollector`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from exporters.fanout import FanOut, SinkStats
 from exporters.prometheus.naming import Kind
 
-__all__ = ["SINK_FAMILIES", "FanOutCollector", "run_label", "sink_families"]
+__all__ = ["SINK_FAMILIES", "FanOutCollector", "sink_families"]
 
 PREFIX = "rltel_collector_sink_"
 COUNTERS = ("exported", "failed", "dropped", "retried", "timed_out")
@@ -31,11 +31,6 @@ SINK_FAMILIES: dict[str, Kind] = {
     **{f"{PREFIX}{name}": "gauge" for name in GAUGES},
 }
 """Family name -> kind, to reserve on the Prometheus sink that serves them."""
-
-
-def run_label(experiment: str, trial: str) -> str:
-    """The ``run`` label of a run's sinks."""
-    return f"{experiment}_{trial}"
 
 
 def sink_families(stats: Mapping[tuple[str, str], SinkStats]) -> Iterator[Metric]:

@@ -28,6 +28,7 @@ from exporters.local_files import writable_dir
 from exporters.sample_views import sample_line, samples_key
 from exporters.steps import StreamSteps
 from telemetry.config import SWANLAB_DIR, StatsLoggerConfig, public_dict
+from telemetry.model.run import run_name
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class SwanlabSink(RunSink):
         try:
             self._run = swanlab.init(
                 project=section.project or config.experiment_name,
-                experiment_name=section.name or f"{config.experiment_name}_{config.trial_name}",
+                experiment_name=section.name or run_name(config.experiment_name, config.trial_name),
                 config=run_config,
                 logdir=self.logdir,
                 mode=mode,

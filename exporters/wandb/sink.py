@@ -40,6 +40,7 @@ from exporters.steps import StreamSteps
 from exporters.wandb.held import TRAIN_AXIS, Held, held_steps
 from telemetry.config import StatsLoggerConfig, public_dict
 from telemetry.model.names import CLOSED_METRIC
+from telemetry.model.run import run_name
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ def run_id(config: StatsLoggerConfig) -> str:
     suffix = config.wandb.id_suffix
     if suffix == "timestamp":
         suffix = time.strftime("%Y_%m_%d_%H_%M_%S")
-    return f"{config.experiment_name}_{config.trial_name}" + (f"_{suffix}" if suffix else "")
+    name = run_name(config.experiment_name, config.trial_name)
+    return f"{name}_{suffix}" if suffix else name
 
 
 class WandbSink(RunSink):
@@ -127,7 +129,7 @@ class WandbSink(RunSink):
                 project=section.project or config.experiment_name,
                 entity=section.entity,
                 name=section.name or config.trial_name,
-                group=section.group or f"{config.experiment_name}_{config.trial_name}",
+                group=section.group or run_name(config.experiment_name, config.trial_name),
                 job_type=section.job_type,
                 notes=section.notes,
                 tags=list(section.tags) if section.tags else None,

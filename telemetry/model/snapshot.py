@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from telemetry.model import names
+from telemetry.model.run import run_name
 from telemetry.model.sample import Sample
 
 AttributeValue = str | bool | int | float
@@ -203,4 +204,4 @@ class Snapshot:
         """``<experiment>_<trial>``: the experiment-tracker run this snapshot belongs to."""
         experiment = self.resource_value(names.EXPERIMENT, "default")
         trial = self.resource_value(names.TRIAL, "default")
-        return f"{experiment}_{trial}"
+        return run_name(str(experiment), str(trial))

@@ -5,7 +5,8 @@ takes snapshots in order and exports each under the call timeout, retrying FAILU
 with exponential backoff. With an overflow the order is kept this way: everything in the
 overflow is older than everything queued, so the worker replays the overflow's oldest entry
 before it takes from the queue, and a spill moves the snapshot in hand first, then the
-queue, to the overflow's tail.
+queue, to the overflow's tail. While the overflow holds entries and failures last, the caller
+spills what it submits itself (:meth:`Drain.spill_submitted`), behind what is still queued.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from exporters.backlog import Backlog, Flush
+from exporters.backlog import Backlog, Flush, Queued
 from exporters.base import Delivery, ExportResult, QueueHooks, Sink
 from exporters.calls import Busy, Stalled, TimedCaller, reraise_at_exit
 from exporters.tally import Tally
@@ -88,7 +89,7 @@ class Drain:
                     return self.spill_queue()  # closing: the overflow keeps what is left
                 if self._spill_due(None):
                     self.spill_queue()
-                if len(self.overflow):
+                if self._spooled():
                     self._deliver(None)
                     continue
             item = backlog.take()
@@ -266,26 +267,57 @@ class Drain:
         prolonged = since is not None and time.monotonic() - since >= self.policy.spill_after_s
         return prolonged and not busy and (depth > 0 or held is not None)
 
+    def _spooled(self) -> bool:
+        """The overflow holds entries; read under the spill lock, so that an entry a caller
+        is writing (:meth:`spill_submitted`) is seen before the worker takes from the queue."""
+        assert self.overflow is not None
+        with self.backlog.spill_lock:
+            return len(self.overflow) > 0
+
+    def spill_submitted(self, snapshot: Snapshot) -> bool:
+        """On the caller's thread, while the overflow holds entries and the worker would spill
+        ``snapshot`` at its next wake (failures last, no retry pushback): move every queued
+        snapshot, then ``snapshot``, to the overflow; True when it was (kept or counted there).
+
+        Under the spill lock the order holds: the worker takes from the queue only once it
+        found the overflow empty under the same lock, and holds no snapshot while the
+        overflow has entries, so nothing submitted earlier is still on its way there.
+        """
+        overflow = self.overflow
+        if overflow is None or self.tally.failing_since is None:
+            return False  # no outage: the queue as always, without a lock
+        with self.backlog.spill_lock:
+            busy = self._pushback() is not None
+            if self.backlog.closed or not len(overflow) or not self._spill_due(snapshot, busy):
+                return False
+            self._spill_in_order([*self.backlog.take_snapshots(), (snapshot, None, None)])
+        return True
+
     def spill_queue(self, held: Snapshot | None = None) -> None:
         """Move ``held``, then every queued snapshot, in order, to the overflow.
 
         Flush requests stay queued: they are answered once the overflow is delivered.
         """
-        overflow = self.overflow
-        assert overflow is not None
+        assert self.overflow is not None
         with self.backlog.spill_lock:
             moved = self.backlog.take_snapshots()
             if held is not None:
                 moved.insert(0, (held, None, None))
-            for snapshot, charge, _ in moved:
-                try:
-                    overflow.spill(snapshot)
-                except Exception:  # a bug of ours: the snapshot is lost, never silently
-                    logger.exception("sink %s: spilling failed", self.name)
-                    self.discard(snapshot)
-                finally:
-                    if charge is not None:
-                        charge.done()
+            self._spill_in_order(moved)
+
+    def _spill_in_order(self, moved: list[Queued]) -> None:
+        """Spill ``moved`` in order (the caller holds the spill lock); release their charges."""
+        overflow = self.overflow
+        assert overflow is not None
+        for snapshot, charge, _ in moved:
+            try:
+                overflow.spill(snapshot)
+            except Exception:  # a bug of ours: the snapshot is lost, never silently
+                logger.exception("sink %s: spilling failed", self.name)
+                self.discard(snapshot)
+            finally:
+                if charge is not None:
+                    charge.done()
 
     def discard(self, snapshot: Snapshot) -> None:
         """Tell the sink (if it counts them) that ``snapshot`` was given up unexported."""

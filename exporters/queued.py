@@ -7,10 +7,11 @@ is counted as failed and abandoned (marked degraded) while the worker keeps drai
 queue. Only ``ExportResult.FAILURE`` is retried, with exponential backoff. A sink with an
 :class:`~exporters.base.Overflow` (OTLP's spool) never loses what it cannot deliver now:
 when its queue fills past half or failures last, queued snapshots move there and are
-replayed, in order, before anything queued later. Whatever a sink raises,
-``BaseException`` included, is caught, logged and counted; only the interpreter's own
-shutdown ends a worker. A copy in a forked child is disabled: it neither exports the
-parent's queue nor blocks on the parent's locks.
+replayed, in order, before anything queued later; during an outage ``submit`` itself puts
+each snapshot there (a file written on the caller's thread, never the network). Whatever
+a sink raises, ``BaseException`` included, is caught, logged and counted; only the
+interpreter's own shutdown ends a worker. A copy in a forked child is disabled: it neither
+exports the parent's queue nor blocks on the parent's locks.
 """
 
 from __future__ import annotations
@@ -146,6 +147,10 @@ class QueuedSink:
     ) -> bool:
         """Queue ``snapshot`` without blocking; False (and counted) when full or closed.
 
+        While the sink's overflow holds entries and failures last (an outage), ``snapshot``
+        goes there on this thread, behind what is still queued, before this returns: a
+        process killed then loses nothing it submitted (a file write, never the network).
+
         Args:
             snapshot: the snapshot to export.
             charge: held while the snapshot is queued or exported.
@@ -153,6 +158,10 @@ class QueuedSink:
         """
         if self._in_fork():
             return False  # the sink belongs to the parent: not even its counters
+        if self._drain.spill_submitted(snapshot):  # an outage: on disk before this returns
+            if reserved:
+                self._backlog.release(1)
+            return True
         write = self.journal.append if self.journal is not None else None
         if self._backlog.offer(snapshot, charge, reserved, write):
             self._ensure_worker()

@@ -2,8 +2,9 @@
 
 From the first failed request the queue spills the snapshot in hand and everything queued
 to :class:`SpoolOverflow`, which appends the requests the sink has not sent yet to its
-:class:`~exporters.otlp.spool.Spool`; once the endpoint is back the queue replays them,
-oldest first, before anything queued later.
+:class:`~exporters.otlp.spool.Spool`; while failures last, the queue's ``submit`` spills
+each new snapshot here on the caller's thread. Once the endpoint is back the queue replays
+them, oldest first, before anything queued later.
 """
 
 from __future__ import annotations

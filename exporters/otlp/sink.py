@@ -16,8 +16,10 @@ replayed in order with the metrics.
 The :class:`~exporters.otlp.spool.Spool` is the queue's overflow
 (:class:`~exporters.otlp.overflow.SpoolOverflow`): from the first failed request (and
 whenever the queue fills past half), the snapshot in hand and everything queued go to disk
-in order, and so does each snapshot submitted while the endpoint stays down, so a process
-killed during an outage loses at most the snapshot it was handing over. Requests are
+in order. From then on, while the endpoint stays down, ``submit`` (``commit``'s thread)
+writes each snapshot to the spool itself, behind anything still queued, before it returns:
+a process killed during an outage loses no snapshot it submitted after that first spill
+(what is submitted before the first failure is known waits in memory). Requests are
 replayed from disk, before anything queued later, once the endpoint is back (a spool left
 by an earlier process first, from this process's start, whether it commits or not);
 ``rltel spool flush`` replays a spool without a process that commits

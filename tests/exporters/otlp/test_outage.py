@@ -1,6 +1,8 @@
 """A collector outage seen from the trainer, with real processes and an exact ledger of the
-steps committed and the steps that arrived: a trainer SIGKILLed during an outage, ``close``
-across a collector restart, ``rltel spool flush``, and a spool on a full 2 MiB tmpfs."""
+steps committed and the steps that arrived: a trainer SIGKILLed during an outage (at any
+moment, and the moment a commit returned while the queue's thread hangs on the endpoint),
+``close`` across a collector restart, ``rltel spool flush``, and a spool on a full 2 MiB
+tmpfs."""
 
 from __future__ import annotations
 
@@ -11,11 +13,16 @@ import threading
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
-from exporters.otlp.sink import HEALTH_POINTS
+from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
+from exporters.otlp.spool import Spool
+from exporters.queued import QueuedSink
 from rltel.logger import StatsLogger
-from tests.telemetry.otlp_receiver import Receiver, step_of
+from telemetry.model.snapshot import Gauge, Snapshot, Step
+from tests.distributed import free_port
+from tests.telemetry.otlp_receiver import Receiver, is_heartbeat_request, step_of
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAINER = """
@@ -30,6 +37,39 @@ while True:
     step += 1
     time.sleep(0.02)
 """
+STEPPED_TRAINER = """
+import sys
+from rltel.logger import StatsLogger
+stats = StatsLogger({"fileroot": sys.argv[1], "otlp": {"endpoint": sys.argv[2],
+                     "spool_dir": sys.argv[3], "timeout": 60.0}})
+queue = next(queued for queued in stats.fanout.queued if queued.sink is stats.otlp)
+for line in sys.stdin:  # "<step>" or "<step> delivered": commit when the test says so
+    step, *delivered = line.split()
+    stats.commit(0, int(step), int(step), {"loss": float(step)})
+    assert not delivered or queue.force_flush(60.0), "not delivered"  # the answer came back
+    print(step, flush=True)
+"""
+
+
+class HangingReceiver(Receiver):
+    """A collector that holds each data request until ``release`` is set, then takes it: the
+    sender's thread hangs inside the call until then. With ``pushback_ms`` it first answers
+    one request RESOURCE_EXHAUSTED, asking for that delay (busy, not down)."""
+
+    def __init__(self, port: int, pushback_ms: int | None = None) -> None:
+        super().__init__(port)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        if pushback_ms is not None:
+            self.fail_with(grpc.StatusCode.RESOURCE_EXHAUSTED, 1, pushback_ms)
+        self._pushback = pushback_ms is not None
+
+    def Export(self, request, context):
+        if not is_heartbeat_request(request) and not self._pushback:
+            self.entered.set()
+            self.release.wait(120.0)
+        self._pushback = False
+        return super().Export(request, context)
 
 
 def steps(receiver: Receiver) -> list[int]:
@@ -123,6 +163,89 @@ def test_a_trainer_killed_during_an_outage_loses_at_most_the_step_in_flight(tmp_
     ours = [line for line in log.splitlines() if line.startswith("otlp")]
     assert len(ours) == 1 and "failed (UNAVAILABLE)" in ours[0], log
     assert f"rltel spool flush {spool_dir / 'trainer'} --endpoint {first.endpoint}" in log
+
+
+def test_a_step_committed_during_an_outage_is_on_disk_when_commit_returns(tmp_path):
+    """The trainer is SIGKILLed the moment step 8's commit returned, while the queue's thread
+    hangs resending the spool to a collector that does not answer: steps 6-8 were committed
+    behind that thread's back, and each must be in the spool already."""
+    spool_dir = tmp_path / "spool"
+    first = Receiver().start()
+    log = (tmp_path / "trainer.log").open("w")
+    child = subprocess.Popen(
+        [sys.executable, "-c", STEPPED_TRAINER, str(tmp_path), first.endpoint, str(spool_dir)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    hanging = HangingReceiver(first.port)
+    try:
+        committed = Committed(child)
+
+        def commit(step: int, delivered: str = "") -> None:
+            child.stdin.write(f"{step} {delivered}\n")
+            child.stdin.flush()
+            committed.wait_for(step + 1)
+
+        for step in range(5):
+            commit(step, "delivered")  # answered before the outage: none is resent
+        first.stop()  # the outage: step 5's request fails, and step 5 goes to the spool
+        commit(5)
+        wait_until(lambda: entries(spool_dir), 60.0)
+        hanging.start()  # the queue's next resend of step 5 hangs there
+        assert hanging.entered.wait(60.0), "the spool was not resent to the hanging collector"
+        for step in (6, 7, 8):
+            commit(step)
+    finally:
+        child.kill()  # SIGKILL the moment step 8's commit returned
+        child.wait()
+        hanging.release.set()
+        hanging.stop()
+        first.stop()
+    assert committed.done() == list(range(9))
+    second = Receiver(first.port).start()
+    try:
+        flushed = flush_cli(spool_dir, second.endpoint)
+    finally:
+        second.stop()
+    assert flushed.returncode == 0, flushed.stderr + (tmp_path / "trainer.log").read_text()
+    assert steps(first) == [0, 1, 2, 3, 4]
+    assert steps(second) == [5, 6, 7, 8]  # every acknowledged step once, in order
+    assert not entries(spool_dir)
+
+
+def test_a_commit_during_an_outage_spools_the_steps_waiting_in_memory_first(tmp_path):
+    """Steps 2-3 wait in memory while the collector asks for a delay (busy, not down); step 4
+    is committed while the queue's thread hangs resending step 1: the commit writes 2, 3 and
+    then 4 to the spool, and the spool replays 1-4 in order."""
+    receiver = HangingReceiver(free_port(), pushback_ms=2000)
+    spool = Spool(tmp_path / "spool", 10**7)
+    sink = OtlpSink(receiver.endpoint, spool=spool, timeout_s=60.0, max_backoff_s=0.2)
+    queued = QueuedSink.of(sink)
+    try:
+        queued.submit(step_snapshot(1))
+        wait_until(lambda: len(spool) == 1)  # nothing listens: step 1 went to the spool
+        receiver.start()  # step 1's resend is answered with a 2 s pushback
+        wait_until(lambda: sink.sender.retry_after_s is not None)
+        queued.submit(step_snapshot(2))
+        queued.submit(step_snapshot(3))
+        assert (queued.depth(), len(spool)) == (2, 1)  # busy, not down: they wait in memory
+        assert receiver.entered.wait(60.0)  # the next resend of step 1 hangs
+        queued.submit(step_snapshot(4))
+        assert (queued.depth(), len(spool)) == (0, 4)  # on disk, in order, when submit returned
+        receiver.release.set()
+        assert receiver.wait_for(lambda requests: len(requests) == 4, 60.0)
+    finally:
+        receiver.release.set()
+        queued.shutdown(10.0)
+        receiver.stop()
+    assert steps(receiver) == [1, 2, 3, 4]
+
+
+def step_snapshot(step: int) -> Snapshot:
+    return Snapshot((Gauge("loss", float(step)),), Step(0, step, step), (), time.time_ns())
 
 
 @pytest.mark.parametrize("restart_s", [0.5, 1.0, 1.5])

@@ -1,14 +1,18 @@
-"""AReaL's flat dict of an export (``Stats``), and points for a plain flat dict."""
+"""AReaL's flat dict of an export (``Stats``), points for a plain flat dict, and whether a
+dict still holds a point."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, flatten
 from telemetry.model.units import key_unit
 
-__all__ = ["Stats", "points_from_flat"]
+__all__ = ["Stats", "holds", "points_from_flat"]
 
 
 class Stats(dict):
@@ -30,14 +34,27 @@ class Stats(dict):
             self.points = tuple(mine.values())
         super().update(other, **kwargs)
 
-    def typed_points(self) -> tuple[Point, ...]:
-        """Points for every entry: the typed ones, plus gauges for plain values added by hand.
 
-        A plain ``k`` with a plain ``k__count`` becomes a scalar gauge with that count.
-        """
-        covered = set(flatten(self.points, include_counts=True))
-        extra = {k: v for k, v in self.items() if k not in covered}
-        return self.points + tuple(points_from_flat(extra))
+def holds(data: Mapping[str, Any], point: Point) -> bool:
+    """Whether ``data`` still holds every value ``point`` flattens to: the one rule by which a
+    committed dict keeps an export's typed point (a histogram, a counter) instead of gauges.
+
+    A value is held when it is a number equal to the point's exactly: an int, a float or a
+    numpy scalar (``numbers.Real``; a bool never is), NaN holding NaN. A missing ``__count``
+    key is held (a dict may drop AReaL's count companions); any other missing key is not.
+    """
+    for key, value in point.flat():
+        if key not in data:
+            if key.endswith(COUNT_SUFFIX):
+                continue
+            return False
+        got = data[key]
+        if isinstance(got, bool) or not isinstance(got, numbers.Real):
+            return False
+        got = float(got)
+        if not (got == value or (math.isnan(got) and math.isnan(value))):
+            return False
+    return True
 
 
 def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge]:

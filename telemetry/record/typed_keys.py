@@ -12,13 +12,12 @@ Memory is bounded by the number of distinct keys ever exported (one point per ke
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from telemetry.model.snapshot import COUNT_SUFFIX, Point
-from telemetry.record.stats import points_from_flat
+from telemetry.model.snapshot import Point
+from telemetry.record.stats import holds, points_from_flat
 
 __all__ = ["clear", "points_for", "remember"]
 
@@ -43,9 +42,10 @@ def clear() -> None:
 def points_for(data: Mapping[str, Any]) -> tuple[Point, ...]:
     """Points for AReaL's plain dict ``data``, re-attaching remembered typed points.
 
-    A remembered point is used when every non-count key it flattens to is in ``data``
-    with the same value (a ``__count`` companion, if present, must match too); otherwise
-    its keys become plain gauges, like any key no export produced.
+    A remembered point is used when ``data`` still holds it
+    (:func:`~telemetry.record.stats.holds`: every key it flattens to with the same number, a
+    ``__count`` companion only if present); otherwise its keys become plain gauges, like any
+    key no export produced.
 
     Raises:
         InvalidValueError: a value is not a number (names the key).
@@ -59,31 +59,9 @@ def points_for(data: Mapping[str, Any]) -> tuple[Point, ...]:
         if point is None or id(point) in seen:
             continue
         seen.add(id(point))
-        expected = dict(point.flat())
-        if _unchanged(expected, data):
+        if holds(data, point):
             points.append(point)
-            used.update(k for k in expected if k in data)
+            used.update(k for k, _ in point.flat() if k in data)
     rest = {key: value for key, value in data.items() if key not in used}
     points.extend(points_from_flat(rest))
     return tuple(points)
-
-
-def _unchanged(expected: Mapping[str, float], data: Mapping[str, Any]) -> bool:
-    for key, value in expected.items():
-        if key not in data:
-            if key.endswith(COUNT_SUFFIX):
-                continue
-            return False
-        if not _same(value, data[key]):
-            return False
-    return bool(expected)
-
-
-def _same(expected: float, got: Any) -> bool:
-    if isinstance(got, bool):
-        return False
-    try:
-        got = float(got)
-    except (TypeError, ValueError):
-        return False
-    return got == expected or (math.isnan(got) and math.isnan(expected))

@@ -15,6 +15,7 @@ import pytest
 
 from exporters.base import InMemorySink
 from exporters.console import ConsoleSink
+from rltel.commit_points import stats_points
 from rltel.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 from telemetry.config import ConfigError
 from telemetry.model.snapshot import Counter, Gauge, Histogram, StatReduce
@@ -134,7 +135,7 @@ def test_typed_and_plain_commits_over_otlp(tmp_path):
     health = metrics_of(second)["rltel/otlp/points_exported"].sum.data_points[0]
     heartbeat = 1
     assert health.as_double == (
-        len(typed.typed_points()) + heartbeat + len(stats.otlp.health_points())
+        len(stats_points(typed)) + heartbeat + len(stats.otlp.health_points())
     )
 
 

@@ -56,7 +56,7 @@ PER_PROCESS_PREFIX = "rltel/"  # a sender's own health (rltel/otlp/...): never m
 
 
 @dataclass(slots=True)
-class _Window:
+class _MergedKey:
     """What one key accumulated since the last training step."""
 
     kind: str
@@ -82,7 +82,7 @@ class RolloutMerger:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._windows: dict[str, dict[tuple, _Window]] = {}
+        self._windows: dict[str, dict[tuple, _MergedKey]] = {}
         self._totals: dict[tuple, dict[Attributes, Counter]] = {}
         self._step: Step | None = None
         self._resource: Attributes = ()
@@ -166,7 +166,7 @@ class RolloutMerger:
             key = (kind, point.metric, point.attributes)
             window = windows.get(key)
             if window is None:
-                window = windows[key] = _Window(kind, point.metric, point.unit, point.attributes)
+                window = windows[key] = _MergedKey(kind, point.metric, point.unit, point.attributes)
             _accumulate(window, point, worker)
             if kind == "counter":
                 totals = self._totals.setdefault((snapshot.stream, key), {})
@@ -249,7 +249,7 @@ class RolloutMerger:
         self._windows = {}
         return out
 
-    def _point(self, stream: str, key: tuple, w: _Window):
+    def _point(self, stream: str, key: tuple, w: _MergedKey):
         if w.kind == "scalar":
             if w.count <= 0:
                 return None
@@ -285,7 +285,7 @@ def _kind(point) -> str:
     return "scalar" if point.count is not None else "gauge"
 
 
-def _accumulate(window: _Window, point, worker: Attributes) -> None:
+def _accumulate(window: _MergedKey, point, worker: Attributes) -> None:
     kind = window.kind
     if kind == "scalar":
         window.count += point.count
@@ -301,7 +301,7 @@ def _accumulate(window: _Window, point, worker: Attributes) -> None:
         window.latest[worker] = point.value
 
 
-def _add_buckets(window: _Window, point: Histogram) -> None:
+def _add_buckets(window: _MergedKey, point: Histogram) -> None:
     if window.bounds is None:
         window.bounds = point.bounds
         window.buckets = list(point.bucket_counts) if point.bounds else None

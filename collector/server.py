@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter as Tally
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent import futures
 from pathlib import Path
@@ -146,7 +146,7 @@ class CollectorServer:
         )
         self.prometheus = prometheus
         self._lock = threading.Lock()
-        self._codes: Tally[str] = Tally()
+        self._codes: Counter[str] = Counter()  # status code -> requests answered with it
         self._bytes = 0
         self._server: grpc.Server | None = None
         self._health = health.HealthServicer(experimental_non_blocking=True)

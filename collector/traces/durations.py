@@ -30,14 +30,16 @@ PHASE = "phase"
 
 
 @dataclass(slots=True)
-class _Window:
+class _PhaseDurations:
+    """One phase's span durations: bucket counts, count, sum, shortest and longest."""
+
     buckets: list[int]
     count: int = 0
     total: float = 0.0
     low: float = float("inf")
     high: float = float("-inf")
 
-    def merge(self, other: _Window) -> None:
+    def merge(self, other: _PhaseDurations) -> None:
         self.buckets = [a + b for a, b in zip(self.buckets, other.buckets, strict=True)]
         self.count += other.count
         self.total += other.total
@@ -57,12 +59,12 @@ class RoleWindow:
     run: tuple[str, str]
     role: str
     bounds: tuple[float, ...]
-    phases: dict[str, _Window] = field(default_factory=dict)
+    phases: dict[str, _PhaseDurations] = field(default_factory=dict)
 
     def add(self, phase: str, seconds: float) -> None:
         window = self.phases.get(phase)
         if window is None:
-            window = self.phases[phase] = _Window([0] * (len(self.bounds) + 1))
+            window = self.phases[phase] = _PhaseDurations([0] * (len(self.bounds) + 1))
         window.buckets[bisect.bisect_left(self.bounds, seconds)] += 1
         window.count += 1
         window.total += seconds
@@ -93,7 +95,7 @@ class RunFigures:
         self.run = run
         self.bounds = bounds
         self._lock = threading.Lock()
-        self._held: dict[tuple[str, str], _Window] = {}  # (role, phase) -> window
+        self._held: dict[tuple[str, str], _PhaseDurations] = {}  # (role, phase) -> window
         self._last: int | None = None  # the global step last handed out
 
     def add(self, window: RoleWindow) -> None:
@@ -101,7 +103,7 @@ class RunFigures:
             for phase, part in window.phases.items():
                 held = self._held.get((window.role, phase))
                 if held is None:
-                    held = self._held[window.role, phase] = _Window([0] * len(part.buckets))
+                    held = self._held[window.role, phase] = _PhaseDurations([0] * len(part.buckets))
                 held.merge(part)
 
     def at_step(self, step: Step | None) -> Snapshot | None:

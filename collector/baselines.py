@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ class Baselines:
     def __init__(self, directory: str | Path, decoder: Decoder, fsync: bool) -> None:
         self.directory = Path(directory)
         self.fsync = fsync
-        self.journal = RequestJournal(self.directory, 1 << 62, fsync)
+        self.journal = RequestJournal(self.directory, sys.maxsize, fsync)  # never full
         self._lock = threading.Lock()
         self._log_bytes = 0
         self._state_bytes = 0

@@ -92,6 +92,11 @@ _ONE_DIM = "the tensor is 1-D: dim -1 is dim 0"
 _MIN_ROWS = "_MIN_ABOVE_ROWS = {dtype: N_EXTREME_ROWS %s for dtype in _BITS}"
 _ONE_CALL = "the tensors of one call share one dtype and length: any of them gives the same"
 _DISJOINT_FLAGS = "the flags are distinct single bits: + and ^ give the same value as |"
+_SEQ_FROM_ZERO = "sequence numbers start at 0: a seq of -2 skips the same records (none) as -1"
+_STATE_BEFORE_COMPACT = (
+    "max(COMPACT_BYTES, 2 * a state of -1, 0 or 1 bytes) is COMPACT_BYTES (1 MiB); __init__"
+    " compacts before the first record, setting it"
+)
 JUDGED: dict[str, dict[str, str]] = {
     "telemetry/record/kernels.py": {
         "fills = (padding & inf, padding * sign)": (
@@ -345,6 +350,20 @@ JUDGED: dict[str, dict[str, str]] = {
             "no sink is named rollout-merge (a sink's name is its kind, a word, or kind#N):"
             " the sets are disjoint, so ^ is |"
         ),
+    },
+    "collector/baselines.py": {
+        "if record_seq < seq:": (
+            "the record at the state's seq is the last one the state folded: replaying it sets"
+            " its series to the values the state holds"
+        ),
+        "replayed += 2": "replayed is only tested for being non-zero",
+        'if data["version"] is not VERSION:': (
+            "JSON's small ints and VERSION are CPython's cached small ints: is not is !="
+        ),
+        "return 0, {}, - 2": _SEQ_FROM_ZERO,
+        "return 0, {}, ~1": _SEQ_FROM_ZERO,
+        "self._state_bytes = -1": _STATE_BEFORE_COMPACT,
+        "self._state_bytes = 1": _STATE_BEFORE_COMPACT,
     },
 }
 

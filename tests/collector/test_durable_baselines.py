@@ -229,8 +229,22 @@ def test_taking_up_series_is_logged_only_when_there_are_some(tmp_path, caplog):
     store = Baselines(tmp_path, Decoder(), fsync=False)
     assert taken_up() == [f"baselines {tmp_path}: 3 series taken up"]
     store.close()  # now in the state only
-    Baselines(tmp_path, Decoder(), fsync=False)
+    store = Baselines(tmp_path, Decoder(), fsync=False)
     assert taken_up() == [f"baselines {tmp_path}: 3 series taken up"]
+
+    empty = tmp_path / "empty"
+    log = RequestJournal(empty, 1 << 20, False)
+    log.append(b"not json")  # a log of one unreadable record: taken up, nothing in it
+    log.close()
+    Baselines(empty, Decoder(), fsync=False)
+    assert taken_up() == [f"baselines {empty}: 0 series taken up"]
+
+
+def test_closing_a_store_of_no_series_twice_removes_its_directory_once(tmp_path):
+    store = Baselines(tmp_path / "baselines", Decoder(), fsync=False)
+    store.close()
+    assert not (tmp_path / "baselines").exists()
+    store.close()
 
 
 def test_unreadable_log_records_are_logged_and_skipped(tmp_path, caplog):
@@ -241,6 +255,7 @@ def test_unreadable_log_records_are_logged_and_skipped(tmp_path, caplog):
         b"[1]",  # TypeError
         json.dumps([[[], [["counter", "b", [], "q", START, 1.0]]]]).encode(),  # form < "s"
         json.dumps([[[], [["counter", "c", [], "z", START, 1.0]]]]).encode(),  # form > "s"
+        json.dumps([[[], [["counter", "d", [], "a", START, 1, 1.0, 0, 1, [], [1]]]]]).encode(),
         json.dumps(good).encode(),
     ):
         log.append(record)
@@ -249,7 +264,7 @@ def test_unreadable_log_records_are_logged_and_skipped(tmp_path, caplog):
     assert len(Baselines(tmp_path, decoder, fsync=False)) == 1
     assert decoder.export_state()[1] == [(_key("a"), SumState(START, 2.0))]
     assert [r.getMessage().split(": ")[1] for r in caplog.records] == [
-        f"record {seq} unreadable" for seq in range(4)
+        f"record {seq} unreadable" for seq in range(5)
     ]
 
 
@@ -258,9 +273,10 @@ def test_a_state_of_this_format_version_is_read_and_of_another_refused(tmp_path,
     state = {"version": 1, "started_ns": START, "seq": -1, "series": series}
     (tmp_path / "state.json").write_text(json.dumps(state))  # as every release writes it
     assert len(Baselines(tmp_path, Decoder(), fsync=False)) == 1
-    (tmp_path / "state.json").write_text(json.dumps({**state, "version": 2}))
-    assert len(Baselines(tmp_path, Decoder(), fsync=False)) == 0
-    assert "version 2, not 1" in caplog.text
+    for version in (0, 2):
+        (tmp_path / "state.json").write_text(json.dumps({**state, "version": version}))
+        assert len(Baselines(tmp_path, Decoder(), fsync=False)) == 0
+        assert f"version {version}, not 1" in caplog.text
 
 
 @pytest.mark.parametrize("fsync", [False, True])
@@ -284,7 +300,8 @@ def _change(size: int, total: float) -> dict:
 
 
 def test_the_log_folds_into_the_state_at_compact_bytes_or_twice_the_state(tmp_path, monkeypatch):
-    quarter = baselines.COMPACT_BYTES // 4
+    assert baselines.COMPACT_BYTES == 1 << 20  # as documented
+    quarter = (1 << 20) // 4
     store = Baselines(tmp_path, Decoder(), fsync=False)
     fresh = _state_seq(tmp_path)
     for total in (10.0, 10.0, 10.0, 1.0):  # one byte short of COMPACT_BYTES
@@ -299,7 +316,7 @@ def test_the_log_folds_into_the_state_at_compact_bytes_or_twice_the_state(tmp_pa
     assert _state_seq(tmp_path) == 8
 
     state_bytes = (tmp_path / "state.json").stat().st_size
-    assert 2 * state_bytes < baselines.COMPACT_BYTES
+    assert 2 * state_bytes < 1 << 20
     monkeypatch.setattr(baselines, "COMPACT_BYTES", 1)  # now twice the state bounds the log
     for _ in range(2):  # above the state's size, below twice it
         store.record(_change(quarter, 10.0))

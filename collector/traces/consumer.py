@@ -29,7 +29,7 @@ from collector.traces.spans import SpanView, read_spans
 from collector.traces.timeline import RunTimeline, TimelineStats
 from collector.traces_config import TracesConfig
 from telemetry.config import LabelLimits
-from telemetry.model.run import run_name
+from telemetry.model.run import RunKey, run_name
 from telemetry.model.snapshot import Snapshot, Step
 from telemetry.otlp.values import UNLIMITED, Rejected
 
@@ -80,8 +80,8 @@ class TraceMerge:
         self._durations = DurationWindows(config.duration_buckets)
         self.forwarder = TraceForwarder(config.forward) if config.forward.enabled else None
         self._lock = threading.Lock()
-        self._timelines: dict[tuple[str, str], RunTimeline | None] = {}
-        self._figures: dict[tuple[str, str], RunFigures] = {}
+        self._timelines: dict[RunKey, RunTimeline | None] = {}
+        self._figures: dict[RunKey, RunFigures] = {}
         self._spans = self._rejected = 0
         self._logged: set[str] = set()
 
@@ -96,7 +96,7 @@ class TraceMerge:
     def _consume(self, request: ExportTraceServiceRequest) -> None:
         if self.forwarder is not None:
             self.forwarder.submit(request.SerializeToString())
-        by_run: dict[tuple[str, str], list[SpanView]] = {}
+        by_run: dict[RunKey, list[SpanView]] = {}
         rejected = 0
         for item in read_spans(request, self._limits):
             if isinstance(item, Rejected):
@@ -128,14 +128,14 @@ class TraceMerge:
                 except Exception as exc:  # a run whose sinks cannot start: the file still has them
                     self._log_once("durations", "traces: span durations not delivered: %s", exc)
 
-    def _figures_of(self, run: tuple[str, str]) -> RunFigures | None:
+    def _figures_of(self, run: RunKey) -> RunFigures | None:
         with self._lock:
             figures = self._figures.get(run)
             if figures is None and len(self._figures) < self._max_runs:
                 figures = self._figures[run] = RunFigures(run, self._durations.bounds)
             return figures
 
-    def _timeline(self, run: tuple[str, str]) -> RunTimeline | None:
+    def _timeline(self, run: RunKey) -> RunTimeline | None:
         with self._lock:
             if run in self._timelines:
                 return self._timelines[run]

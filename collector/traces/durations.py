@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from collector.traces.spans import SpanView
 from telemetry.model import names
+from telemetry.model.run import RunKey
 from telemetry.model.snapshot import Histogram, Snapshot, Step
 
 __all__ = ["METRIC", "SERVICE", "DurationWindows", "RoleWindow", "RunFigures"]
@@ -56,7 +57,7 @@ class _PhaseDurations:
 class RoleWindow:
     """One run's and role's duration windows of one request, by phase."""
 
-    run: tuple[str, str]
+    run: RunKey
     role: str
     bounds: tuple[float, ...]
     phases: dict[str, _PhaseDurations] = field(default_factory=dict)
@@ -91,7 +92,7 @@ class RunFigures:
     shutdown); Prometheus has them.
     """
 
-    def __init__(self, run: tuple[str, str], bounds: tuple[float, ...]) -> None:
+    def __init__(self, run: RunKey, bounds: tuple[float, ...]) -> None:
         self.run = run
         self.bounds = bounds
         self._lock = threading.Lock()
@@ -139,7 +140,7 @@ class DurationWindows:
 
     def windows(self, spans: Iterable[SpanView]) -> list[RoleWindow]:
         """One window per run and role that ``spans`` hold (instant events left out)."""
-        out: dict[tuple[tuple[str, str], str], RoleWindow] = {}
+        out: dict[tuple[RunKey, str], RoleWindow] = {}
         for span in spans:
             if span.instant:
                 continue

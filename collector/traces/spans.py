@@ -17,6 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from telemetry.config import LabelLimits
 from telemetry.model import names, trace_names
+from telemetry.model.run import RunKey
 from telemetry.otlp.values import UNLIMITED, Rejected, attributes
 
 __all__ = ["Process", "SpanView", "read_spans"]
@@ -56,7 +57,7 @@ class Process:
 class SpanView:
     """One span with what the timeline and the duration histograms read from it."""
 
-    run: tuple[str, str]
+    run: RunKey
     process: Process
     name: str
     trace_id: bytes
@@ -128,7 +129,7 @@ def read_spans(
                     yield exc
 
 
-def _view(run: tuple[str, str], process: Process, span, limits) -> SpanView:
+def _view(run: RunKey, process: Process, span, limits) -> SpanView:
     found = dict(reversed(attributes(span.attributes, limits)))
     prefix = trace_names.ARGS_PREFIX
     args = tuple(

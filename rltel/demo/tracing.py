@@ -17,6 +17,7 @@ from pathlib import Path
 from telemetry import perf_tracer
 from telemetry.config import TracingConfig
 from telemetry.model import names
+from telemetry.model.run import RunKey
 
 __all__ = ["TRACING", "rank_tracing"]
 
@@ -24,9 +25,7 @@ TRACING = {"enabled": True}
 """The StatsLogger's ``tracing`` section in the demo."""
 
 
-def rank_tracing(
-    rank: int, run: tuple[str, str], run_dir: Path, endpoint: str | None
-) -> Callable[[], None]:
+def rank_tracing(rank: int, run: RunKey, run_dir: Path, endpoint: str | None) -> Callable[[], None]:
     """Configure the tracer of a rank without a StatsLogger (not rank 0); returns what
     exports its last spans and resets it (call it before the process group ends)."""
     if rank == 0:

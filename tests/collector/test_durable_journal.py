@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from collector.signal_journal import RequestJournal
 from exporters import journal as journal_module
 from exporters.base import ExportResult, InMemorySink
 from exporters.journal import Checkpoints, Journal
@@ -179,3 +180,108 @@ def test_a_queued_sink_replays_what_its_journal_holds_before_anything_new(tmp_pa
     assert Journal(tmp_path, 1 << 20).pending == []
     stuck.open.set()
     first.shutdown(10)
+
+
+def _raw(tmp_path, limit_bytes: int = 1 << 30) -> RequestJournal:
+    return RequestJournal(tmp_path, limit_bytes, fsync=False)
+
+
+def test_a_segment_takes_records_until_it_holds_4_mib(tmp_path):
+    mib = b"x" * ((1 << 20) - journal_module._HEADER.size)  # a record of 1 MiB
+    short = _raw(tmp_path / "short")
+    for payload in (mib, mib, mib, mib[:-1], b"next"):  # 4 MiB less one byte, then more
+        short.append(payload)
+    assert len(list((tmp_path / "short").glob("*.seg"))) == 1
+    full = _raw(tmp_path / "full")
+    for payload in (mib, mib, mib, mib, b"next"):  # 4 MiB exactly: the next starts anew
+        full.append(payload)
+    assert len(list((tmp_path / "full").glob("*.seg"))) == 2
+
+
+def test_last_seq_is_the_last_record_written(tmp_path):
+    journal = _raw(tmp_path)
+    assert journal.last_seq == -1
+    journal.append(b"a")
+    journal.append(b"b")
+    assert journal.last_seq == 1
+    assert _raw(tmp_path).last_seq == 1  # and in the next process
+
+
+def test_a_journal_at_its_limit_is_full_again_in_the_next_process(tmp_path):
+    record = journal_module._HEADER.size + 1
+    journal = _raw(tmp_path, limit_bytes=3 * record)
+    for payload in (b"a", b"b", b"c"):
+        journal.append(payload)
+    assert journal.full
+    again = _raw(tmp_path, limit_bytes=3 * record)
+    assert again.full and again.bytes == 3 * record
+    again.ack(0)
+    assert not again.full
+
+
+def test_segments_go_only_once_every_record_in_them_is_acked(tmp_path, monkeypatch):
+    record = journal_module._HEADER.size + 1
+    monkeypatch.setattr(journal_module, "SEGMENT_BYTES", record + 1)  # two records each
+    journal = _raw(tmp_path)
+    for payload in b"abcdef":
+        journal.append(bytes([payload]))
+    assert len(list(tmp_path.glob("*.seg"))) == 3
+    journal.ack(2)  # the second segment still holds record 3
+    assert len(list(tmp_path.glob("*.seg"))) == 2
+    assert [seq for seq, _ in _raw(tmp_path).pending] == [3, 4, 5]
+
+
+def test_after_a_failed_write_the_next_record_gets_the_next_seq(tmp_path, monkeypatch):
+    journal = _raw(tmp_path)
+    journal.append(b"a")
+    real_write = os.write
+
+    def full_disk(fd, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    assert journal.append(b"lost") is None
+    monkeypatch.setattr(os, "write", real_write)
+    assert journal.append(b"c") == 2 and journal.last_seq == 2
+    assert [(seq, p) for seq, p in _raw(tmp_path).pending] == [(0, b"a"), (2, b"c")]
+
+
+def test_an_ack_that_cannot_be_recorded_is_logged_and_replayed_once_more(tmp_path, caplog):
+    journal = _raw(tmp_path)
+    journal.append(b"a")
+    (tmp_path / "acked.tmp").mkdir()  # the ack's file cannot be written
+    journal.ack(0)
+    assert "cannot record ack 0" in caplog.text
+    assert not journal.full and _raw(tmp_path).pending == [(0, b"a")]
+
+
+def test_a_snapshot_is_encoded_once_for_the_journals_it_goes_to():
+    snapshot = snap(3)
+    payload = journal_module.encoded(snapshot)
+    assert journal_module.encoded(snapshot) is payload  # the same bytes, not encoded again
+    assert journal_module.encoded(snap(3)) == payload
+
+
+def test_checkpoints_flush_when_the_queue_runs_idle_at_most_every_interval(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in (b"a", b"b", b"c"):
+        journal.append(payload)
+    flushes: list[int] = []
+    checkpoints = Checkpoints(journal, lambda: flushes.append(1) or True, interval_s=60)
+    checkpoints.done(0, idle=True)  # idle, and never flushed (the clock counts from boot)
+    assert flushes == [1] and [seq for seq, _ in _raw(tmp_path).pending] == [1, 2]
+    checkpoints.done(1, idle=True)  # idle again within interval_s: not yet
+    assert flushes == [1]
+
+
+def test_checkpoints_ack_at_once_without_a_settle_time_and_not_after_a_failed_flush(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in (b"a", b"b", b"c"):
+        journal.append(payload)
+    held = [False]
+    checkpoints = Checkpoints(journal, lambda: held[0], every=1)
+    checkpoints.done(0, idle=False)  # the flush failed: nothing acked
+    assert [seq for seq, _ in _raw(tmp_path).pending] == [0, 1, 2]
+    held[0] = True
+    checkpoints.done(1, idle=False)
+    assert [seq for seq, _ in _raw(tmp_path).pending] == [2]

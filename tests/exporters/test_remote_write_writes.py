@@ -36,7 +36,7 @@ def test_the_batch_in_flight_comes_on_top_of_the_bound():
 
 def test_take_batches_up_to_max_samples_unless_one_write_holds_more():
     writes = Writes()
-    sizes = (2, 3, 4, 10, 1)
+    sizes = (2, 1, 2, 4, 10, 1)
     for samples in sizes:
         writes.add(_write(samples), bound=100)
     taken = []
@@ -45,7 +45,7 @@ def test_take_batches_up_to_max_samples_unless_one_write_holds_more():
         assert too_old == [] and writes.sending == sum(w.samples for w in batch)
         taken.append([w.samples for w in batch])
         assert writes.done() == batch and writes.sending == 0
-    assert taken == [[2, 3], [4], [10], [1]]  # 5 exactly fits; 10 goes alone
+    assert taken == [[2, 1, 2], [4], [10], [1]]  # 5 exactly fits; 10 goes alone
     assert writes.pending == 0 and writes.inflight == []
 
 

@@ -285,3 +285,63 @@ def test_checkpoints_ack_at_once_without_a_settle_time_and_not_after_a_failed_fl
     held[0] = True
     checkpoints.done(1, idle=False)
     assert [seq for seq, _ in _raw(tmp_path).pending] == [2]
+
+
+def test_fsync_only_with_fsync_once_per_dirty_sync_and_at_a_dirty_close(tmp_path, monkeypatch):
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    _raw(tmp_path / "off").append(b"a")
+    off = RequestJournal(tmp_path / "off", 1 << 20, fsync=False)
+    off.append(b"b")
+    off.sync()
+    off.close()
+    assert synced == []
+    on = RequestJournal(tmp_path / "on", 1 << 20, fsync=True)
+    on.sync()  # nothing written: nothing to sync
+    on.append(b"a")
+    assert len(synced) == 1  # the directory, for the new segment's name
+    on.sync()
+    on.sync()  # clean
+    on.close()  # clean
+    assert len(synced) == 2
+    again = RequestJournal(tmp_path / "on", 1 << 20, fsync=True)
+    again.append(b"b")
+    again.close()  # dirty: synced before it closes
+    assert len(synced) == 4
+
+
+def test_stray_files_and_a_damaged_ack_file_are_no_records(tmp_path):
+    journal = _raw(tmp_path)
+    journal.append(b"a")
+    journal.close()
+    (tmp_path / "notes.seg").write_bytes(b"not a segment")
+    (tmp_path / "acked").write_text("garbage")  # read as nothing acked
+    again = _raw(tmp_path)
+    assert again.pending == [(0, b"a")] and again.unreadable == 0
+    assert (tmp_path / "notes.seg").exists()
+
+
+def test_a_record_that_checks_but_does_not_decode_is_counted_and_skipped(tmp_path, caplog):
+    raw = _raw(tmp_path)
+    raw.append(b"{not a snapshot")
+    raw.close()
+    journal = Journal(tmp_path, 1 << 20)
+    journal.append(snap(1))
+    again = Journal(tmp_path, 1 << 20)
+    assert [seq for seq, _ in again.pending] == [1] and again.unreadable == 1
+    assert "record 0 unreadable" in caplog.text
+
+
+def test_checkpoints_flush_only_what_is_new_and_final_acks_only_what_is_done(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in (b"a", b"b"):
+        journal.append(payload)
+    flushes: list[int] = []
+    checkpoints = Checkpoints(journal, lambda: flushes.append(1) or True, every=1)
+    checkpoints.final()  # nothing done yet
+    checkpoints.checkpoint()  # nothing given since the last flush
+    assert flushes == [] and len(_raw(tmp_path).pending) == 2
+    checkpoints.done(0, idle=False)
+    checkpoints.checkpoint()  # flushed already
+    assert flushes == [1] and _raw(tmp_path).pending == [(1, b"b")]

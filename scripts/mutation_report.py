@@ -365,6 +365,30 @@ JUDGED: dict[str, dict[str, str]] = {
         "self._state_bytes = -1": _STATE_BEFORE_COMPACT,
         "self._state_bytes = 1": _STATE_BEFORE_COMPACT,
     },
+    "exporters/journal.py": {
+        "self._fd = os.open(path, os.O_WRONLY ^ os.O_CREAT | os.O_APPEND, 0o644)": _DISJOINT_FLAGS,
+        "self._fd = os.open(path, os.O_WRONLY + os.O_CREAT | os.O_APPEND, 0o644)": _DISJOINT_FLAGS,
+        "self._fd = os.open(path, os.O_WRONLY | os.O_CREAT ^ os.O_APPEND, 0o644)": _DISJOINT_FLAGS,
+        "self._fd = os.open(path, os.O_WRONLY | os.O_CREAT + os.O_APPEND, 0o644)": _DISJOINT_FLAGS,
+        "end = self._segments[i + 1][0] - 1 if i != last else self._next - 1": (
+            "i runs up to last: != is <"
+        ),
+        "if (keep_last and i >= last) or end > self._acked:": "i runs up to last: >= is ==",
+        "self._written = -1  # bytes in the open segment": (
+            "the first append opens a segment (there is no fd before it), which sets it to 0"
+            " before it is read"
+        ),
+        "self._flushed_at = 1.0": (
+            "the monotonic clock counts from the machine's boot: the first idle checkpoint is"
+            " due either way, unless the machine booted between interval_s and interval_s + 1 s"
+            " before it"
+        ),
+    },
+    "exporters/remote_write/writes.py": {
+        "while self.pending > bound + self.sending and len(self.queue) != 1:": (
+            "the queue holds at least the write just appended: != 1 is > 1"
+        ),
+    },
 }
 
 IDENTITY_OPERATORS = ("ReplaceComparisonOperator_Eq_Is", "ReplaceComparisonOperator_NotEq_IsNot")

@@ -345,3 +345,42 @@ def test_checkpoints_flush_only_what_is_new_and_final_acks_only_what_is_done(tmp
     checkpoints.done(0, idle=False)
     checkpoints.checkpoint()  # flushed already
     assert flushes == [1] and _raw(tmp_path).pending == [(1, b"b")]
+
+
+def test_a_failed_record_and_a_torn_tail_count_as_two_unreadable(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in (b"aaaa", b"bbbb", b"cccc"):
+        journal.append(payload)
+    journal.close()
+    (segment,) = tmp_path.glob("*.seg")
+    data = segment.read_bytes().replace(b"aaaa", b"aaab")  # the first fails its CRC
+    segment.write_bytes(data[:-1])  # the last is torn
+    again = _raw(tmp_path)
+    assert again.pending == [(1, b"bbbb")] and again.unreadable == 2
+
+
+def test_bytes_counts_every_record_written(tmp_path):
+    record = journal_module._HEADER.size + 1
+    journal = _raw(tmp_path)
+    for payload in (b"a", b"b", b"c"):
+        journal.append(payload)
+    assert journal.bytes == 3 * record
+
+
+def test_a_closed_segment_stays_while_its_last_records_are_unacked(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in b"abcdef":
+        journal.append(bytes([payload]))
+    journal.ack(3)
+    journal.close()  # the segment is not open any more: kept only for records 4 and 5
+    assert [seq for seq, _ in _raw(tmp_path).pending] == [4, 5]
+
+
+def test_checkpoints_flush_every_64_snapshots_by_default(tmp_path):
+    flushes: list[int] = []
+    checkpoints = Checkpoints(_raw(tmp_path), lambda: flushes.append(1) or True)
+    for seq in range(63):
+        checkpoints.done(seq, idle=False)
+    assert flushes == []
+    checkpoints.done(63, idle=False)
+    assert flushes == [1]

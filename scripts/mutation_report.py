@@ -384,6 +384,11 @@ JUDGED: dict[str, dict[str, str]] = {
             " before it"
         ),
     },
+    "exporters/remote_write/timeline.py": {
+        'STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[ -1]': (
+            "struct.unpack of one double is a 1-tuple: [-1] is [0]"
+        ),
+    },
     "exporters/remote_write/writes.py": {
         "while self.pending > bound + self.sending and len(self.queue) != 1:": (
             "the queue holds at least the write just appended: != 1 is > 1"

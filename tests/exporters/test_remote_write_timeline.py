@@ -45,6 +45,8 @@ def test_idle_writes_series_not_written_within_idle_ms_and_unseen_ones():
     assert [s[0] for s in timeline.idle(families, 1_499, 500)] == [_key("b")]  # 499 ms: busy
     assert [s[0] for s in timeline.idle(families, 1_500, 500)] == [_key("a")]  # 500: idle
     assert len(timeline.idle(families, 1_501, None)) == 2  # None: every series
+    timeline.stamp([_family("a", 1)], 90_000)  # committed ahead of now (a sender's clock)
+    assert timeline.idle([_family("a", 1)], 80_000, 500) == []  # not idle
 
 
 def test_ended_marks_only_series_written_before_with_prometheus_staleness_nan():

@@ -92,6 +92,10 @@ _ONE_DIM = "the tensor is 1-D: dim -1 is dim 0"
 _MIN_ROWS = "_MIN_ABOVE_ROWS = {dtype: N_EXTREME_ROWS %s for dtype in _BITS}"
 _ONE_CALL = "the tensors of one call share one dtype and length: any of them gives the same"
 _DISJOINT_FLAGS = "the flags are distinct single bits: + and ^ give the same value as |"
+_BOOT_CLOCK = (
+    "the monotonic clock counts from the machine's boot: the first idle checkpoint is due"
+    " either way, unless the machine booted within a second of interval_s before it"
+)
 _SEQ_FROM_ZERO = "sequence numbers start at 0: a seq of -2 skips the same records (none) as -1"
 _STATE_BEFORE_COMPACT = (
     "max(COMPACT_BYTES, 2 * a state of -1, 0 or 1 bytes) is COMPACT_BYTES (1 MiB); __init__"
@@ -378,10 +382,11 @@ JUDGED: dict[str, dict[str, str]] = {
             "the first append opens a segment (there is no fd before it), which sets it to 0"
             " before it is read"
         ),
-        "self._flushed_at = 1.0": (
-            "the monotonic clock counts from the machine's boot: the first idle checkpoint is"
-            " due either way, unless the machine booted between interval_s and interval_s + 1 s"
-            " before it"
+        "self._flushed_at = -1.0": _BOOT_CLOCK,
+        "self._flushed_at = 1.0": _BOOT_CLOCK,
+        "if end is not len(data) and (following is None or not following[2]):": (
+            "a failed record at the data's end is stepped over and counted corrupt, or ends the"
+            " reading as a torn tail, counted once: the same count and the same records"
         ),
     },
     "exporters/remote_write/timeline.py": {

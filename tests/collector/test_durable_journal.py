@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -208,9 +209,9 @@ def test_last_seq_is_the_last_record_written(tmp_path):
 
 
 def test_a_journal_at_its_limit_is_full_again_in_the_next_process(tmp_path):
-    record = journal_module._HEADER.size + 1
+    record = journal_module._HEADER.size + 16  # 16: a bit the header's size holds too
     journal = _raw(tmp_path, limit_bytes=3 * record)
-    for payload in (b"a", b"b", b"c"):
+    for payload in (b"a" * 16, b"b" * 16, b"c" * 16):
         journal.append(payload)
     assert journal.full
     again = _raw(tmp_path, limit_bytes=3 * record)
@@ -223,12 +224,12 @@ def test_segments_go_only_once_every_record_in_them_is_acked(tmp_path, monkeypat
     record = journal_module._HEADER.size + 1
     monkeypatch.setattr(journal_module, "SEGMENT_BYTES", record + 1)  # two records each
     journal = _raw(tmp_path)
-    for payload in b"abcdef":
+    for payload in b"abcdefgh":
         journal.append(bytes([payload]))
-    assert len(list(tmp_path.glob("*.seg"))) == 3
+    assert len(list(tmp_path.glob("*.seg"))) == 4
     journal.ack(2)  # the second segment still holds record 3
-    assert len(list(tmp_path.glob("*.seg"))) == 2
-    assert [seq for seq, _ in _raw(tmp_path).pending] == [3, 4, 5]
+    assert len(list(tmp_path.glob("*.seg"))) == 3
+    assert [seq for seq, _ in _raw(tmp_path).pending] == [3, 4, 5, 6, 7]
 
 
 def test_after_a_failed_write_the_next_record_gets_the_next_seq(tmp_path, monkeypatch):
@@ -384,3 +385,35 @@ def test_checkpoints_flush_every_64_snapshots_by_default(tmp_path):
     assert flushes == []
     checkpoints.done(63, idle=False)
     assert flushes == [1]
+
+
+def test_numbering_goes_on_after_the_ack_when_every_segment_is_gone(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in (b"a", b"b", b"c"):
+        journal.append(payload)
+    journal.ack(2)
+    journal.close()
+    assert list(tmp_path.glob("*.seg")) == []
+    again = _raw(tmp_path)
+    assert again.append(b"d") == 3
+    assert _raw(tmp_path).pending == [(3, b"d")]
+
+
+def test_an_empty_record_at_the_end_is_a_record(tmp_path):
+    journal = _raw(tmp_path)
+    journal.append(b"a")
+    journal.append(b"")  # an empty request
+    again = _raw(tmp_path)
+    assert again.pending == [(0, b"a"), (1, b"")] and again.unreadable == 0
+
+
+def test_checkpoints_ack_once_the_settle_time_passed(tmp_path):
+    journal = _raw(tmp_path)
+    journal.append(b"a")
+    checkpoints = Checkpoints(journal, lambda: True, settle_s=0.001, every=1)
+    checkpoints.done(0, idle=False)  # flushed: held 1 ms from now
+    settled = time.monotonic() + 0.001
+    while time.monotonic() <= settled:  # the clock passes the settle time
+        threading.Event().wait(0.001)
+    checkpoints.checkpoint()  # nothing new to flush; what settled is acked
+    assert _raw(tmp_path).pending == []

@@ -389,6 +389,12 @@ JUDGED: dict[str, dict[str, str]] = {
             " reading as a torn tail, counted once: the same count and the same records"
         ),
     },
+    "exporters/remote_write/kept.py": {
+        "self.unsent = -1  # writes taken up that have not left the backlog yet": (
+            "take_up sets it before gone reads it: a KeptFile whose take_up failed is never"
+            " used again (the sink keeps nothing then)"
+        ),
+    },
     "exporters/remote_write/timeline.py": {
         'STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[ -1]': (
             "struct.unpack of one double is a 1-tuple: [-1] is [0]"

@@ -43,16 +43,29 @@ def test_a_damaged_file_is_a_value_error_naming_it(tmp_path, damage, why):
     assert str(path) in str(error.value)
 
 
-def test_a_header_naming_more_writes_than_the_body_holds_is_damaged(tmp_path):
-    path = tmp_path / kept.FILE
-    kept.save(path, WRITES[:1], {})
+def _rewrite_header(path, change) -> None:
     data = path.read_bytes()
     size = int.from_bytes(data[9:13], "little")
     header = json.loads(data[13 : 13 + size])
-    header["writes"].append([1, 5])
+    change(header)
     head = json.dumps(header).encode()
     path.write_bytes(data[:9] + len(head).to_bytes(4, "little") + head + data[13 + size :])
+
+
+def test_a_header_naming_more_writes_than_the_body_holds_is_damaged(tmp_path):
+    path = tmp_path / kept.FILE
+    kept.save(path, WRITES[:1], {})
+    _rewrite_header(path, lambda header: header["writes"].append([1, 5]))
     with pytest.raises(ValueError, match="damaged"):
+        kept.load(path)
+
+
+@pytest.mark.parametrize("crc", [0, 0xFFFFFFFF])
+def test_a_crc_above_or_below_the_bodys_is_a_mismatch(tmp_path, crc):
+    path = tmp_path / kept.FILE
+    kept.save(path, WRITES, LAST)
+    _rewrite_header(path, lambda header: header.update(crc=crc))
+    with pytest.raises(ValueError, match="CRC mismatch"):
         kept.load(path)
 
 

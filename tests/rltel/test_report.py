@@ -33,6 +33,12 @@ RLTEL = Path(sys.executable).with_name("rltel")
 NAMES = [spec.name for spec in FIGURES]
 
 
+# The module's fixtures run a 2-rank demo and `rltel report` in the setup of the test that
+# first needs them: past the default 120 s at load 12-15 (a clean-clone CI run lost five
+# tests to it).
+pytestmark = pytest.mark.timeout(600)
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> Path:
     """One 4-step, 2-rank demo run (TensorBoard, W&B offline and the rest), made once."""

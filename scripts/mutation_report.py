@@ -382,12 +382,18 @@ JUDGED: dict[str, dict[str, str]] = {
             "the first append opens a segment (there is no fd before it), which sets it to 0"
             " before it is read"
         ),
+        "self._dirty = True": (
+            "nothing reads it before the first append opens a segment and sets it"
+        ),
         "self._flushed_at = -1.0": _BOOT_CLOCK,
         "self._flushed_at = 1.0": _BOOT_CLOCK,
         "if end is not len(data) and (following is None or not following[2]):": (
             "a failed record at the data's end is stepped over and counted corrupt, or ends the"
             " reading as a torn tail, counted once: the same count and the same records"
         ),
+    },
+    "exporters/remote_write/health.py": {
+        "if self.state > DOWN:": "of the three states (down, ok, refusing) none sorts below down",
     },
     "exporters/remote_write/kept.py": {
         "self.unsent = -1  # writes taken up that have not left the backlog yet": (

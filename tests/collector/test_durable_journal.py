@@ -389,14 +389,33 @@ def test_checkpoints_flush_every_64_snapshots_by_default(tmp_path):
 
 def test_numbering_goes_on_after_the_ack_when_every_segment_is_gone(tmp_path):
     journal = _raw(tmp_path)
-    for payload in (b"a", b"b", b"c"):
+    for payload in (b"a", b"b", b"c", b"d"):
         journal.append(payload)
-    journal.ack(2)
+    journal.ack(3)
     journal.close()
     assert list(tmp_path.glob("*.seg")) == []
     again = _raw(tmp_path)
-    assert again.append(b"d") == 3
-    assert _raw(tmp_path).pending == [(3, b"d")]
+    assert again.append(b"e") == 4
+    assert _raw(tmp_path).pending == [(4, b"e")]
+
+
+def test_a_killed_process_fully_acked_segment_goes_at_the_next_start(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in (b"a", b"b", b"c", b"d"):
+        journal.append(payload)
+    journal.ack(3)  # its segment stays while it is open; the process is killed
+    assert len(list(tmp_path.glob("*.seg"))) == 1
+    _raw(tmp_path)
+    assert list(tmp_path.glob("*.seg")) == []
+
+
+def test_a_torn_segment_of_an_odd_seq_is_never_appended_to(tmp_path):
+    _raw(tmp_path).append(b"a")  # segment 0
+    _raw(tmp_path).append(b"b")  # the next process: segment 1
+    (torn,) = [path for path in tmp_path.glob("*.seg") if int(path.stem) == 1]
+    torn.write_bytes(torn.read_bytes()[:7])  # killed inside it
+    _raw(tmp_path).append(b"c")
+    assert _raw(tmp_path).pending == [(0, b"a"), (2, b"c")]
 
 
 def test_an_empty_record_at_the_end_is_a_record(tmp_path):
@@ -410,9 +429,10 @@ def test_an_empty_record_at_the_end_is_a_record(tmp_path):
 def test_checkpoints_ack_once_the_settle_time_passed(tmp_path):
     journal = _raw(tmp_path)
     journal.append(b"a")
-    checkpoints = Checkpoints(journal, lambda: True, settle_s=0.001, every=1)
-    checkpoints.done(0, idle=False)  # flushed: held 1 ms from now
-    settled = time.monotonic() + 0.001
+    checkpoints = Checkpoints(journal, lambda: True, settle_s=0.05, every=1)
+    checkpoints.done(0, idle=False)  # flushed: held 50 ms after that flush
+    assert len(_raw(tmp_path).pending) == 1
+    settled = time.monotonic() + 0.05
     while time.monotonic() <= settled:  # the clock passes the settle time
         threading.Event().wait(0.001)
     checkpoints.checkpoint()  # nothing new to flush; what settled is acked

@@ -3,6 +3,7 @@ a clock the test moves."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -14,7 +15,7 @@ URL = "http://receiver/api/v1/write"
 
 class Clock:
     def __init__(self) -> None:
-        self.now = 100.0
+        self.now = 5.0  # a clock reading below the durations measured
 
     def __call__(self) -> float:
         return self.now
@@ -153,3 +154,12 @@ def test_collect_gives_every_family_from_the_counters_now(clock):
         (f"{prefix}last_success_timestamp_seconds", None): 5_000.5,
     }
     assert health.state == DOWN
+    health.refused(1, "HTTP 400")
+    (degraded,) = [f for f in health.collect() if f.name == f"{prefix}degraded"]
+    assert degraded.samples[0].value == 1  # refusing is degraded too
+
+
+def test_counts_are_a_frozen_copy(clock):
+    counts = _health(clock).counts()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        counts.sent = 1

@@ -96,6 +96,10 @@ _BOOT_CLOCK = (
     "the monotonic clock counts from the machine's boot: the first idle checkpoint is due"
     " either way, unless the machine booted within a second of interval_s before it"
 )
+_TAKEN_UP = (
+    "take_up sets it before gone reads it: a KeptFile whose take_up failed is never used"
+    " again (the sink keeps nothing then)"
+)
 _SEQ_FROM_ZERO = "sequence numbers start at 0: a seq of -2 skips the same records (none) as -1"
 _STATE_BEFORE_COMPACT = (
     "max(COMPACT_BYTES, 2 * a state of -1, 0 or 1 bytes) is COMPACT_BYTES (1 MiB); __init__"
@@ -394,12 +398,14 @@ JUDGED: dict[str, dict[str, str]] = {
     },
     "exporters/remote_write/health.py": {
         "if self.state > DOWN:": "of the three states (down, ok, refusing) none sorts below down",
+        "if self.state is not REFUSING:": (
+            "the state only ever holds the module's constants OK, DOWN and REFUSING (the same"
+            " string objects): is not is !="
+        ),
     },
     "exporters/remote_write/kept.py": {
-        "self.unsent = -1  # writes taken up that have not left the backlog yet": (
-            "take_up sets it before gone reads it: a KeptFile whose take_up failed is never"
-            " used again (the sink keeps nothing then)"
-        ),
+        "self.unsent = -1  # writes taken up that have not left the backlog yet": _TAKEN_UP,
+        "self.unsent = 1  # writes taken up that have not left the backlog yet": _TAKEN_UP,
     },
     "exporters/remote_write/timeline.py": {
         'STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[ -1]': (

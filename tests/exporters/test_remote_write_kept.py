@@ -108,3 +108,12 @@ def test_keep_writes_the_backlog_or_removes_the_file_when_there_is_none(tmp_path
     keep.keep([], LAST)
     assert not (tmp_path / kept.FILE).exists()
     keep.keep([], LAST)  # no file: nothing to remove
+
+
+def test_a_file_removed_meanwhile_is_not_an_error_once_its_writes_left(tmp_path):
+    kept.save(tmp_path / kept.FILE, WRITES, LAST)
+    keep = KeptFile(tmp_path)
+    keep.take_up()
+    (tmp_path / kept.FILE).unlink()  # a person removed it while its writes were queued
+    keep.gone(3)
+    assert keep.unsent == 0

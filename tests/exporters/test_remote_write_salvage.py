@@ -99,7 +99,11 @@ def test_halving_keeps_every_sample_prometheus_takes_in_order_within_the_bound(t
     with receiver(tmp_path, free_port()) as url:
         write = url + "/api/v1/write"
         held = [(labels(1), 1.0, t0 + 100), (labels(4), 1.0, t0 + 70)]
-        assert client.post(write, proto.encode(held)[0], 10)[0] is ExportResult.SUCCESS
+        taken = client.post(write, proto.encode(held)[0], 10)
+        assert taken[0] is ExportResult.SUCCESS and not per_sample(*taken)
+        alone, _ = proto.encode([(labels(4), 9.0, t0 + 60)])
+        one = Salvage(alone, client.post(write, alone, 10)[1])  # refused: not sent again
+        assert one.send(lambda part: client.post(write, part, 10))[0] is ExportResult.SUCCESS
         outcome, detail = client.post(write, payload, 10)
         assert per_sample(outcome, detail), detail
         malformed = client.post(write, b"\x0a\x05garbage", 10)
@@ -113,5 +117,16 @@ def test_halving_keeps_every_sample_prometheus_takes_in_order_within_the_bound(t
     expected |= {1: [(t0 + 100, 1.0), *every[3:]], 4: [(t0 + 70, 1.0), *every[1:]], 20: []}
     assert found == expected
     assert (salvage.taken, salvage.refused) == (116, 5)
-    assert salvage.requests <= 2 * 5 * math.ceil(math.log2(121)) < 121, salvage.requests
+    assert 2 * 5 <= salvage.requests <= 2 * 5 * math.ceil(math.log2(121)) < 121, salvage.requests
+    assert (one.taken, one.refused, one.requests) == (0, 1, 0)
     assert any(text in salvage.detail for text in ("out of order", "out of bounds", "duplicate"))
+
+
+def test_only_a_400_naming_a_refused_sample_is_split():
+    """A 400 whose body names another cause, or another status, is not split."""
+    refused = ExportResult.PERMANENT_FAILURE
+    assert per_sample(refused, "HTTP 400: out of order sample")
+    assert per_sample(refused, "HTTP 400: Out Of Bounds")
+    assert not per_sample(refused, "HTTP 400: proto: illegal wireType 7")
+    assert not per_sample(refused, "HTTP 409: out of order sample")
+    assert not per_sample(ExportResult.FAILURE, "HTTP 400: out of order sample")

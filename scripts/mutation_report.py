@@ -100,6 +100,10 @@ _TAKEN_UP = (
     "take_up sets it before gone reads it: a KeptFile whose take_up failed is never used"
     " again (the sink keeps nothing then)"
 )
+_LAST_FAILED = (
+    "a failed record at the data's end is stepped over and counted corrupt, or ends the"
+    " reading as a torn tail, counted once: the same count and the same records"
+)
 _SEQ_FROM_ZERO = "sequence numbers start at 0: a seq of -2 skips the same records (none) as -1"
 _STATE_BEFORE_COMPACT = (
     "max(COMPACT_BYTES, 2 * a state of -1, 0 or 1 bytes) is COMPACT_BYTES (1 MiB); __init__"
@@ -391,9 +395,11 @@ JUDGED: dict[str, dict[str, str]] = {
         ),
         "self._flushed_at = -1.0": _BOOT_CLOCK,
         "self._flushed_at = 1.0": _BOOT_CLOCK,
-        "if end is not len(data) and (following is None or not following[2]):": (
-            "a failed record at the data's end is stepped over and counted corrupt, or ends the"
-            " reading as a torn tail, counted once: the same count and the same records"
+        "if end is not len(data) and (following is None or not following[2]):": _LAST_FAILED,
+        "if end <= len(data) and (following is None or not following[2]):": _LAST_FAILED,
+        "if len(payload) > size:": (
+            "a cut payload fails its CRC and, with no record after it, ends the reading as the"
+            " torn tail it is: the same count and the same records"
         ),
     },
     "exporters/remote_write/health.py": {

@@ -235,6 +235,7 @@ def test_segments_go_only_once_every_record_in_them_is_acked(tmp_path, monkeypat
 def test_after_a_failed_write_the_next_record_gets_the_next_seq(tmp_path, monkeypatch):
     journal = _raw(tmp_path)
     journal.append(b"a")
+    journal.append(b"b")
     real_write = os.write
 
     def full_disk(fd, data):
@@ -243,8 +244,8 @@ def test_after_a_failed_write_the_next_record_gets_the_next_seq(tmp_path, monkey
     monkeypatch.setattr(os, "write", full_disk)
     assert journal.append(b"lost") is None
     monkeypatch.setattr(os, "write", real_write)
-    assert journal.append(b"c") == 2 and journal.last_seq == 2
-    assert [(seq, p) for seq, p in _raw(tmp_path).pending] == [(0, b"a"), (2, b"c")]
+    assert journal.append(b"c") == 3 and journal.last_seq == 3
+    assert _raw(tmp_path).pending == [(0, b"a"), (1, b"b"), (3, b"c")]
 
 
 def test_an_ack_that_cannot_be_recorded_is_logged_and_replayed_once_more(tmp_path, caplog):
@@ -253,6 +254,9 @@ def test_an_ack_that_cannot_be_recorded_is_logged_and_replayed_once_more(tmp_pat
     (tmp_path / "acked.tmp").mkdir()  # the ack's file cannot be written
     journal.ack(0)
     assert "cannot record ack 0" in caplog.text
+    caplog.clear()
+    journal.ack(0)  # acked already: nothing to write
+    assert caplog.records == []
     assert not journal.full and _raw(tmp_path).pending == [(0, b"a")]
 
 
@@ -303,6 +307,7 @@ def test_fsync_only_with_fsync_once_per_dirty_sync_and_at_a_dirty_close(tmp_path
     on.append(b"a")
     assert len(synced) == 1  # the directory, for the new segment's name
     on.sync()
+    assert len(synced) == 2  # the segment
     on.sync()  # clean
     on.close()  # clean
     assert len(synced) == 2
@@ -437,3 +442,21 @@ def test_checkpoints_ack_once_the_settle_time_passed(tmp_path):
         threading.Event().wait(0.001)
     checkpoints.checkpoint()  # nothing new to flush; what settled is acked
     assert _raw(tmp_path).pending == []
+
+
+def test_two_failed_records_in_a_row_end_the_segment_there(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in (b"aaaa", b"bbbb", b"cccc"):
+        journal.append(payload)
+    journal.close()
+    (segment,) = tmp_path.glob("*.seg")
+    segment.write_bytes(segment.read_bytes().replace(b"aaaa", b"aaab").replace(b"bbbb", b"bbbc"))
+    again = _raw(tmp_path)
+    assert again.pending == [] and again.unreadable == 1  # no framing left to trust
+
+
+def test_snapshots_that_compare_equal_but_encode_apart_are_encoded_each():
+    zero = Snapshot((Gauge("train/loss", 0.0),), Step(0, 1, 1))
+    negative_zero = Snapshot((Gauge("train/loss", -0.0),), Step(0, 1, 1))
+    assert zero == negative_zero
+    assert journal_module.encoded(zero) != journal_module.encoded(negative_zero)

@@ -22,7 +22,6 @@ from collector.config import ROOT, SinksConfig
 from exporters import registry
 from exporters.base import Sink
 from exporters.local_files import link_dir
-from exporters.samples_file import SamplesFileSink
 from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, TRACKIO_DIR, StatsLoggerConfig
 from telemetry.model.run import run_name
 
@@ -81,10 +80,8 @@ class RunSinkFactory:
         failures: dict[tuple[str, str], str] = {}
         for factory in registry.enabled(config, shared=False):
             try:
-                sink = factory.create(config, RUN_CONTEXT)
-                skip_held = getattr(sink, "skip_held_steps", None)
-                if skip_held is not None:
-                    skip_held()  # replays and retries repeat steps: never twice in the run
+                sink = factory.build(config, RUN_CONTEXT)
+                sink.skip_held_steps()  # replays and retries repeat steps: never twice in the run
                 sinks.append(sink)
             except Exception as exc:
                 if not _file_system_error(exc):  # a missing library must not cost the others
@@ -97,10 +94,6 @@ class RunSinkFactory:
                     self._failures[run, factory.name] = error = _first_line(exc)
                 raise SinksFailed(f"sink {factory.name} failed to start: {error}") from exc
             self._link_root(factory.name, config, experiment, trial)
-        if config.samples.enabled and config.samples.jsonl:  # <run_dir>/samples.jsonl
-            samples_file = SamplesFileSink(config.run_dir)
-            samples_file.skip_held_steps()  # as the others': a step's samples never twice
-            sinks.append(samples_file)
         with self._lock:
             for stale in [key for key in self._failures if key[0] == run]:
                 del self._failures[stale]  # an earlier try's: the sinks started since

@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol, runtime_checkable
+from pathlib import Path
 
 from telemetry.model.snapshot import Snapshot
 
@@ -64,40 +64,39 @@ class Overflow(ABC):
         """Export the oldest entry; it is removed unless the answer is FAILURE."""
 
 
-@runtime_checkable
-class QueueHooks(Protocol):
-    """What a sink with an overflow (the OTLP sink and its spool) offers the queue in front
-    of it; the queue uses these only on a sink that implements them.
-
-    Attributes:
-        overflow: where the queue spills what it cannot hold or deliver now (None: none).
-    """
-
-    overflow: Overflow | None
-
-    def attach(self, depth: Callable[[], int]) -> None:
-        """Called once by the queue with a reader of its depth."""
-
-    def discard(self, snapshot: Snapshot) -> None:
-        """The queue gave ``snapshot`` up unexported (full, closed, out of retries or time)."""
-
-    def retry_after(self) -> float | None:
-        """After a FAILURE answer, the delay the endpoint asked for before the next attempt
-        (gRPC retry pushback); the queue waits at least that long. None: its own backoff."""
-
-
 class Sink(ABC):
     """A destination for Snapshots (Prometheus, W&B, SwanLab, TensorBoard, console, OTLP).
 
     ``export`` is called from one thread at a time, with a snapshot it must not mutate.
     ``shutdown`` is idempotent and safe on a sink that never exported; it may come while an
     export is still running on another thread (past the queue's deadline), and should end it.
-    A sink may declare its own :attr:`delivery` policy; one with an overflow implements
-    :class:`QueueHooks` too.
+
+    Every ability beyond ``export``, ``force_flush`` and ``shutdown`` is declared here, with
+    a default that does nothing; a sink that has one overrides it, and the queue in front of
+    a sink (:class:`~exporters.queued.QueuedSink`) and the collector use them without asking
+    whether the sink has them. They live on the sink rather than on its factory because the
+    queue holds only the sink: sinks built by hand (tests, the child process of a
+    :class:`~exporters.child_sink.ChildSink`) have them too, and a sink whose ability depends
+    on how it was built (OTLP has an overflow only with a spool) says so itself.
+
+    Attributes:
+        name: the sink's name in stats, logs and ``/metrics``.
+        delivery: the sink's own queue policy (None: the queue's defaults).
+        overflow: where the queue spills what it cannot hold or deliver now (None: none;
+            OTLP's spool).
+        settle_s: seconds after a successful ``force_flush`` until what the sink wrote is
+            held (a tracker's own writer thread): the collector's journal is acknowledged
+            only then.
+        factory: the :class:`~exporters.factory.SinkFactory` that built the sink (None:
+            built by hand; typed ``object`` because that module imports this one); sinks are
+            found by it (:meth:`~exporters.fanout.FanOut.built_by`), never by name.
     """
 
     name: str = "sink"
     delivery: Delivery | None = None
+    overflow: Overflow | None = None
+    settle_s: float = 0.0
+    factory: object | None = None
 
     @abstractmethod
     def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
@@ -111,6 +110,30 @@ class Sink(ABC):
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Flush and release resources; safe to call twice."""
         self.force_flush(timeout_s)
+
+    def attach(self, depth: Callable[[], int]) -> None:
+        """Called once by the queue in front of the sink with a reader of its depth."""
+        del depth
+
+    def discard(self, snapshot: Snapshot) -> None:
+        """The queue gave ``snapshot`` up unexported (full, closed, out of retries or time);
+        a sink that counts what it lost counts it here."""
+        del snapshot
+
+    def retry_after(self) -> float | None:
+        """After a FAILURE answer, the delay the endpoint asked for before the next attempt
+        (gRPC retry pushback); the queue waits at least that long. None: its own backoff."""
+        return None
+
+    def keep_in(self, directory: str | Path) -> None:
+        """Keep what the sink holds undelivered at a clean shutdown in ``directory`` (the
+        collector's durable state), and send first what an earlier process kept there."""
+        del directory
+
+    def skip_held_steps(self) -> None:
+        """From now on skip what the sink's run already holds, so that a replay of the
+        collector's journal never writes a step twice (where the sink can tell)."""
+        return None
 
 
 class RunSink(Sink):

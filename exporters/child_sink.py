@@ -26,9 +26,9 @@ __all__ = ["ChildSink", "SinkBuilder"]
 
 logger = logging.getLogger(__name__)
 
-SinkBuilder = Callable[[StatsLoggerConfig, Mapping[str, Any] | None], Any]
+SinkBuilder = Callable[[StatsLoggerConfig, Mapping[str, Any] | None], Sink]
 """``(config, experiment) -> sink`` run in the child: a module-level function (it is
-pickled by name). The sink it returns has ``run_dir`` and, optionally, ``skip_held_steps``."""
+pickled by name). The sink it returns has ``run_dir``."""
 
 
 class ChildSink(Sink):
@@ -159,9 +159,7 @@ def _serve(
                 conn.send((seq, "done"))
                 return
             if op == "skip_held_steps":
-                skip = getattr(sink, "skip_held_steps", None)
-                if skip is not None:
-                    skip()
+                sink.skip_held_steps()
                 conn.send((seq, "done"))
                 continue
             conn.send((seq, sink.export(snapshot).value))

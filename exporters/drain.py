@@ -17,7 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from exporters.backlog import Backlog, Flush, Queued
-from exporters.base import Delivery, ExportResult, QueueHooks, Sink
+from exporters.base import Delivery, ExportResult, Sink
 from exporters.calls import Busy, Stalled, TimedCaller, reraise_at_exit
 from exporters.tally import Tally
 
@@ -36,8 +36,8 @@ class Drain:
     """Drains one sink's backlog; its state is what it is given, plus :attr:`give_up`.
 
     Args:
-        sink: the sink to export to (one call at a time, through ``caller``).
-        hooks: the sink's queue hooks (its overflow, pushback, discards), if it has them.
+        sink: the sink to export to (one call at a time, through ``caller``), with its
+            overflow, retry pushback and discards.
         policy: timeout, retries, backoff, jitter and spill delay.
         backlog: the queue to take snapshots and flush requests from.
         tally: where outcomes are counted.
@@ -53,7 +53,6 @@ class Drain:
     def __init__(
         self,
         sink: Sink,
-        hooks: QueueHooks | None,
         policy: Delivery,
         backlog: Backlog,
         tally: Tally,
@@ -61,8 +60,7 @@ class Drain:
         name: str,
     ) -> None:
         self.sink = sink
-        self.hooks = hooks
-        self.overflow = hooks.overflow if hooks is not None else None
+        self.overflow = sink.overflow
         self.policy = policy
         self.backlog = backlog
         self.tally = tally
@@ -249,10 +247,8 @@ class Drain:
             self.backlog.wait(end - now)  # woken by submit (to spill) and by close
 
     def _pushback(self) -> float | None:
-        if self.hooks is None:
-            return None
         try:
-            return self.hooks.retry_after()
+            return self.sink.retry_after()
         except Exception:  # a bug of ours: the queue's own backoff still holds
             logger.exception("sink %s: retry_after failed", self.name)
             return None
@@ -321,9 +317,7 @@ class Drain:
 
     def discard(self, snapshot: Snapshot) -> None:
         """Tell the sink (if it counts them) that ``snapshot`` was given up unexported."""
-        if self.hooks is None:
-            return
         try:
-            self.hooks.discard(snapshot)
+            self.sink.discard(snapshot)
         except Exception:
             logger.exception("sink %s: discard failed", self.name)

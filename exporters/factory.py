@@ -58,6 +58,9 @@ class SinkFactory:
         create: the sink, from the config that holds its section and the build context.
         remote: the sink sends to the collector, which runs the others.
         shared: in the collector, one sink serves every run (else each run gets its own).
+        companion: the sink accompanies those that log the metrics (``samples.jsonl``): a
+            StatsLogger builds it only beside another sink, and it never counts as one
+            that makes ``commit`` log (built after the others).
     """
 
     name: str
@@ -66,3 +69,11 @@ class SinkFactory:
     create: Callable[[Any, BuildContext], Sink]
     remote: bool = False
     shared: bool = False
+    companion: bool = False
+
+    def build(self, config: Any, context: BuildContext) -> Sink:
+        """The sink, from ``create``, marked as built by this factory (found by it:
+        :meth:`~exporters.fanout.FanOut.built_by`)."""
+        sink = self.create(config, context)
+        sink.factory = self
+        return sink

@@ -13,11 +13,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from exporters.base import Sink
 from exporters.charge import Charge
 from exporters.queued import QueuedSink, SinkStats
 from telemetry.model.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from exporters.factory import SinkFactory
 
 __all__ = ["Charge", "FanOut", "QueuedSink", "Reservation", "SinkStats"]
 
@@ -61,10 +65,14 @@ class FanOut:
         self.queued: list[QueuedSink] = []
         seen: dict[str, int] = {}
         for sink in sinks:
-            base = getattr(sink, "name", type(sink).__name__)
+            base = sink.name
             seen[base] = seen.get(base, 0) + 1
             name = base if seen[base] == 1 else f"{base}#{seen[base]}"
             self.queued.append(QueuedSink.of(sink, queue_size, timeout_s, name=name))
+
+    def built_by(self, factory: SinkFactory) -> Sink | None:
+        """The first sink ``factory`` built (its :attr:`~exporters.base.Sink.factory`), or None."""
+        return next((q.sink for q in self.queued if q.sink.factory is factory), None)
 
     def export(
         self,

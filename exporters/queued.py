@@ -23,7 +23,7 @@ import threading
 import time
 
 from exporters.backlog import Backlog, Flush
-from exporters.base import Delivery, QueueHooks, Sink
+from exporters.base import Delivery, Sink
 from exporters.calls import TimedCaller, reraise_at_exit
 from exporters.charge import Charge
 from exporters.drain import Drain
@@ -61,7 +61,7 @@ class QueuedSink:
 
     Attributes:
         policy: the queue's :class:`~exporters.base.Delivery` policy, from the arguments.
-        hooks: the sink, when it implements :class:`~exporters.base.QueueHooks`.
+        overflow: the sink's :attr:`~exporters.base.Sink.overflow` (None: none).
     """
 
     def __init__(
@@ -78,17 +78,15 @@ class QueuedSink:
         name: str | None = None,
     ) -> None:
         self.sink = sink
-        self.name = name or getattr(sink, "name", type(sink).__name__)
+        self.name = name or sink.name
         self.policy = Delivery(
             queue_size, timeout_s, max_retries, backoff_s, max_backoff_s, jitter, spill_after_s
         )
-        self.hooks = sink if isinstance(sink, QueueHooks) else None
-        self.overflow = self.hooks.overflow if self.hooks is not None else None
+        self.overflow = sink.overflow
         self.journal: Journal | None = None
         self._start()
         self._forked = False
-        if self.hooks is not None:
-            self.hooks.attach(self.depth)
+        sink.attach(self.depth)
         if self.overflow is not None and len(self.overflow):
             self._ensure_worker()  # an earlier process's entries go now, not at a first submit
 
@@ -113,7 +111,7 @@ class QueuedSink:
         self._tally = Tally()
         self._caller = TimedCaller(f"rltel-sink-{self.name}")
         self._drain = Drain(
-            self.sink, self.hooks, self.policy, self._backlog, self._tally, self._caller, self.name
+            self.sink, self.policy, self._backlog, self._tally, self._caller, self.name
         )
         self._worker: threading.Thread | None = None
         self._shutdown_done = self._sink_shut = False
@@ -123,17 +121,14 @@ class QueuedSink:
         durable queue), and queue what an earlier process left there unacknowledged.
 
         The journal is acknowledged as the sink holds what it exported: after its
-        ``force_flush`` and, for a sink with a ``settle_s`` attribute, that many seconds.
-        A sink with a ``keep_in(directory)`` method keeps what it holds undelivered at a
-        clean shutdown in the journal's directory itself (the remote-write backlog).
+        ``force_flush`` and the sink's :attr:`~exporters.base.Sink.settle_s`. The sink keeps
+        what it holds undelivered at a clean shutdown in the journal's directory itself
+        (:meth:`~exporters.base.Sink.keep_in`: the remote-write backlog).
         """
         self.journal = journal
-        keep_in = getattr(self.sink, "keep_in", None)
-        if keep_in is not None:
-            keep_in(journal.directory)
-        settle_s = float(getattr(self.sink, "settle_s", 0.0))
+        self.sink.keep_in(journal.directory)
         self._drain.acks = Checkpoints(
-            journal, lambda: self._drain.flush_sink(self.policy.timeout_s), settle_s
+            journal, lambda: self._drain.flush_sink(self.policy.timeout_s), self.sink.settle_s
         )
         pending, journal.pending = journal.pending, []
         if pending:

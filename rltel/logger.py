@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from exporters.fanout import FanOut
+from exporters.otlp import FACTORY as OTLP
+from exporters.prometheus import FACTORY as PROMETHEUS
 from rltel.commit_points import stats_points
 from rltel.logger_heartbeat import start_heartbeat
 from rltel.logger_sinks import STREAMS, build_context, logger_sinks, serve_sink_health, warn_no_sink
@@ -105,13 +107,13 @@ class StatsLogger:
         )
         sends = self.enabled or sends_spans(self.config)  # a trainer rank > 0: spans only
         self.fanout = FanOut(logger_sinks(self.config, sinks, context) if sends else [])
-        self.otlp = next((q.sink for q in self.fanout.queued if q.sink.name == "otlp"), None)
+        self.otlp: Any = self.fanout.built_by(OTLP)
         self.heartbeat = start_heartbeat(
             self.config,
             role,
             self.rank,
             socket.gethostname(),
-            self._sink("prometheus"),
+            self.fanout.built_by(PROMETHEUS),
             store,
             "" if role == "trainer" else self.resource_id,
         )
@@ -160,12 +162,8 @@ class StatsLogger:
     def prometheus_url(self) -> str | None:
         """``http://host:port/metrics`` of the in-process Prometheus sink, with the port it
         bound (``prometheus.port: 0`` picks a free one); None when it does not run here."""
-        sink = self._sink("prometheus")
+        sink: Any = self.fanout.built_by(PROMETHEUS)
         return None if sink is None else sink.url
-
-    def _sink(self, name: str) -> Any:
-        """This logger's sink called ``name``, or None."""
-        return next((q.sink for q in self.fanout.queued if q.sink.name == name), None)
 
     def commit(
         self,

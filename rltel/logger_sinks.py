@@ -7,6 +7,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from exporters import prometheus
 from exporters.factory import BuildContext
 from exporters.fanout import FanOut
 from telemetry.config import StatsLoggerConfig
@@ -26,19 +27,15 @@ def logger_sinks(
     context: BuildContext,
 ) -> list[Any]:
     """The given sinks, or those the config enables; the OTLP sink whenever it is set; and
-    ``samples.jsonl`` beside embedded sinks when ``samples.jsonl`` is on."""
+    the companions the config enables (``samples.jsonl``) beside embedded sinks, never alone."""
     from exporters.registry import build_sinks
 
-    if given is not None and not config.otlp.endpoint:
-        sinks = list(given)
-    else:
-        sinks = [*(given or ()), *build_sinks(config, context)]
-    samples = config.samples
-    if not sinks or config.otlp.endpoint or not (samples.enabled and samples.jsonl):
+    sinks = list(given or ())
+    if given is None or config.otlp.endpoint:
+        sinks += build_sinks(config, context, companions=False)
+    if not sinks:
         return sinks
-    from exporters.samples_file import SamplesFileSink
-
-    return [*sinks, SamplesFileSink(config.run_dir)]
+    return [*sinks, *build_sinks(config, context, companions=True)]  # none beside OTLP
 
 
 def build_context(
@@ -63,12 +60,10 @@ def build_context(
 def serve_sink_health(fanout: FanOut, config: StatsLoggerConfig) -> None:
     """Serve every sink's queue counters on the in-process Prometheus endpoint, if any,
     as the collector serves them (the families the dashboards read)."""
-    for queued in fanout.queued:
-        if queued.sink.name == "prometheus":
-            from exporters.prometheus import SINK_FAMILIES, FanOutCollector
-
-            run = run_name(config.experiment_name, config.trial_name)
-            queued.sink.register(FanOutCollector(fanout, run), SINK_FAMILIES)
+    sink = fanout.built_by(prometheus.FACTORY)
+    if sink is not None:
+        run = run_name(config.experiment_name, config.trial_name)
+        sink.register(prometheus.FanOutCollector(fanout, run), prometheus.SINK_FAMILIES)
 
 
 def warn_no_sink(config: StatsLoggerConfig) -> None:

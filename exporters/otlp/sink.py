@@ -38,7 +38,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExporter
 
-from exporters.base import Delivery, ExportResult, QueueHooks, Sink
+from exporters.base import Delivery, ExportResult, Sink
 from exporters.otlp.overflow import SpoolOverflow, down_hint
 from exporters.otlp.signals import ITEM_NAMES, QueueSpanExporter, SignalRequest, logs_request
 from exporters.otlp.spool import Part, Spool
@@ -66,7 +66,7 @@ Item = Snapshot | SignalRequest
 """What the OTLP sink's queue holds: a snapshot (metrics and samples) or a trace request."""
 
 
-class OtlpSink(Sink, QueueHooks):
+class OtlpSink(Sink):
     """Sends snapshots to an OTLP/gRPC endpoint; run it behind a QueuedSink.
 
     Args:

@@ -247,7 +247,7 @@ def _extra_sinks(options: DemoOptions) -> list | None:
 def _finish_embedded(logger, options: DemoOptions, files: RunFiles) -> None:
     """Rank 0, embedded: scrape its own endpoint, close the sinks, list files, hints."""
     logger.fanout.force_flush(30.0)
-    url = next(q.sink.url for q in logger.fanout.queued if q.sink.name == "prometheus")
+    url = logger.prometheus_url
     show_endpoint(url, options.serve_seconds)
     logger.close()
     files.show()

@@ -9,9 +9,11 @@ the sink on, writing under ``tmp_path`` (a peer it sends to started in ``stack``
 
 from __future__ import annotations
 
+import ast
 import importlib
 import threading
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +138,80 @@ def test_in_memory_sink_keeps_snapshots_in_order():
     assert sink.export(first) is ExportResult.SUCCESS
     sink.export(second)
     assert sink.snapshots == [first, second]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+ABILITIES = {name for name in vars(Sink) if not name.startswith("_")} - {
+    "export",
+    "force_flush",
+    "shutdown",
+    "name",
+}
+"""What a sink may have beyond the three-method contract, declared once on :class:`Sink`."""
+
+
+def probes(tree: ast.AST, sink_names: set[str]) -> list[str]:
+    """Where ``tree`` asks a sink whether it has an ability instead of using its declared
+    one: ``getattr``/``hasattr`` of an ability, a ``Protocol`` that declares one (for an
+    ``isinstance`` check), or a sink found by a factory's name (``x.name == "otlp"``)."""
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in ABILITIES
+        ):
+            found.append(f"{node.func.id}(..., {node.args[1].value!r})")
+        elif isinstance(node, ast.ClassDef):
+            bases = {ast.unparse(base) for base in node.bases}
+            declared = {declared_name(item) for item in node.body}
+            if bases & {"Protocol", "typing.Protocol"} and declared & ABILITIES:
+                found.append(f"Protocol {node.name} declaring {sorted(declared & ABILITIES)}")
+        elif isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute):
+            names = [c.value for c in node.comparators if isinstance(c, ast.Constant)]
+            if node.left.attr == "name" and set(names) & sink_names:
+                found.append(f"{ast.unparse(node)}")
+    return found
+
+
+def declared_name(item: ast.stmt) -> str | None:
+    """The name a class body statement declares (an attribute or a method), if any."""
+    if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+        return item.target.id
+    if isinstance(item, ast.FunctionDef):
+        return item.name
+    return None
+
+
+def test_no_module_probes_a_sink_for_an_ability_or_finds_one_by_name():
+    assert {"overflow", "keep_in", "settle_s", "skip_held_steps", "retry_after"} <= ABILITIES
+    sink_names = {factory.name for factory in registry.factories()}
+    found = [
+        f"{path.relative_to(ROOT)}: {probe}"
+        for folder in ("exporters", "collector", "rltel")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for probe in probes(ast.parse(path.read_text()), sink_names)
+    ]
+    assert found == []
+
+
+def test_the_probe_check_finds_each_kind_of_probe():
+    code = """
+keep_in = getattr(sink, "keep_in", None)
+if hasattr(sink, "settle_s"): pass
+class Hooks(Protocol):
+    overflow: Overflow | None
+    def retry_after(self) -> float | None: ...
+otlp = next(q.sink for q in queued if q.sink.name == "otlp")
+name = getattr(code, "name", "closed")
+ok = answer.name == "SUCCESS"
+"""
+    assert sorted(probes(ast.parse(code), {"otlp"})) == [
+        "Protocol Hooks declaring ['overflow', 'retry_after']",
+        "getattr(..., 'keep_in')",
+        "hasattr(..., 'settle_s')",
+        "q.sink.name == 'otlp'",
+    ]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from exporters.base import ExportResult, InMemorySink, QueueHooks, Sink
+from exporters.base import ExportResult, InMemorySink, Sink
 from exporters.fanout import FanOut, QueuedSink
 from exporters.registry import build_sinks, enabled
 from telemetry.config import load_config
@@ -182,18 +182,18 @@ def test_unused_queued_sink_shuts_down():
 
 
 def enabled_sinks(config) -> list[str]:
-    return [factory.name for factory in enabled(config)]
+    return [factory.name for factory in enabled(config, companions=False)]
 
 
 def test_factory_builds_only_enabled_sinks(tmp_path):
     assert enabled_sinks(load_config({})) == ["console"]  # AReaL prints its stats by default
     off = {"console": {"enabled": False}}
-    assert build_sinks(load_config(off)) == []
+    assert build_sinks(load_config(off), companions=False) == []
     config = load_config(
         {"fileroot": str(tmp_path), "prometheus": {"enabled": True, "port": 0}, **off}
     )
     assert enabled_sinks(config) == ["prometheus"]
-    sinks = build_sinks(config)
+    sinks = build_sinks(config, companions=False)
     try:
         assert [type(s).__name__ for s in sinks] == ["PrometheusSink"]
     finally:
@@ -209,7 +209,7 @@ def test_factory_builds_only_enabled_sinks(tmp_path):
     )
     assert enabled_sinks(config) == ["console", "swanlab", "tensorboard", "wandb"]
     light = load_config({"console": {"enabled": True}, "tensorboard": {"path": str(tmp_path)}})
-    sinks = build_sinks(light)
+    sinks = build_sinks(light, companions=False)
     try:
         assert [type(s).__name__ for s in sinks] == ["ConsoleSink", "TensorBoardSink"]
     finally:
@@ -270,7 +270,7 @@ def test_a_sink_raising_any_base_exception_is_caught_logged_counted_degraded(err
     assert good.shut_down and "shutdown raised" in caplog.text
 
 
-class Outage(InMemorySink, QueueHooks):
+class Outage(InMemorySink):
     """Answers FAILURE while ``down``; with an overflow. ``hang`` blocks an export until
     the sink is shut down, which ends it with FAILURE (like a channel closing)."""
 

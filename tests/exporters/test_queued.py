@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from exporters.base import Delivery, ExportResult, QueueHooks, Sink
+from exporters.base import Delivery, ExportResult, Sink
 from exporters.calls import Busy, Stalled, TimedCaller
 from exporters.charge import Charge
 from exporters.queued import QueuedSink
@@ -150,7 +150,7 @@ def snap(step: int) -> Snapshot:
     return Snapshot(points=(Gauge("loss", float(step)),), step=Step(0, step, step))
 
 
-class Gated(Sink, QueueHooks):
+class Gated(Sink):
     """Holds every export until ``gate`` opens (``entered`` says one is held); records the
     snapshots, what was discarded and the shutdown budget; answers ``results`` in order,
     then SUCCESS; ``flushed`` is what force_flush answers."""
@@ -230,18 +230,16 @@ def test_the_smallest_arguments():
     smallest.shutdown(1.0)
 
 
-def test_only_a_sink_with_queue_hooks_is_asked_for_them():
+def test_a_sink_that_declares_no_ability_runs_on_the_contracts_defaults():
     class Plain(Sink):
         def export(self, snapshot, timeout_s=10.0):
             return ExportResult.SUCCESS
 
-    plain = QueuedSink(Plain())
-    assert plain.hooks is None and plain.overflow is None
+    sink = Plain()
+    plain = QueuedSink(sink)
+    assert plain.name == "sink" and plain.overflow is None and sink.retry_after() is None
     assert plain.submit(snap(0)) and plain.force_flush(WAIT_S)
     plain.shutdown(WAIT_S)
-    hooked = QueuedSink(Gated())
-    assert hooked.hooks is hooked.sink
-    hooked.shutdown(WAIT_S)
 
 
 def test_the_sink_reads_the_queue_depth_and_stats_count_every_outcome():

@@ -9,7 +9,7 @@ from telemetry.config import StatsLoggerConfig
 
 def test_every_sink_package_is_found_and_has_a_config_section_with_its_switch():
     names = [factory.name for factory in registry.factories()]
-    assert names == sorted(names)
+    assert names[:-1] == sorted(names[:-1]) and names[-1] == "samples"  # companions last
     assert {"console", "otlp", "prometheus", "remote_write", "tensorboard"} <= set(names)
     for factory in registry.factories():
         holders = [c for c in (StatsLoggerConfig(), SinksConfig()) if hasattr(c, factory.name)]
@@ -24,6 +24,7 @@ def test_the_collector_builds_shared_and_per_run_sinks_by_the_factories_place():
     assert [factory.name for factory in registry.enabled(run, shared=False)] == [
         "console",
         "tensorboard",
+        "samples",  # samples.jsonl: on by default, built after the others
     ]
     remote = StatsLoggerConfig(otlp={"endpoint": "127.0.0.1:4317"}, console={"enabled": True})
     remote_only = [factory.name for factory in registry.enabled(remote)]

@@ -104,6 +104,10 @@ _LAST_FAILED = (
     "a failed record at the data's end is stepped over and counted corrupt, or ends the"
     " reading as a torn tail, counted once: the same count and the same records"
 )
+_STATES = (
+    "the link state only ever holds the module's constants OK, DOWN and REFUSING (the same"
+    " string objects): is is ==, is not is !="
+)
 _SEQ_FROM_ZERO = "sequence numbers start at 0: a seq of -2 skips the same records (none) as -1"
 _STATE_BEFORE_COMPACT = (
     "max(COMPACT_BYTES, 2 * a state of -1, 0 or 1 bytes) is COMPACT_BYTES (1 MiB); __init__"
@@ -404,12 +408,19 @@ JUDGED: dict[str, dict[str, str]] = {
     },
     "exporters/remote_write/health.py": {
         "if self.state > DOWN:": "of the three states (down, ok, refusing) none sorts below down",
-        "if self.state is not REFUSING:": (
-            "the state only ever holds the module's constants OK, DOWN and REFUSING (the same"
-            " string objects): is not is !="
-        ),
+        "if self.state is OK:": _STATES,
+        "if self.state is not OK:": _STATES,
+        "if self.state is not DOWN:": _STATES,
+        "if self.state is not REFUSING:": _STATES,
+        'f"{PREFIX}degraded", "1 while the receiver is down or refusing writes",'
+        " c.state is not OK": _STATES,
+        "if self.state < REFUSING:": "refusing sorts after both other states (down, ok): < is !=",
     },
     "exporters/remote_write/kept.py": {
+        "if self.unsent == 0:": (
+            "unsent counts down from the writes taken up by the kept writes that leave: it"
+            " reaches 0, never below"
+        ),
         "self.unsent = -1  # writes taken up that have not left the backlog yet": _TAKEN_UP,
         "self.unsent = 1  # writes taken up that have not left the backlog yet": _TAKEN_UP,
     },

@@ -163,3 +163,21 @@ def test_counts_are_a_frozen_copy(clock):
     counts = _health(clock).counts()
     with pytest.raises(dataclasses.FrozenInstanceError):
         counts.sent = 1
+
+
+def test_writes_accepted_after_refusals_end_the_refusing_state(clock, caplog):
+    caplog.set_level(logging.INFO, logger="exporters.remote_write")
+    health = _health(clock)
+    health.refused(2, "HTTP 400")
+    clock.now += 3
+    _lines(caplog)
+    health.delivered(1)
+    assert health.state == OK and health.problem() is None
+    assert _lines(caplog) == [
+        f"remote_write {URL}: writes accepted again after 3 s refusing (7 samples pending)"
+    ]
+
+
+def test_a_summary_follows_every_60_s_by_default(clock, caplog):
+    LinkHealth(URL, lambda: 0, clock=clock).failed("down", retry=True)
+    assert "a summary follows every 60 s while this lasts" in caplog.text

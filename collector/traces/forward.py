@@ -9,8 +9,9 @@ the protobuf the collector holds. The policy is the same: :meth:`TraceForwarder.
 never blocks (a full queue drops the request and counts it), one named daemon thread sends
 one request at a time, retryable statuses (``exporters.otlp.transport.RETRYABLE_CODES``)
 are retried with a doubling backoff or the delay the receiver asked for (gRPC retry
-pushback), others are dropped and counted; a failing endpoint is logged when the failures
-start and when they end, with a count. :meth:`TraceForwarder.close` drains with a deadline.
+pushback, read as the OTLP sink reads it: ``exporters.otlp.grpc_exporter.retry_pushback``),
+others are dropped and counted; a failing endpoint is logged when the failures start and
+when they end, with a count. :meth:`TraceForwarder.close` drains with a deadline.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from collector.traces_config import TraceForwardConfig
-from exporters.otlp.grpc_exporter import channel_credentials
+from exporters.otlp.grpc_exporter import channel_credentials, retry_pushback
 from exporters.otlp.streak import Streak
 from exporters.otlp.transport import RETRYABLE_CODES
-from telemetry.otlp.wire import PUSHBACK_KEY
 
 __all__ = ["EXPORT_METHOD", "ForwardStats", "TraceForwarder"]
 
@@ -169,7 +169,7 @@ class TraceForwarder:
                 if not retry or self._closing.is_set():
                     return False
                 self._retried += 1
-                wait = _pushback_s(exc)
+                wait = retry_pushback(exc.trailing_metadata())
                 self._closing.wait(min(MAX_BACKOFF_S, wait if wait is not None else delay))
                 delay = min(MAX_BACKOFF_S, delay * 2)
                 continue
@@ -181,14 +181,3 @@ class TraceForwarder:
                 )  # fmt: skip
             return True
         return False
-
-
-def _pushback_s(error: grpc.RpcError) -> float | None:
-    """The delay the receiver asked for in ``grpc-retry-pushback-ms``, if it did."""
-    for key, value in error.trailing_metadata() or ():
-        if key == PUSHBACK_KEY:
-            try:
-                return max(0.0, int(value) / 1000)
-            except ValueError:
-                return None
-    return None

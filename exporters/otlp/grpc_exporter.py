@@ -84,16 +84,18 @@ class StatusRecorder(grpc.UnaryUnaryClientInterceptor):
 def retry_pushback(trailers) -> float | None:
     """Seconds the server asked to wait: ``grpc-retry-pushback-ms``, else ``RetryInfo``.
 
-    A malformed or negative value names no delay (None).
+    The one reader of a gRPC retry pushback: the OTLP sink's exporter and the collector's
+    trace forwarder (:mod:`collector.traces.forward`) both ask it. A malformed, negative or
+    out-of-range value (past a float) names no delay (None).
     """
     found = dict(trailers or ())
     pushback = found.get(PUSHBACK_KEY)
     if pushback is not None:
         try:
-            millis = int(pushback)
-        except ValueError:
+            seconds = int(pushback) / 1000
+        except (ValueError, OverflowError):
             return None
-        return millis / 1000 if millis >= 0 else None
+        return seconds if seconds >= 0 else None
     info = found.get(RETRY_INFO_KEY)
     if isinstance(info, bytes):
         retry = RetryInfo()

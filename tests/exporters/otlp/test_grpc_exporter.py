@@ -101,7 +101,12 @@ def test_retry_pushback_reads_the_collectors_trailers():
     info_only = [(k, v) for k, v in retry_metadata(1.5) if k == RETRY_INFO_KEY]
     assert retry_pushback(info_only) == 1.5  # else google.rpc.RetryInfo
     assert retry_pushback([("grpc-retry-pushback-ms", "0")]) == 0.0
-    for bad in ("-1", "soon", ""):  # negative or malformed: no delay named (own backoff)
-        assert retry_pushback([("grpc-retry-pushback-ms", bad)]) is None
+    for bad in ("-1", "soon", "", "1.5", "9" * 400):  # negative, malformed, past a float
+        assert retry_pushback([("grpc-retry-pushback-ms", bad)]) is None  # own backoff
+    assert retry_pushback([("grpc-retry-pushback-ms", "1")]) == 0.001
+    assert retry_pushback([("grpc-retry-pushback-ms", "9" * 300)]) == 1e297  # the caller caps
+    assert retry_pushback([("grpc-retry-pushback-ms", "-0")]) == 0.0
+    bad_ms = [("grpc-retry-pushback-ms", "soon"), *info_only]  # a bad pushback: no fallback
+    assert retry_pushback(bad_ms) is None
     assert retry_pushback([(RETRY_INFO_KEY, b"\xff\xff")]) is None
     assert retry_pushback(None) is None and retry_pushback([("other", "1")]) is None

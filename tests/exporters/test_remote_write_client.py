@@ -64,6 +64,34 @@ def test_encode_and_decode_round_trip_one_series_per_sample():
     assert len(two) == 4
 
 
+def test_the_wire_bytes_are_the_specs_field_numbers():
+    payload, _ = proto.encode([((("a", "b"),), 1.0, 5)])
+    label = "0a0161" + "120162"  # Label: name = 1, value = 2
+    sample = "09" + "000000000000f03f" + "1005"  # Sample: value = 1 (double), timestamp = 2
+    series = "0a06" + label + "120b" + sample  # TimeSeries: labels = 1, samples = 2
+    assert payload.hex() == "0a15" + series  # WriteRequest: timeseries = 1
+
+
+def test_each_sample_is_a_write_request_of_its_own_in_order():
+    request = proto.WriteRequest()
+    series = request.timeseries.add()
+    series.labels.add(name="__name__", value="loss")
+    series.samples.add(value=1.0, timestamp=10)
+    series.samples.add(value=2.0, timestamp=11)
+    payload = request.SerializeToString() + proto.encode(SAMPLES[1:])[0]
+    alone = proto.each_sample(payload)
+    assert [proto.decode(one) for one in alone] == [
+        [({"__name__": "loss"}, [(1.0, 10)])],
+        [({"__name__": "loss"}, [(2.0, 11)])],
+        [({"__name__": "up"}, [(1.0, -5)])],
+    ]
+    assert proto.decode(b"".join(alone)) == [
+        ({"__name__": "loss"}, [(1.0, 10)]),
+        ({"__name__": "loss"}, [(2.0, 11)]),
+        ({"__name__": "up"}, [(1.0, -5)]),
+    ]
+
+
 def test_a_2xx_is_success_and_the_body_is_snappy_with_the_specs_headers(answer):
     payload, _ = proto.encode(SAMPLES)
     assert client.post(answer.url, payload, 5.0) == (ExportResult.SUCCESS, "204")

@@ -168,7 +168,7 @@ def test_facades_only_re_export():
 
 def test_the_layer_test_sees_importlib_loads():
     known = modules()
-    registry = imports(ROOT / "exporters" / "registry.py", known)
+    registry = imports(ROOT / "exporters" / "registry" / "__init__.py", known)
     assert {"exporters.wandb", "exporters.otlp", "exporters.remote_write"} <= registry
     assert "rltel.logger" in imports(ROOT / "telemetry" / "__init__.py", known)
 

@@ -1,5 +1,9 @@
 """The sink registry: each sink package declares its factory once; every sink is built here.
 
+A folder of its own, above every sink package it loads by name (a plugin loaded by
+``importlib`` counts as an import), so that the generic modules of ``exporters`` that the
+sink packages import stay below them: no folder cycle.
+
 A sink is a subpackage of ``exporters`` exposing ``FACTORY``, a :class:`SinkFactory` (as the
 OpenTelemetry Collector's ``NewFactory``): its name, which is the key of its config section
 (``stats_logger.<name>``, ``collector.sinks.<name>``: declared once in the config schema,
@@ -43,8 +47,8 @@ def factories() -> tuple[SinkFactory, ...]:
     """Every sink package's factory in the order sinks are built in: by name, the
     companions after the others."""
     found = []
-    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
-        if info.ispkg:
+    for info in pkgutil.iter_modules([str(Path(__file__).parent.parent)]):
+        if info.ispkg and info.name != "registry":  # the registry's own folder: no sink
             factory = getattr(importlib.import_module(f"exporters.{info.name}"), "FACTORY", None)
             if isinstance(factory, SinkFactory):
                 found.append(factory)

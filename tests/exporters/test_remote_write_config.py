@@ -3,6 +3,8 @@ each named by its key."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from collector.config import from_dict
@@ -82,3 +84,9 @@ def test_label_names_as_prometheus_takes_them():
     labels = {"_a": "1", "Z9_z": "2", "x_": "3", "a__b": "4"}
     assert _section(url=URL, external_labels=labels).external_labels == labels
     assert _section(enabled=False).url is None  # disabled: no URL needed
+
+
+def test_the_section_is_frozen():
+    section = _section(url=URL)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        section.url = "http://elsewhere/api/v1/write"

@@ -108,6 +108,14 @@ _STATES = (
     "the link state only ever holds the module's constants OK, DOWN and REFUSING (the same"
     " string objects): is is ==, is not is !="
 )
+_FIRST_SEGMENT = (
+    "the first append opens a segment (there is no fd before it), which sets it to 0 before"
+    " it is read"
+)
+_FEW_SEGMENTS = (
+    "segment indexes are ints below 257 (CPython caches them: is is ==) while a journal"
+    " holds at most 257 segments of 4 MiB"
+)
 _SEQ_FROM_ZERO = "sequence numbers start at 0: a seq of -2 skips the same records (none) as -1"
 _STATE_BEFORE_COMPACT = (
     "max(COMPACT_BYTES, 2 * a state of -1, 0 or 1 bytes) is COMPACT_BYTES (1 MiB); __init__"
@@ -390,6 +398,7 @@ JUDGED: dict[str, dict[str, str]] = {
             "i runs up to last: != is <"
         ),
         "if (keep_last and i >= last) or end > self._acked:": "i runs up to last: >= is ==",
+        "self._written = 1  # bytes in the open segment": _FIRST_SEGMENT,
         "self._written = -1  # bytes in the open segment": (
             "the first append opens a segment (there is no fd before it), which sets it to 0"
             " before it is read"
@@ -401,6 +410,25 @@ JUDGED: dict[str, dict[str, str]] = {
         "self._flushed_at = 1.0": _BOOT_CLOCK,
         "if end is not len(data) and (following is None or not following[2]):": _LAST_FAILED,
         "if end <= len(data) and (following is None or not following[2]):": _LAST_FAILED,
+        "self.unreadable += corrupt + (0 if last >= len(data) else 1)": (
+            "the last record read never ends past the data: >= is =="
+        ),
+        "self._fd = os.open(path, os.O_WRONLY | os.O_CREAT % os.O_APPEND, 0o644)": (
+            "a segment is always a new file (a new name per open) written only through this"
+            " fd: its writes land at its end with or without O_APPEND"
+        ),
+        "end = self._segments[i + 1][0] - 1 if i is not last else self._next - 1": _FEW_SEGMENTS,
+        "if (keep_last and i is last) or end > self._acked:": _FEW_SEGMENTS,
+        "if end < len(data) and (following is None or not following[2]):": (
+            "a record never ends past the data: < is !="
+        ),
+        "if len(payload) != size:": "a slice is never longer than asked: != is <",
+        "settle_s: float = -1.0,": (
+            "with a settle time of -1 s or 0 s, what a flush holds is acked in that flush's call"
+        ),
+        "due = idle and time.monotonic() - self._flushed_at > self._interval_s": (
+            "a monotonic reading exactly interval_s after the last flush never happens"
+        ),
         "if len(payload) > size:": (
             "a cut payload fails its CRC and, with no record after it, ends the reading as the"
             " torn tail it is: the same count and the same records"

@@ -216,7 +216,9 @@ def test_a_journal_at_its_limit_is_full_again_in_the_next_process(tmp_path):
     assert journal.full
     again = _raw(tmp_path, limit_bytes=3 * record)
     assert again.full and again.bytes == 3 * record
-    again.ack(0)
+    again.append(b"d" * 16)  # past the limit: still full
+    assert again.full
+    again.ack(1)
     assert not again.full
 
 
@@ -256,6 +258,8 @@ def test_an_ack_that_cannot_be_recorded_is_logged_and_replayed_once_more(tmp_pat
     assert "cannot record ack 0" in caplog.text
     caplog.clear()
     journal.ack(0)  # acked already: nothing to write
+    assert caplog.records == []
+    journal.ack(-1)  # an older ack: nothing either
     assert caplog.records == []
     assert not journal.full and _raw(tmp_path).pending == [(0, b"a")]
 
@@ -315,17 +319,33 @@ def test_fsync_only_with_fsync_once_per_dirty_sync_and_at_a_dirty_close(tmp_path
     again.append(b"b")
     again.close()  # dirty: synced before it closes
     assert len(synced) == 4
+    RequestJournal(tmp_path / "default", 1 << 20).append(b"c")  # fsync by default
+    assert len(synced) == 5
+
+
+def test_the_directory_is_made_with_its_parents_and_segments_are_0o644(tmp_path):
+    journal = _raw(tmp_path / "state" / "sink")
+    journal.append(b"a")
+    (segment,) = (tmp_path / "state" / "sink").glob("*.seg")
+    assert segment.stat().st_mode & 0o777 == 0o644 & ~_umask()
+    _raw(tmp_path / "state" / "sink")  # and taken up again
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_stray_files_and_a_damaged_ack_file_are_no_records(tmp_path):
     journal = _raw(tmp_path)
     journal.append(b"a")
     journal.close()
-    (tmp_path / "notes.seg").write_bytes(b"not a segment")
+    (tmp_path / "-notes.seg").write_bytes(b"not a segment")  # sorts before the segments
     (tmp_path / "acked").write_text("garbage")  # read as nothing acked
     again = _raw(tmp_path)
     assert again.pending == [(0, b"a")] and again.unreadable == 0
-    assert (tmp_path / "notes.seg").exists()
+    assert (tmp_path / "-notes.seg").exists()
 
 
 def test_a_record_that_checks_but_does_not_decode_is_counted_and_skipped(tmp_path, caplog):
@@ -434,14 +454,15 @@ def test_an_empty_record_at_the_end_is_a_record(tmp_path):
 def test_checkpoints_ack_once_the_settle_time_passed(tmp_path):
     journal = _raw(tmp_path)
     journal.append(b"a")
+    journal.append(b"b")
     checkpoints = Checkpoints(journal, lambda: True, settle_s=0.05, every=1)
     checkpoints.done(0, idle=False)  # flushed: held 50 ms after that flush
-    assert len(_raw(tmp_path).pending) == 1
+    assert len(_raw(tmp_path).pending) == 2
     settled = time.monotonic() + 0.05
     while time.monotonic() <= settled:  # the clock passes the settle time
         threading.Event().wait(0.001)
-    checkpoints.checkpoint()  # nothing new to flush; what settled is acked
-    assert _raw(tmp_path).pending == []
+    checkpoints.done(1, idle=False)  # flushed again: the first flush's data settled
+    assert _raw(tmp_path).pending == [(1, b"b")]
 
 
 def test_two_failed_records_in_a_row_end_the_segment_there(tmp_path):
@@ -460,3 +481,24 @@ def test_snapshots_that_compare_equal_but_encode_apart_are_encoded_each():
     negative_zero = Snapshot((Gauge("train/loss", -0.0),), Step(0, 1, 1))
     assert zero == negative_zero
     assert journal_module.encoded(zero) != journal_module.encoded(negative_zero)
+
+
+def test_full_only_at_the_limit_not_a_byte_before(tmp_path):
+    record = journal_module._HEADER.size + 1
+    journal = _raw(tmp_path, limit_bytes=record + 1)
+    journal.append(b"a")
+    assert not journal.full
+
+
+def test_an_idle_queue_is_flushed_again_once_a_quarter_second_passed(tmp_path):
+    journal = _raw(tmp_path)
+    for payload in (b"a", b"b"):
+        journal.append(payload)
+    flushes: list[int] = []
+    checkpoints = Checkpoints(journal, lambda: flushes.append(1) or True)
+    checkpoints.done(0, idle=True)
+    passed = time.monotonic() + 0.25  # after the flush
+    while time.monotonic() <= passed:  # the clock passes the default interval
+        threading.Event().wait(0.01)
+    checkpoints.done(1, idle=True)
+    assert flushes == [1, 1]

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collector.heartbeats import FAMILIES, HeartbeatBoard  # noqa: E402
+from collector.heartbeats import HeartbeatBoard  # noqa: E402
 from exporters.remote_write import RemoteWriteConfig, RemoteWriteSink  # noqa: E402
 from telemetry.heartbeat import Beat, BeatGroup  # noqa: E402
 from telemetry.heartbeat.wire import snapshot_of  # noqa: E402
@@ -47,7 +47,7 @@ def _sink(url: str, board: HeartbeatBoard | None) -> RemoteWriteSink:
     config = RemoteWriteConfig(enabled=True, url=url, interval_s=3600.0)
     sink = RemoteWriteSink(config)
     if board is not None:
-        sink.add_source(board, FAMILIES, own=False)
+        sink.add_source(board, own=False)
     return sink
 
 

@@ -19,28 +19,31 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator
 
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
-from telemetry.heartbeat import FAMILIES as BEAT_FAMILIES
+from exporters.prometheus.families import Family, describe
 from telemetry.heartbeat import BeatGroup, HeartbeatCollector
 from telemetry.heartbeat.beat import Beat
 from telemetry.heartbeat.wire import group_of, is_heartbeat
 from telemetry.model.snapshot import Snapshot
 from telemetry.otlp.decode import Decoder, DecodeResult, Request
 
-__all__ = ["FAMILIES", "HeartbeatBoard"]
+__all__ = ["HeartbeatBoard"]
 
 logger = logging.getLogger(__name__)
 
 Run = tuple[str, str, str]
-DROPPED = "rltel_collector_heartbeats_dropped"
-FAMILIES = {**BEAT_FAMILIES, DROPPED: "counter"}
-"""Family name -> kind of what the board serves, to reserve on the Prometheus sink."""
+DROPPED = Family(
+    "rltel_collector_heartbeats_dropped",
+    "counter",
+    "beats the collector dropped: past limits.max_runs runs or "
+    "limits.max_series_per_metric ranks of a run, or not a whole heartbeat",
+)
 
 
 class HeartbeatBoard:
     """The latest beat of every rank of every run, and the beats dropped, as a
-    prometheus_client collector (:meth:`collect`).
+    prometheus_client collector (:meth:`collect`, :meth:`describe`).
 
     Args:
         max_runs: runs held at most (``limits.max_runs``).
@@ -119,15 +122,14 @@ class HeartbeatBoard:
             logger.warning("heartbeats: %s; further drops counted", why)
         return 0
 
+    def describe(self) -> list[Metric]:
+        """The families :meth:`collect` builds, without samples."""
+        return [*self._served.describe(), *describe([DROPPED])]
+
     def collect(self) -> Iterator[Metric]:
         """Every rank's latest beat (``rltel_heartbeat_*``) and the beats dropped."""
         yield from self._served.collect()
-        yield CounterMetricFamily(
-            DROPPED,
-            "beats the collector dropped: past limits.max_runs runs or "
-            "limits.max_series_per_metric ranks of a run, or not a whole heartbeat",
-            value=self.dropped,
-        )
+        yield DROPPED.build(self.dropped)
 
     def groups(self) -> list[BeatGroup]:
         """A copy of every reader's beats, one group per run and worker, ranks in order."""

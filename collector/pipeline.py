@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from collector.admission import Hold, MemoryBudget, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
-from collector.heartbeats import FAMILIES as HEARTBEAT_FAMILIES
 from collector.heartbeats import HeartbeatBoard
 from collector.refusals import REFUSALS, Closed, Expired, Overloaded, TooLarge, Unavailable
 from collector.runs import Runs, RunUnavailable
@@ -96,7 +95,7 @@ class Pipeline:
         self.heartbeats = HeartbeatBoard(self.limits.max_runs, self.limits.max_series_per_metric)
         for sink in shared_sinks:  # the beats' one way out: the /metrics of the shared sink
             if isinstance(sink, PrometheusSink):
-                sink.register(self.heartbeats, HEARTBEAT_FAMILIES)
+                sink.register(self.heartbeats)
         self._lock = threading.Lock()
         self._closed = False
         self._accepted = self._rejected = self._snapshots = 0

@@ -13,39 +13,66 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import ProcessCollector
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 from collector.pipeline import PipelineStats
 from collector.sinks import RunSinkFactory
-from exporters.prometheus.sink_queues import SINK_FAMILIES, sink_families
+from exporters.prometheus.families import Family, describe
+from exporters.prometheus.sink_queues import SINK_QUEUES, sink_families
 
 PREFIX = "rltel_collector_"
 
-# family name -> kind, reserved in the Prometheus sink so no snapshot metric takes them; the
-# sink queues' families are the StatsLogger's too (exporters.prometheus.sink_queues)
-FAMILIES: dict[str, str] = {
-    f"{PREFIX}requests": "counter",
-    f"{PREFIX}request_bytes": "counter",
-    f"{PREFIX}points_received": "counter",
-    f"{PREFIX}points_rejected": "counter",
-    f"{PREFIX}snapshots": "counter",
-    f"{PREFIX}refused_overloaded": "counter",
-    f"{PREFIX}requests_refused": "counter",
-    f"{PREFIX}points_over_limit": "counter",
-    f"{PREFIX}runs_refused": "counter",
-    f"{PREFIX}runs": "gauge",
-    f"{PREFIX}pending_bytes": "gauge",
-    f"{PREFIX}decoder_series": "gauge",
-    **SINK_FAMILIES,
-    f"{PREFIX}sink_start_failed": "gauge",
-    f"{PREFIX}run_info": "gauge",
-    "process_virtual_memory_bytes": "gauge",
-    "process_resident_memory_bytes": "gauge",
-    "process_start_time_seconds": "gauge",
-    "process_cpu_seconds": "counter",
-    "process_open_fds": "gauge",
-    "process_max_fds": "gauge",
-}
+# what describe() names and collect() builds; the sink queues' families are the
+# StatsLogger's too (exporters.prometheus.sink_queues), the process_* ones prometheus_client's
+DECLARED: tuple[Family, ...] = (
+    Family(f"{PREFIX}requests", "counter", "OTLP Export calls by gRPC status", ("code",)),
+    Family(f"{PREFIX}request_bytes", "counter", "bytes of Export requests received"),
+    Family(f"{PREFIX}points_received", "counter", "data points"),
+    Family(f"{PREFIX}points_rejected", "counter", "data points that could not be mapped"),
+    Family(f"{PREFIX}snapshots", "counter", "snapshots decoded"),
+    Family(f"{PREFIX}refused_overloaded", "counter", "requests refused: memory limit"),
+    Family(
+        f"{PREFIX}requests_refused",
+        "counter",
+        "requests refused with nothing kept, by reason (retryable: memory, queue_full, "
+        "heavy; not: too_large; expired)",
+        ("reason",),
+    ),
+    Family(
+        f"{PREFIX}points_over_limit",
+        "counter",
+        "data points rejected by a name/label limit, by limit",
+        ("limit",),
+    ),
+    Family(f"{PREFIX}runs_refused", "counter", "snapshots of runs past max_runs"),
+    Family(f"{PREFIX}runs", "gauge", "runs with their own step-based sinks"),
+    Family(f"{PREFIX}pending_bytes", "gauge", "bytes held: requests in flight, queued data"),
+    Family(f"{PREFIX}decoder_series", "gauge", "series with temporality state"),
+    *SINK_QUEUES,
+    Family(
+        f"{PREFIX}sink_start_failed",
+        "gauge",
+        "1 per sink that failed to start (the run has the others); error: why",
+        ("run", "sink", "error"),
+    ),
+    Family(
+        f"{PREFIX}run_info",
+        "gauge",
+        "1 per run: its directory on the collector's host",
+        ("run", "dir"),
+    ),
+    Family("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes."),
+    Family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes."),
+    Family(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+    ),
+    Family("process_cpu_seconds", "counter", "Total user and system CPU time spent in seconds."),
+    Family("process_open_fds", "gauge", "Number of open file descriptors."),
+    Family("process_max_fds", "gauge", "Maximum number of open file descriptors."),
+)
+_OURS = {family.name.removeprefix(PREFIX): family for family in DECLARED}
 
 
 class SelfMetrics:
@@ -71,50 +98,41 @@ class SelfMetrics:
         self._run_sinks = run_sinks
         self._process = ProcessCollector(registry=None)
 
+    def describe(self) -> list[Metric]:
+        """The families of :data:`DECLARED`, without samples."""
+        return describe(DECLARED)
+
     def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily(
-            f"{PREFIX}requests", "OTLP Export calls by gRPC status", labels=["code"]
-        )
+        requests = _OURS["requests"].build()
         for code, count in sorted(self._requests().items()):
             requests.add_metric([code], count)
         yield requests
-        yield CounterMetricFamily(
-            f"{PREFIX}request_bytes", "bytes of Export requests received", self._request_bytes()
-        )
+        yield _OURS["request_bytes"].build(self._request_bytes())
         stats = self._stats()
         counters = {
-            "points_received": (stats.points_accepted + stats.points_rejected, "data points"),
-            "points_rejected": (stats.points_rejected, "data points that could not be mapped"),
-            "snapshots": (stats.snapshots, "snapshots decoded"),
-            "refused_overloaded": (stats.refused_overloaded, "requests refused: memory limit"),
-            "runs_refused": (stats.runs_refused, "snapshots of runs past max_runs"),
+            "points_received": stats.points_accepted + stats.points_rejected,
+            "points_rejected": stats.points_rejected,
+            "snapshots": stats.snapshots,
+            "refused_overloaded": stats.refused_overloaded,
+            "runs_refused": stats.runs_refused,
         }
-        for name, (value, help_text) in counters.items():
-            yield CounterMetricFamily(PREFIX + name, help_text, value)
-        refused = CounterMetricFamily(
-            f"{PREFIX}requests_refused",
-            "requests refused with nothing kept, by reason (retryable: memory, queue_full, "
-            "heavy; not: too_large; expired)",
-            labels=["reason"],
-        )
+        for name, value in counters.items():
+            yield _OURS[name].build(value)
+        refused = _OURS["requests_refused"].build()
         for reason, count in sorted(stats.refused.items()):
             refused.add_metric([reason], count)
         yield refused
-        over = CounterMetricFamily(
-            f"{PREFIX}points_over_limit",
-            "data points rejected by a name/label limit, by limit",
-            labels=["limit"],
-        )
+        over = _OURS["points_over_limit"].build()
         for limit, count in sorted(stats.over_limit.items()):
             over.add_metric([limit], count)
         yield over
         gauges = {
-            "runs": (stats.runs, "runs with their own step-based sinks"),
-            "pending_bytes": (stats.pending_bytes, "bytes held: requests in flight, queued data"),
-            "decoder_series": (stats.decoder_series, "series with temporality state"),
+            "runs": stats.runs,
+            "pending_bytes": stats.pending_bytes,
+            "decoder_series": stats.decoder_series,
         }
-        for name, (value, help_text) in gauges.items():
-            yield GaugeMetricFamily(PREFIX + name, help_text, value)
+        for name, value in gauges.items():
+            yield _OURS[name].build(value)
         yield from sink_families(stats.sinks)
         if self._run_sinks is not None:
             yield from _run_families(self._run_sinks)
@@ -122,18 +140,10 @@ class SelfMetrics:
 
 
 def _run_families(run_sinks: RunSinkFactory) -> Iterator[Metric]:
-    info = GaugeMetricFamily(
-        f"{PREFIX}run_info",
-        "1 per run: its directory on the collector's host",
-        labels=["run", "dir"],
-    )
+    info = _OURS["run_info"].build()
     for run, path in sorted(run_sinks.run_dirs().items()):
         info.add_metric([run, path], 1.0)
-    failed = GaugeMetricFamily(
-        f"{PREFIX}sink_start_failed",
-        "1 per sink that failed to start (the run has the others); error: why",
-        labels=["run", "sink", "error"],
-    )
+    failed = _OURS["sink_start_failed"].build()
     for (run, sink), error in sorted(run_sinks.failures().items()):
         failed.add_metric([run, sink, error], 1.0)
     yield from (info, failed)

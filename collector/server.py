@@ -52,14 +52,11 @@ from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.durable import DurableState
 from collector.gate import Abort, RequestGate
-from collector.heartbeats import FAMILIES as HEARTBEAT_FAMILIES
 from collector.pipeline import Pipeline
 from collector.refusals import Closed, Expired, Overloaded, TooLarge, Unavailable
 from collector.samples import SamplesConsumer
-from collector.scrape import FAMILIES as SCRAPE_FAMILIES
 from collector.scrape import PipelineDeliver, Scraper
-from collector.selfmetrics import FAMILIES, SelfMetrics
-from collector.signals import FAMILIES as SIGNAL_FAMILIES
+from collector.selfmetrics import SelfMetrics
 from collector.signals import (
     LOGS,
     TRACES,
@@ -71,10 +68,8 @@ from collector.signals import (
 )
 from collector.sinks import RunSinkFactory, shared_sinks
 from collector.traces import TraceMerge, trace_merge
-from collector.traces.metrics import FAMILIES as TRACE_FAMILIES
 from collector.traces.metrics import TraceMetrics
 from exporters.prometheus import PrometheusSink
-from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
 from exporters.remote_write import RemoteWriteSink
 from telemetry.config.cli_args import check_bindable
 from telemetry.model.errors import ConfigError
@@ -152,21 +147,21 @@ class CollectorServer:
         self._health = health.HealthServicer(experimental_non_blocking=True)
         self.port: int | None = None
         if self.prometheus is not None:
-            self.prometheus.register(self.self_metrics(), FAMILIES)
-            self.prometheus.register(SignalMetrics(self.signals), SIGNAL_FAMILIES)
+            self.prometheus.register(self.self_metrics())
+            self.prometheus.register(SignalMetrics(self.signals))
             if self.trace_merge is not None:
-                self.prometheus.register(TraceMetrics(self.trace_merge), TRACE_FAMILIES)
+                self.prometheus.register(TraceMetrics(self.trace_merge))
         self.scraper: Scraper | None = None
         if config.scrape.targets or config.scrape.targets_file:
             self.scraper = Scraper(config.scrape, PipelineDeliver(pipeline))
             if self.prometheus is not None:
-                self.prometheus.register(self.scraper.health, SCRAPE_FAMILIES)
+                self.prometheus.register(self.scraper.health)
         for sink in (queued.sink for queued in pipeline.shared.queued):
             if isinstance(sink, RemoteWriteSink):  # its counters on /metrics, its state on
-                sink.add_source(self.self_metrics(), FAMILIES)  # /healthz; ours remote-written
-                sink.add_source(pipeline.heartbeats, HEARTBEAT_FAMILIES, own=False)
+                sink.add_source(self.self_metrics())  # /healthz; ours remote-written
+                sink.add_source(pipeline.heartbeats, own=False)
                 if self.prometheus is not None:
-                    self.prometheus.register(sink.health, REMOTE_WRITE_FAMILIES)
+                    self.prometheus.register(sink.health)
                     self.prometheus.add_check(sink.health.problem)
 
     @property

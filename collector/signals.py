@@ -56,15 +56,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 from collector.admission import HeavyGate
 from collector.config import LimitsConfig
 from collector.signal_consumers import SignalConsumers
 from collector.signal_journal import SignalJournal
+from exporters.prometheus.families import Family, describe
 
 __all__ = [
-    "FAMILIES",
     "LOGS",
     "TRACES",
     "LogConsumer",
@@ -135,13 +135,28 @@ LOGS = SignalKind(
 )
 
 PREFIX = "rltel_collector_signal_"
-FAMILIES: dict[str, str] = {
-    f"{PREFIX}requests": "counter",
-    f"{PREFIX}items_accepted": "counter",
-    f"{PREFIX}items_refused": "counter",
-    f"{PREFIX}consumer_errors": "counter",
-}
-"""The signal services' families on ``/metrics`` (reserved in the Prometheus sink)."""
+_REQUESTS, _ACCEPTED, _REFUSED, _ERRORS = _DECLARED = (
+    Family(
+        f"{PREFIX}requests",
+        "counter",
+        "trace and logs Export calls by gRPC status",
+        ("signal", "code"),
+    ),
+    Family(
+        f"{PREFIX}items_accepted",
+        "counter",
+        "spans (traces) and log records (logs) handed to the consumers",
+        ("signal",),
+    ),
+    Family(
+        f"{PREFIX}items_refused",
+        "counter",
+        "spans and log records of requests refused after parsing (nothing kept)",
+        ("signal",),
+    ),
+    Family(f"{PREFIX}consumer_errors", "counter", "consumer calls that raised", ("signal",)),
+)
+"""The signal services' families on ``/metrics`` (:class:`SignalMetrics`)."""
 
 
 class Refused(Exception):
@@ -289,30 +304,17 @@ class SignalCounts:
 
 
 class SignalMetrics:
-    """The signal services' self-metrics; register on the Prometheus sink with FAMILIES."""
+    """The signal services' self-metrics; register on the Prometheus sink."""
 
     def __init__(self, services: Sequence[SignalService]) -> None:
         self.services = list(services)
 
+    def describe(self) -> list[Metric]:
+        return describe(_DECLARED)
+
     def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily(
-            f"{PREFIX}requests",
-            "trace and logs Export calls by gRPC status",
-            labels=["signal", "code"],
-        )
-        accepted = CounterMetricFamily(
-            f"{PREFIX}items_accepted",
-            "spans (traces) and log records (logs) handed to the consumers",
-            labels=["signal"],
-        )
-        refused = CounterMetricFamily(
-            f"{PREFIX}items_refused",
-            "spans and log records of requests refused after parsing (nothing kept)",
-            labels=["signal"],
-        )
-        errors = CounterMetricFamily(
-            f"{PREFIX}consumer_errors", "consumer calls that raised", labels=["signal"]
-        )
+        requests, accepted = _REQUESTS.build(), _ACCEPTED.build()
+        refused, errors = _REFUSED.build(), _ERRORS.build()
         for service in self.services:
             counts, name = service.counts(), service.kind.name
             for code, count in sorted(counts.requests.items()):

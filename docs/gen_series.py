@@ -15,22 +15,23 @@ from types import ModuleType
 def _families() -> list[tuple[str, str, str]]:
     """(family, kind, where it comes from) of every series source besides the catalogue;
     a counter family is named without ``_total``."""
-    from collector.scrape import FAMILIES as SCRAPE
-    from collector.scrape import figures
-    from collector.selfmetrics import FAMILIES as COLLECTOR
+    from collector.scrape import ScrapeHealth, figures
+    from collector.selfmetrics import DECLARED as COLLECTOR
     from exporters.prometheus import SELF_METRICS
-    from exporters.remote_write import FAMILIES as REMOTE_WRITE
-    from telemetry.heartbeat import FAMILIES as HEARTBEAT
+    from exporters.prometheus.families import declared
+    from exporters.remote_write.health import LinkHealth
+    from telemetry.heartbeat import HeartbeatCollector
 
     def strip(name: str, kind: str) -> str:
         return name.removesuffix("_total") if kind == "counter" else name
 
     out = [("up", "gauge", "Prometheus (each scrape target)")]
-    out += [(n, k, "collector") for n, k in COLLECTOR.items()]
-    out += [(n, k, "collector's remote-write sink") for n, k in REMOTE_WRITE.items()]
-    out += [(n, k, "collector's scrape receiver") for n, k in SCRAPE.items()]
+    out += [(family.name, family.kind, "collector") for family in COLLECTOR]
+    remote_write = declared(LinkHealth("", int))
+    out += [(n, k, "collector's remote-write sink") for n, k in remote_write.items()]
+    out += [(n, k, "collector's scrape receiver") for n, k in declared(ScrapeHealth()).items()]
     out += [(strip(n, k), k, "Prometheus sink") for n, k in SELF_METRICS.items()]
-    out += [(strip(n, k), k, "heartbeat (rank 0)") for n, k in HEARTBEAT.items()]
+    out += [(n, k, "heartbeat (rank 0)") for n, k in declared(HeartbeatCollector(tuple)).items()]
     engine = [(name, "gauge") for group in figures.SUMMED.values() for name in group]
     engine += [(name, "gauge") for group in figures.AVERAGED.values() for name in group]
     engine += [(name, "gauge") for name in figures.HIT_RATE_GAUGES]

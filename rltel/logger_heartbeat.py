@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from telemetry.config import StatsLoggerConfig
-from telemetry.heartbeat import FAMILIES, Beat, BeatGroup, Heartbeat, HeartbeatCollector
+from telemetry.heartbeat import Beat, BeatGroup, Heartbeat, HeartbeatCollector
 from telemetry.heartbeat.board import LocalBoard, StoreBoard, default_store
 
 __all__ = ["start_heartbeat"]
@@ -71,5 +71,5 @@ def start_heartbeat(
     reader = prometheus is not None or (emit is not None and trainer)
     heartbeat = Heartbeat(board, rank, host, section.interval_s, reader, emit)
     if prometheus is not None:
-        prometheus.register(HeartbeatCollector(lambda: (group(heartbeat.beats()),)), FAMILIES)
+        prometheus.register(HeartbeatCollector(lambda: (group(heartbeat.beats()),)))
     return heartbeat

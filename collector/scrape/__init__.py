@@ -3,12 +3,11 @@
 from collector.scrape.convert import Converter, Scraped
 from collector.scrape.deliver import PipelineDeliver
 from collector.scrape.figures import engine_figures, quantile
-from collector.scrape.health import FAMILIES, ScrapeHealth
+from collector.scrape.health import ScrapeHealth
 from collector.scrape.scraper import Scraper
 from collector.scrape.target import STREAM, ScrapeError, TargetLoop, fetch
 
 __all__ = [
-    "FAMILIES",
     "STREAM",
     "Converter",
     "PipelineDeliver",

@@ -1,7 +1,7 @@
 """Each scrape target's health: its ``up`` gauge, failures by reason, and one log line per change.
 
-A prometheus_client custom collector (register it on the Prometheus sink's registry with
-:data:`FAMILIES`), families built on every scrape of the collector:
+A prometheus_client custom collector (register it on the Prometheus sink's registry),
+families built on every scrape of the collector:
 
 - ``rltel_scrape_up{target,instance,experiment,trial,role}``: 1 when the last scrape
   succeeded, else 0 (as Prometheus's own ``up``);
@@ -22,11 +22,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 from collector.scrape_config import ScrapeTarget
+from exporters.prometheus.families import Family, describe
 
-__all__ = ["FAMILIES", "REASONS", "ScrapeHealth"]
+__all__ = ["REASONS", "ScrapeHealth"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +37,15 @@ REASONS = ("down", "status", "timeout", "too_large", "bad_text")
 ``scrape.timeout_s``; ``too_large``: past ``scrape.max_body_bytes``; ``bad_text``: not the
 Prometheus text format."""
 
-FAMILIES: dict[str, str] = {
-    f"{PREFIX}up": "gauge",
-    f"{PREFIX}duration_seconds": "gauge",
-    f"{PREFIX}series": "gauge",
-    f"{PREFIX}failures": "counter",
-    f"{PREFIX}dropped": "counter",
-    f"{PREFIX}targets_file_errors": "counter",
-}
 _LABELS = ("target", "instance", "experiment", "trial", "role")
+_UP, _DURATION, _SERIES, _FAILURES, _DROPPED, _FILE_ERRORS = _DECLARED = (
+    Family(f"{PREFIX}up", "gauge", "1 if the last scrape succeeded", _LABELS),
+    Family(f"{PREFIX}duration_seconds", "gauge", "seconds the last scrape took", _LABELS),
+    Family(f"{PREFIX}series", "gauge", "series in the last successful scrape", _LABELS),
+    Family(f"{PREFIX}failures", "counter", "failed scrapes by reason", (*_LABELS, "reason")),
+    Family(f"{PREFIX}dropped", "counter", "scrapes the pipeline could not queue", _LABELS),
+    Family(f"{PREFIX}targets_file_errors", "counter", "targets file versions refused"),
+)
 
 
 @dataclass(slots=True)
@@ -124,27 +125,20 @@ class ScrapeHealth:
             state = self._targets.get(url)
             return {} if state is None else dict(state.failures)
 
+    def describe(self) -> list[Metric]:
+        """The families :meth:`collect` builds, without samples."""
+        return describe(_DECLARED)
+
     def collect(self) -> Iterator[Metric]:
-        """The families of :data:`FAMILIES`."""
+        """Every target's families now."""
         with self._lock:
             states = [
                 (s.labels, s.up, s.duration_s, s.series, s.dropped, dict(s.failures))
                 for s in self._targets.values()
             ]
             file_errors = self.file_errors
-        up = GaugeMetricFamily(f"{PREFIX}up", "1 if the last scrape succeeded", labels=_LABELS)
-        duration = GaugeMetricFamily(
-            f"{PREFIX}duration_seconds", "seconds the last scrape took", labels=_LABELS
-        )
-        series = GaugeMetricFamily(
-            f"{PREFIX}series", "series in the last successful scrape", labels=_LABELS
-        )
-        failures = CounterMetricFamily(
-            f"{PREFIX}failures", "failed scrapes by reason", labels=(*_LABELS, "reason")
-        )
-        dropped = CounterMetricFamily(
-            f"{PREFIX}dropped", "scrapes the pipeline could not queue", labels=_LABELS
-        )
+        up, duration, series = _UP.build(), _DURATION.build(), _SERIES.build()
+        failures, dropped = _FAILURES.build(), _DROPPED.build()
         for labels, is_up, seconds, n, lost, by_reason in states:
             up.add_metric(labels, is_up)
             duration.add_metric(labels, seconds)
@@ -153,6 +147,4 @@ class ScrapeHealth:
             for reason, count in by_reason.items():
                 failures.add_metric((*labels, reason), count)
         yield from (up, duration, series, failures, dropped)
-        yield CounterMetricFamily(
-            f"{PREFIX}targets_file_errors", "targets file versions refused", value=file_errors
-        )
+        yield _FILE_ERRORS.build(file_errors)

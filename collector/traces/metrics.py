@@ -1,4 +1,4 @@
-"""The trace merge's own counters on the collector's ``/metrics`` (:data:`FAMILIES`), built
+"""The trace merge's own counters on the collector's ``/metrics`` (:class:`TraceMetrics`), built
 from :meth:`collector.traces.TraceMerge.stats` on every scrape.
 
 Per run (``run`` label, ``<experiment>_<trial>``): spans written to its file, written
@@ -15,34 +15,51 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 from collector.traces.consumer import TraceStats
+from exporters.prometheus.families import Family, describe
 
-__all__ = ["FAMILIES", "TraceMetrics"]
+__all__ = ["TraceMetrics"]
 
 PREFIX = "rltel_collector_trace_"
-FAMILIES: dict[str, str] = {
-    f"{PREFIX}spans_received": "counter",
-    f"{PREFIX}spans_rejected": "counter",
-    f"{PREFIX}spans_written": "counter",
-    f"{PREFIX}spans_orphaned": "counter",
-    f"{PREFIX}spans_late": "counter",
-    f"{PREFIX}spans_failed": "counter",
-    f"{PREFIX}spans_pending": "gauge",
-    f"{PREFIX}parts_rotated": "counter",
-    f"{PREFIX}forward_requests": "counter",
-    f"{PREFIX}forward_queued": "gauge",
-}
-"""The trace merge's families (reserved in the Prometheus sink when registered)."""
-
-_PER_RUN = (
-    ("spans_written", "spans written to the run's trace file", "spans"),
-    ("spans_orphaned", "spans written without their trace's root (waited past hold_s)", "orphans"),
-    ("spans_late", "spans written into a later part than their step's", "late"),
-    ("spans_failed", "spans lost to a failed write of the run's trace file", "failed"),
-    ("parts_rotated", "parts of the run's trace file finished by rotation", "parts"),
+_RUN = ("run",)
+_PER_RUN = tuple(  # (family, TimelineStats field)
+    (Family(f"{PREFIX}{name}", "counter", text, _RUN), field)
+    for name, text, field in (
+        ("spans_written", "spans written to the run's trace file", "spans"),
+        (
+            "spans_orphaned",
+            "spans written without their trace's root (waited past hold_s)",
+            "orphans",
+        ),
+        ("spans_late", "spans written into a later part than their step's", "late"),
+        ("spans_failed", "spans lost to a failed write of the run's trace file", "failed"),
+        ("parts_rotated", "parts of the run's trace file finished by rotation", "parts"),
+    )
 )
+_RECEIVED = Family(
+    f"{PREFIX}spans_received", "counter", "spans received in accepted trace requests"
+)
+_REJECTED = Family(
+    f"{PREFIX}spans_rejected", "counter", "spans not kept (unreadable, or no run file)"
+)
+_PENDING = Family(f"{PREFIX}spans_pending", "gauge", "spans waiting for their trace's root", _RUN)
+_FORWARD_REQUESTS = Family(
+    f"{PREFIX}forward_requests", "counter", "trace requests forwarded, by outcome", ("outcome",)
+)
+_FORWARD_QUEUED = Family(
+    f"{PREFIX}forward_queued", "gauge", "trace requests waiting to be forwarded"
+)
+_DECLARED = (
+    _RECEIVED,
+    _REJECTED,
+    *(family for family, _ in _PER_RUN),
+    _PENDING,
+    _FORWARD_REQUESTS,
+    _FORWARD_QUEUED,
+)
+"""The trace merge's families; the forward ones only with a forward endpoint."""
 
 
 class _Stats(Protocol):
@@ -55,39 +72,29 @@ class TraceMetrics:
     def __init__(self, merge: _Stats) -> None:
         self.merge = merge
 
+    def describe(self) -> list[Metric]:
+        """Every family :meth:`collect` may build (the forward ones with an endpoint)."""
+        return describe(_DECLARED)
+
     def collect(self) -> Iterator[Metric]:
-        """The families of :data:`FAMILIES`."""
+        """The merge's families now."""
         stats = self.merge.stats()
-        yield _counter("spans_received", "spans received in accepted trace requests", stats.spans)
-        yield _counter(
-            "spans_rejected", "spans not kept (unreadable, or no run file)", stats.rejected
-        )
-        for name, text, field in _PER_RUN:
-            family = CounterMetricFamily(f"{PREFIX}{name}", text, labels=("run",))
+        yield _RECEIVED.build(stats.spans)
+        yield _REJECTED.build(stats.rejected)
+        for declared, field in _PER_RUN:
+            family = declared.build()
             for run, timeline in sorted(stats.runs.items()):
                 family.add_metric((run,), getattr(timeline, field))
             yield family
-        pending = GaugeMetricFamily(
-            f"{PREFIX}spans_pending", "spans waiting for their trace's root", labels=("run",)
-        )
+        pending = _PENDING.build()
         for run, timeline in sorted(stats.runs.items()):
             pending.add_metric((run,), timeline.pending)
         yield pending
         forward = stats.forward
         if forward is None:
             return
-        requests = CounterMetricFamily(
-            f"{PREFIX}forward_requests",
-            "trace requests forwarded, by outcome",
-            labels=("outcome",),
-        )
+        requests = _FORWARD_REQUESTS.build()
         for outcome in ("sent", "dropped", "failed", "retried"):
             requests.add_metric((outcome,), getattr(forward, outcome))
         yield requests
-        yield GaugeMetricFamily(
-            f"{PREFIX}forward_queued", "trace requests waiting to be forwarded", forward.queued
-        )
-
-
-def _counter(name: str, text: str, value: int) -> CounterMetricFamily:
-    return CounterMetricFamily(f"{PREFIX}{name}", text, value=value)
+        yield _FORWARD_QUEUED.build(forward.queued)

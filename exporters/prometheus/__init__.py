@@ -4,7 +4,7 @@ from exporters.factory import SinkFactory
 from exporters.prometheus.naming import MetricKey, metric_name, resolve_names
 from exporters.prometheus.sink import SELF_METRICS, PrometheusSink
 from exporters.prometheus.sink_queues import (
-    SINK_FAMILIES,
+    SINK_QUEUES,
     FanOutCollector,
     sink_families,
 )
@@ -22,7 +22,7 @@ FACTORY = SinkFactory(
 __all__ = [
     "FACTORY",
     "SELF_METRICS",
-    "SINK_FAMILIES",
+    "SINK_QUEUES",
     "FanOutCollector",
     "MetricKey",
     "PrometheusSink",

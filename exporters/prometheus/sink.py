@@ -17,7 +17,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry
@@ -26,6 +26,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from exporters.base import ExportResult, Sink
+from exporters.prometheus.families import declared
 from exporters.prometheus.naming import Kind
 from exporters.prometheus.serving import TokenDoor, http_server
 from exporters.prometheus.store import SELF_PREFIX, SeriesStore
@@ -103,16 +104,17 @@ class PrometheusSink(Sink):
         scheme = "https" if self.config.cert_file else "http"
         return f"{scheme}://{self.config.host}:{self.port}/metrics" if self._server else None
 
-    def register(self, collector: Collector, names: Mapping[str, Kind] | None = None) -> None:
+    def register(self, collector: Collector) -> None:
         """Serve another collector's families (e.g. the collector process's own metrics).
 
         Args:
-            collector: any object with ``collect()`` yielding families.
-            names: its family names and kinds, kept out of the snapshot metrics' names.
+            collector: its ``collect()`` yields families, its ``describe()`` names them
+                (:mod:`exporters.prometheus.families`); those names are kept out of the
+                snapshot metrics' names.
         """
-        if names:
-            with self._lock:
-                self._store.reserve(dict(names))
+        names = declared(collector)
+        with self._lock:
+            self._store.reserve(names)
         self.registry.register(collector)
 
     def add_check(self, check: Callable[[], str | None]) -> None:

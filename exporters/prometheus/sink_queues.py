@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 from exporters.fanout import FanOut, SinkStats
-from exporters.prometheus.naming import Kind
+from exporters.prometheus.families import Family, describe
 
-__all__ = ["SINK_FAMILIES", "FanOutCollector", "sink_families"]
+__all__ = ["SINK_QUEUES", "FanOutCollector", "sink_families"]
 
 PREFIX = "rltel_collector_sink_"
 COUNTERS = ("exported", "failed", "dropped", "retried", "timed_out")
@@ -26,44 +26,40 @@ GAUGES = {  # family -> (SinkStats field, help)
     "latency_seconds": ("last_latency_s", "duration of the last successful export"),
     "degraded": ("degraded", "1 while the last export failed or a stalled one still runs"),
 }
-SINK_FAMILIES: dict[str, Kind] = {
-    **{f"{PREFIX}{name}": "counter" for name in COUNTERS},
-    **{f"{PREFIX}{name}": "gauge" for name in GAUGES},
-}
-"""Family name -> kind, to reserve on the Prometheus sink that serves them."""
+_LABELS = ("run", "sink")
+SINK_QUEUES: tuple[Family, ...] = (
+    *(Family(f"{PREFIX}{name}", "counter", f"sink exports {name}", _LABELS) for name in COUNTERS),
+    *(Family(f"{PREFIX}{name}", "gauge", text, _LABELS) for name, (_, text) in GAUGES.items()),
+)
+"""The families of :func:`sink_families`, one per SinkStats field (:data:`_FIELDS`)."""
+_FIELDS = (*COUNTERS, *(field for field, _ in GAUGES.values()))
 
 
 def sink_families(stats: Mapping[tuple[str, str], SinkStats]) -> Iterator[Metric]:
     """The families of ``(run, sink) -> stats``."""
-    labels = ["run", "sink"]
-    counters = {
-        name: CounterMetricFamily(f"{PREFIX}{name}", f"sink exports {name}", labels=labels)
-        for name in COUNTERS
-    }
-    gauges = {
-        name: GaugeMetricFamily(f"{PREFIX}{name}", text, labels=labels)
-        for name, (_, text) in GAUGES.items()
-    }
+    families = [family.build() for family in SINK_QUEUES]
     for (run, sink), entry in sorted(stats.items()):
-        for name, family in counters.items():
-            family.add_metric([run, sink], getattr(entry, name))
-        for name, (field, _) in GAUGES.items():
+        for declared, family, field in zip(SINK_QUEUES, families, _FIELDS, strict=True):
             value = getattr(entry, field)
-            if value is not None:
-                gauges[name].add_metric([run, sink], float(value))
-    yield from counters.values()
-    yield from gauges.values()
+            if declared.kind == "counter":
+                family.add_metric([run, sink], value)
+            elif value is not None:
+                family.add_metric([run, sink], float(value))
+    yield from families
 
 
 class FanOutCollector:
     """A :class:`FanOut`'s sink families for one run.
 
-    Serve them with ``prometheus_sink.register(FanOutCollector(fanout, run), SINK_FAMILIES)``.
+    Serve them with ``prometheus_sink.register(FanOutCollector(fanout, run))``.
     """
 
     def __init__(self, fanout: FanOut, run: str) -> None:
         self._fanout = fanout
         self._run = run
+
+    def describe(self) -> list[Metric]:
+        return describe(SINK_QUEUES)
 
     def collect(self) -> Iterator[Metric]:
         stats = self._fanout.stats()

@@ -2,7 +2,6 @@
 
 from exporters.factory import SinkFactory
 from exporters.remote_write.config import RemoteWriteConfig
-from exporters.remote_write.health import FAMILIES
 from exporters.remote_write.sink import RemoteWriteSink
 
 FACTORY = SinkFactory(
@@ -13,4 +12,4 @@ FACTORY = SinkFactory(
     shared=True,
 )
 
-__all__ = ["FACTORY", "FAMILIES", "RemoteWriteConfig", "RemoteWriteSink"]
+__all__ = ["FACTORY", "RemoteWriteConfig", "RemoteWriteSink"]

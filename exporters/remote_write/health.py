@@ -16,22 +16,37 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
+
+from exporters.prometheus.families import Family, describe
 
 logger = logging.getLogger("exporters.remote_write")
 
 PREFIX = "rltel_collector_remote_write_"
-FAMILIES: dict[str, str] = {
-    f"{PREFIX}samples_sent": "counter",
-    f"{PREFIX}samples_rejected": "counter",
-    f"{PREFIX}samples_dropped": "counter",
-    f"{PREFIX}samples_late": "counter",
-    f"{PREFIX}retries": "counter",
-    f"{PREFIX}samples_pending": "gauge",
-    f"{PREFIX}degraded": "gauge",
-    f"{PREFIX}last_success_timestamp_seconds": "gauge",
-}
-"""The sink's families on the collector's ``/metrics`` (``name -> kind``)."""
+_SENT, _REJECTED, _DROPPED, _LATE, _RETRIES, _PENDING, _DEGRADED, _LAST_SUCCESS = _DECLARED = (
+    Family(f"{PREFIX}samples_sent", "counter", "samples the receiver accepted"),
+    Family(f"{PREFIX}samples_rejected", "counter", "samples the receiver refused (4xx)"),
+    Family(
+        f"{PREFIX}samples_dropped",
+        "counter",
+        "samples given up unsent, by reason (backlog_full, too_old, refused, shutdown)",
+        ("reason",),
+    ),
+    Family(
+        f"{PREFIX}samples_late",
+        "counter",
+        "samples older than their series' last written one, written 1 ms after it",
+    ),
+    Family(f"{PREFIX}retries", "counter", "write requests retried"),
+    Family(f"{PREFIX}samples_pending", "gauge", "samples waiting in the backlog"),
+    Family(f"{PREFIX}degraded", "gauge", "1 while the receiver is down or refusing writes"),
+    Family(
+        f"{PREFIX}last_success_timestamp_seconds",
+        "gauge",
+        "Unix time of the last write the receiver accepted (0: none yet)",
+    ),
+)
+"""The sink's families on the collector's ``/metrics`` (:meth:`LinkHealth.collect`)."""
 DROP_REASONS = ("backlog_full", "too_old", "refused", "shutdown")
 OK, DOWN, REFUSING = "ok", "down", "refusing"
 
@@ -174,38 +189,24 @@ class LinkHealth:
                 return None
             return f"remote_write {self.url}: {self.state} for {self._clock() - self._since:.0f} s"
 
+    def describe(self) -> list[Metric]:
+        """The families :meth:`collect` builds, without samples."""
+        return describe(_DECLARED)
+
     def collect(self) -> Iterator[Metric]:
-        """The :data:`FAMILIES`, built from the counters now."""
+        """The link's families, built from the counters now."""
         c = self.counts()
-        yield CounterMetricFamily(f"{PREFIX}samples_sent", "samples the receiver accepted", c.sent)
-        yield CounterMetricFamily(
-            f"{PREFIX}samples_rejected", "samples the receiver refused (4xx)", c.rejected
-        )
-        dropped = CounterMetricFamily(
-            f"{PREFIX}samples_dropped",
-            "samples given up unsent, by reason (backlog_full, too_old, refused, shutdown)",
-            labels=["reason"],
-        )
+        yield _SENT.build(c.sent)
+        yield _REJECTED.build(c.rejected)
+        dropped = _DROPPED.build()
         for reason, n in c.dropped.items():
             dropped.add_metric([reason], n)
         yield dropped
-        yield CounterMetricFamily(
-            f"{PREFIX}samples_late",
-            "samples older than their series' last written one, written 1 ms after it",
-            c.late,
-        )
-        yield CounterMetricFamily(f"{PREFIX}retries", "write requests retried", c.retries)
-        yield GaugeMetricFamily(
-            f"{PREFIX}samples_pending", "samples waiting in the backlog", c.pending
-        )
-        yield GaugeMetricFamily(
-            f"{PREFIX}degraded", "1 while the receiver is down or refusing writes", c.state != OK
-        )
-        yield GaugeMetricFamily(
-            f"{PREFIX}last_success_timestamp_seconds",
-            "Unix time of the last write the receiver accepted (0: none yet)",
-            c.last_success,
-        )
+        yield _LATE.build(c.late)
+        yield _RETRIES.build(c.retries)
+        yield _PENDING.build(c.pending)
+        yield _DEGRADED.build(c.state != OK)
+        yield _LAST_SUCCESS.build(c.last_success)
 
     # -- state ---------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from prometheus_client.registry import Collector
 
 from exporters.base import ExportResult, Sink
-from exporters.prometheus.naming import Kind
+from exporters.prometheus.families import declared
 from exporters.prometheus.sink import SELF_METRICS
 from exporters.prometheus.store import SeriesStore
 from exporters.remote_write import client, kept, proto
@@ -48,7 +48,7 @@ from exporters.remote_write.config import (
     COLLECTOR_LABEL,
     RemoteWriteConfig,
 )
-from exporters.remote_write.health import DOWN, FAMILIES, LinkHealth
+from exporters.remote_write.health import DOWN, LinkHealth
 from exporters.remote_write.salvage import Salvage, per_sample
 from exporters.remote_write.sources import Sources, StoreFamilies, Up
 from exporters.remote_write.timeline import Timeline
@@ -106,9 +106,10 @@ class RemoteWriteSink(Sink):
         self.health = LinkHealth(config.url or "", lambda: self._writes.pending, summary_s)
         self._sources = Sources()
         self._errors = 0  # snapshots the store rejected
-        self.add_source(self.health, FAMILIES)
-        self.add_source(Up(), {"up": "gauge"})
-        self.add_source(StoreFamilies(self._store, self._lock, lambda: self._errors), SELF_METRICS)
+        self.add_source(self.health)
+        self.add_source(Up())
+        self._store.reserve(SELF_METRICS)  # its store's own, as the Prometheus sink's
+        self._write_too(StoreFamilies(self._store, self._lock, lambda: self._errors))
         self._closed = False
         self._drain_until: float | None = None  # set by shutdown: the sender's deadline
         self._abandoned = False  # shutdown counted what was left; the sender must not
@@ -122,17 +123,22 @@ class RemoteWriteSink(Sink):
         self._sender.start()
         self._refresher.start()
 
-    def add_source(self, source: Collector, names: dict[str, Kind], own: bool = True) -> None:
+    def add_source(self, source: Collector, own: bool = True) -> None:
         """Write ``source``'s families every ``interval_s`` too (``job="rltel-collector"``,
         ``instance`` the collector label; a series gone since is ended, as a scrape would).
 
         Args:
-            source: any object with ``collect()`` yielding families.
-            names: its family names and kinds, kept out of the snapshot metrics' names.
+            source: its ``collect()`` yields families, its ``describe()`` names them
+                (:mod:`exporters.prometheus.families`); those names are kept out of the
+                snapshot metrics' names.
             own: the collector's own metrics, only with ``self_metrics`` (else: always).
         """
+        names = declared(source)
         with self._lock:
             self._store.reserve(names)
+        self._write_too(source, own)
+
+    def _write_too(self, source: Collector, own: bool = True) -> None:
         if self.config.self_metrics or not own:
             self._sources.add(source)
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from exporters.prometheus.families import Family, describe
 from exporters.prometheus.sink import store_families
 from exporters.prometheus.store import SeriesStore
 from exporters.remote_write import proto
@@ -45,8 +46,13 @@ class Sources:
 class Up:
     """``up`` = 1 of the collector (what a scrape of it would record)."""
 
+    FAMILY = Family("up", "gauge", "1: the collector is running and writing")
+
+    def describe(self) -> list[Metric]:
+        return describe([self.FAMILY])
+
     def collect(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily("up", "1: the collector is running and writing", 1.0)
+        yield self.FAMILY.build(1.0)
 
 
 class StoreFamilies:

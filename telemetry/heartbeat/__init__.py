@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from telemetry.heartbeat.beat import Beat, BeatGroup, Progress
 from telemetry.heartbeat.board import StoreBoard
-from telemetry.heartbeat.families import FAMILIES, HeartbeatCollector
+from telemetry.heartbeat.families import HeartbeatCollector
 from telemetry.heartbeat.thread import Heartbeat
 
 __all__ = [
-    "FAMILIES",
     "Beat",
     "BeatGroup",
     "Heartbeat",

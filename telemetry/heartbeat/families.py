@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from telemetry.heartbeat.beat import BeatGroup
 
-__all__ = ["FAMILIES", "HeartbeatCollector"]
+__all__ = ["HeartbeatCollector"]
 
 PREFIX = "rltel_heartbeat_"
 GAUGES = {  # family suffix -> (help, Beat field); the phase-labelled ones first
@@ -30,8 +30,7 @@ OUTSIDE = "(none)"
 """The ``phase`` label of a rank outside every ``record_timing`` scope."""
 PHASED = ("last_progress_timestamp_seconds", "phase_start_timestamp_seconds")
 FLOOR = f"{PREFIX}stall_floor_seconds"
-FAMILIES = {**{f"{PREFIX}{name}": "gauge" for name in GAUGES}, FLOOR: "gauge"}
-"""Family name -> kind, to reserve on the Prometheus sink that serves them."""
+_FLOOR_HELP = "no stuck-rank alert before this long"
 
 
 class HeartbeatCollector:
@@ -45,13 +44,18 @@ class HeartbeatCollector:
     def __init__(self, groups: Callable[[], Iterable[BeatGroup]]) -> None:
         self._groups = groups
 
+    def describe(self) -> list[Metric]:
+        """The families :meth:`collect` builds (:data:`GAUGES`, :data:`FLOOR`), no samples."""
+        gauges = [GaugeMetricFamily(f"{PREFIX}{name}", text) for name, (text, _) in GAUGES.items()]
+        return [*gauges, GaugeMetricFamily(FLOOR, _FLOOR_HELP)]
+
     def collect(self) -> Iterator[Metric]:
         labels = ["experiment", "trial", "role"]
         groups = list(self._groups())
         floors: dict[tuple[str, ...], float] = {}
         for group in groups:
             floors[group.run] = max(group.stall_floor_s, floors.get(group.run, 0.0))
-        floor = GaugeMetricFamily(FLOOR, "no stuck-rank alert before this long", labels=labels)
+        floor = GaugeMetricFamily(FLOOR, _FLOOR_HELP, labels=labels)
         for run, seconds in floors.items():
             floor.add_metric(list(run), seconds)
         yield floor

@@ -16,10 +16,11 @@ from collector.config import from_dict
 from collector.traces import CURRENT, TraceMerge, part_name
 from collector.traces.chrome_file import ChromeTraceFile
 from collector.traces.durations import METRIC
-from collector.traces.metrics import FAMILIES, TraceMetrics
+from collector.traces.metrics import TraceMetrics
 from collector.traces.spans import read_spans
 from collector.traces.timeline import RunTimeline
 from collector.traces_config import TracesConfig
+from exporters.prometheus.families import declared
 from telemetry.model import names, trace_names
 from telemetry.model.snapshot import Step
 from tests.collector.trace_checks import (
@@ -330,7 +331,8 @@ def test_the_merge_counters_as_prometheus_families(tmp_path):
         merge.consume_traces(request)
     merge.consume_traces(made.requests[0])  # step 0's first phase, after its root and 2 steps
     registry = CollectorRegistry()
-    registry.register(TraceMetrics(merge))
+    metrics = TraceMetrics(merge)
+    registry.register(metrics)
     samples = {
         (s.name, tuple(s.labels.items())): s.value
         for f in text_string_to_metric_families(generate_latest(registry).decode())
@@ -350,7 +352,7 @@ def test_the_merge_counters_as_prometheus_families(tmp_path):
     }
     assert {name.removesuffix("_total") for name, _ in samples} == {
         name
-        for name in FAMILIES
+        for name in declared(metrics)
         if "forward" not in name  # no forward endpoint set
     }
     merge.shutdown()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.scrape import FAMILIES, PipelineDeliver, ScrapeHealth, TargetLoop
+from collector.scrape import PipelineDeliver, ScrapeHealth, TargetLoop
 from collector.scrape_config import ScrapeTarget
 from tests.collector.engines import (
     SGLANG_E2E_BUCKETS,
@@ -138,7 +138,7 @@ def engine_runs(collector) -> list[EngineRun]:
     ``collector`` with one :class:`ScrapeHealth` registered on its Prometheus endpoint, as the
     collector's server does; the chosen run's in :data:`SERVED`."""
     health = ScrapeHealth()
-    collector.prometheus.register(health, FAMILIES)
+    collector.prometheus.register(health)
     chosen = [EngineRun(collector, health, CHOSEN, kind) for kind in ("vllm", "sglang")]
     SERVED[:] = chosen
     return [*chosen, EngineRun(collector, health, DECOY)]

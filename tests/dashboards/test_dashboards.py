@@ -10,9 +10,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.scrape import FAMILIES as SCRAPE_FAMILIES
-from collector.scrape import Converter, figures
-from collector.selfmetrics import FAMILIES as COLLECTOR_FAMILIES
+from collector.scrape import Converter, ScrapeHealth, figures
+from collector.selfmetrics import DECLARED as COLLECTOR_FAMILIES
 from collector.traces.durations import RoleWindow
 from collector.traces_config import DEFAULT_DURATION_BUCKETS
 from dashboards import build
@@ -20,10 +19,11 @@ from dashboards import catalog as c
 from dashboards.panels import GRID_WIDTH, expressions
 from dashboards.variables import DATASOURCE, DATASOURCE_INPUT, PROMETHEUS_UID
 from exporters.prometheus import SELF_METRICS, PrometheusSink
+from exporters.prometheus.families import describe
 from exporters.prometheus.naming import sample_names
-from exporters.remote_write import FAMILIES as REMOTE_WRITE_FAMILIES
+from exporters.remote_write.health import LinkHealth
 from telemetry.config import PrometheusConfig
-from telemetry.heartbeat import FAMILIES as HEARTBEAT_FAMILIES
+from telemetry.heartbeat import HeartbeatCollector
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot
 from telemetry.record import export as rltel_export
 from tests.collector.engines import Engine
@@ -106,10 +106,15 @@ def own_names() -> set[str]:
     names = set()
     for name, kind in SELF_METRICS.items():
         names.update(sample_names(name, kind))
-    for name, kind in {**COLLECTOR_FAMILIES, **SCRAPE_FAMILIES, **REMOTE_WRITE_FAMILIES}.items():
+    described = [  # the heartbeat's are served beside the sink by the heartbeat
+        *describe(COLLECTOR_FAMILIES),
+        *ScrapeHealth().describe(),
+        *LinkHealth("", int).describe(),
+        *HeartbeatCollector(tuple).describe(),
+    ]
+    for family in described:
+        name, kind = family.name, family.type
         names.update(sample_names(f"{name}_total" if kind == "counter" else name, kind))
-    for name, kind in HEARTBEAT_FAMILIES.items():  # served beside the sink by the heartbeat
-        names.update(sample_names(name, kind))
     return names
 
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from exporters.base import ExportResult, Sink
 from exporters.factory import BuildContext
 from exporters.fanout import FanOut
-from exporters.prometheus import SINK_FAMILIES, FanOutCollector, PrometheusSink
+from exporters.prometheus import FanOutCollector, PrometheusSink
 from rltel.logger import StatsLogger
 from telemetry.config import PrometheusConfig, StatsLoggerConfig
 from telemetry.model.errors import ConfigError
@@ -361,12 +361,15 @@ def test_http_endpoints_register_and_errors(make_sink):
     assert err.value.code == 404
 
     class Extra:
+        def describe(self):
+            return [Metric("rltel_collector_requests", "requests", "counter")]
+
         def collect(self):
             metric = Metric("rltel_collector_requests", "requests", "counter")
             metric.add_sample("rltel_collector_requests_total", {}, 7.0)
             yield metric
 
-    sink.register(Extra(), {"rltel_collector_requests_total": "counter"})
+    sink.register(Extra())
     sink.export(snap(Counter("rltel_collector_requests", 1.0)))  # clashes with the extra
     fams = families(scrape(sink, gzip_ok=True))
     assert value(fams["rltel_collector_requests"], "rltel_collector_requests_total") == 7.0
@@ -412,7 +415,7 @@ def test_fanout_counters_served_next_to_the_metrics(make_sink):
 
     sink = make_sink()
     fan = FanOut([sink, Raising()], timeout_s=1.0)
-    sink.register(FanOutCollector(fan, "exp_t1"), SINK_FAMILIES)
+    sink.register(FanOutCollector(fan, "exp_t1"))
     for step in range(5):
         fan.export(snap(Counter("tok", 10.0 * (step + 1)), step=step))
     assert fan.force_flush(2.0) is True  # drained; failures are counted, not flushed

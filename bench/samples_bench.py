@@ -8,7 +8,7 @@ StatsLogger drains the step (the default bounds: a reservoir of 16 plus 2 + 2 ex
 median per-call time of each (thread CPU time, which other processes on a shared machine
 do not inflate), their ratio, the drain per step, and the memory the buffer holds at the
 end of a step (tracemalloc), with and without a regex redact hook. Then the gather of
-samples from every rank (``telemetry.samples.gather``): what one rank sends in the export's
+samples from every rank (``telemetry.record.gather``): what one rank sends in the export's
 ``gather_object`` (pickled bytes of its kept samples) and what merging every rank's part costs
 the committing rank at 8 and 64 ranks, against its own drain in the same run; and the bytes
 of a step's OTLP logs request (``encode_samples``, what the OTLP sink sends) at 100 and at

@@ -8,7 +8,8 @@ anything new: after a crash the sink sees every accepted snapshot at least once,
 that are idempotent (TensorBoard, W&B skip steps they hold) see each once.
 
 On disk: segment files ``<first seq>.seg`` of framed records (length, CRC-32, sequence
-number, then the snapshot in the OTLP spool's JSON format, :func:`batch_to_json`), written
+number, then the snapshot as JSON, :func:`telemetry.otlp.batch.batch_to_json`: the form
+of the OTLP spool's metric entries, read and written without loading the OTLP encoder), written
 with ``os.write`` (in the page cache when ``append`` returns: a killed process loses none)
 and, with ``fsync=True``, fsynced once per :meth:`sync` (a crash of the machine loses none).
 A file ``acked`` holds the last acknowledged sequence number; a segment goes once every
@@ -31,9 +32,8 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from exporters.otlp.spool import batch_from_json, batch_to_json
 from telemetry.model.snapshot import Snapshot
-from telemetry.otlp.encode import Batch
+from telemetry.otlp.batch import Batch, batch_from_json, batch_to_json
 
 __all__ = ["Checkpoints", "Journal", "encoded"]
 

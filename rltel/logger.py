@@ -195,7 +195,7 @@ class StatsLogger:
         if self.heartbeat is not None:
             self.heartbeat.progress.advance(int(global_step))
         # this step's samples: on the committing rank with what export_all gathered from the
-        # other ranks of its group (telemetry.samples.gather); a rank that logs nothing drops it
+        # other ranks of its group (telemetry.record.gather); a rank that logs nothing drops it
         drained = default_buffer().drain()
         if not self.enabled or self._closed or os.getpid() != self._pid:
             return

@@ -1,12 +1,13 @@
 """A bounded on-disk FIFO of OTLP batches: what the collector could not take yet.
 
 Each metric batch is one JSON file ``<seq>-<points>.json`` in the spool directory (under
-the run directory), each trace or logs request one ``<seq>-<items>.<signal>.json``
-(:mod:`exporters.otlp.signals`: format 2; a spool of an earlier version, format 1 only, is
-read as before), written to a temporary name and renamed, so a process killed mid-write
-leaves no torn entry. Entries left by an earlier process are picked up on construction
-and replayed first, in order. Beyond ``limit_bytes`` new batches are dropped and their
-points counted; the spool never grows past its limit.
+the run directory; the batch's JSON form is :mod:`telemetry.otlp.batch`'s), each trace or
+logs request one ``<seq>-<items>.<signal>.json`` (:mod:`exporters.otlp.signals`: format 2;
+a spool of an earlier version, format 1 only, is read as before), written to a temporary
+name and renamed, so a process killed mid-write leaves no torn entry. Entries left by an
+earlier process are picked up on construction and replayed first, in order. Beyond
+``limit_bytes`` new batches are dropped and their points counted; the spool never grows
+past its limit.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ import re
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
 
 from exporters.otlp.signals import SIGNAL_FORMAT, SignalRequest, signal_from_json, signal_to_json
 from exporters.otlp.streak import Streak
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce, Step
-from telemetry.otlp.encode import Batch, plain_attribute
+from telemetry.otlp.batch import Batch, batch_from_dict, batch_from_json, batch_to_json
 
 __all__ = ["Spool", "batch_from_json", "batch_to_json", "part_from_json"]
 
@@ -33,7 +32,6 @@ Part = Batch | SignalRequest
 
 logger = logging.getLogger(__name__)
 
-_FORMAT = 1
 _HEAD_BYTES = 65536  # an entry's head: everything before its points (resource, step)
 _STEP = re.compile(r'"step":\[-?\d+,-?\d+,(-?\d+)\]')
 
@@ -226,35 +224,6 @@ def _parse_name(path: Path) -> tuple[int | None, int]:
     return int(seq), 0 if dot else int(count)
 
 
-def batch_to_json(batch: Batch) -> str:
-    """The batch as JSON text (non-finite floats written as NaN/Infinity)."""
-    snapshot = batch.snapshot
-    step = snapshot.step
-    return json.dumps(
-        {
-            "format": _FORMAT,
-            "window_start": batch.window_start_unix_nano,
-            "start": batch.start_unix_nano,
-            "cumulative_scalars": batch.cumulative_scalars,
-            "time": snapshot.time_unix_nano,
-            "stream": snapshot.stream,
-            "resource": [[name, plain_attribute(value)] for name, value in snapshot.resource],
-            "step": None if step is None else [step.epoch, step.epoch_step, step.global_step],
-            "points": [_point_to_dict(point) for point in snapshot.points],
-        },
-        separators=(",", ":"),
-    )
-
-
-def batch_from_json(text: str) -> Batch:
-    """The batch written by :func:`batch_to_json`.
-
-    Raises:
-        ValueError: the text is not a spool entry of this format.
-    """
-    return _batch(json.loads(text))
-
-
 def part_from_json(text: str) -> Part:
     """A spool entry: a metric batch (format 1) or a trace or logs request (format 2).
 
@@ -264,68 +233,4 @@ def part_from_json(text: str) -> Part:
     data = json.loads(text)
     if data.get("format") == SIGNAL_FORMAT:
         return signal_from_json(data)
-    return _batch(data)
-
-
-def _batch(data: dict[str, Any]) -> Batch:
-    if data.get("format") != _FORMAT:
-        raise ValueError(f"unknown spool format {data.get('format')!r}")
-    step = data["step"]
-    snapshot = Snapshot(
-        points=tuple(_point_from_dict(point) for point in data["points"]),
-        step=None if step is None else Step(*step),
-        resource=tuple((name, value) for name, value in data["resource"]),
-        time_unix_nano=data["time"],
-        stream=data["stream"],
-    )
-    return Batch(snapshot, data["window_start"], data["start"], data["cumulative_scalars"])
-
-
-def _point_to_dict(point: Point) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "metric": point.metric,
-        "unit": point.unit,
-        "attributes": [[name, plain_attribute(value)] for name, value in point.attributes],
-    }
-    if isinstance(point, Histogram):
-        out.update(
-            kind="histogram",
-            count=int(point.count),
-            sum=float(point.sum),
-            min=None if point.min is None else float(point.min),
-            max=None if point.max is None else float(point.max),
-            bounds=[float(bound) for bound in point.bounds],
-            bucket_counts=[int(count) for count in point.bucket_counts],
-            reduce=point.reduce.value,
-        )
-    elif isinstance(point, Counter):
-        out.update(kind="counter", value=float(point.value), start=point.start_time_unix_nano)
-    else:
-        count = None if point.count is None else int(point.count)
-        out.update(kind="gauge", value=float(point.value), count=count)
-    return out
-
-
-def _point_from_dict(data: dict[str, Any]) -> Point:
-    common = {
-        "metric": data["metric"],
-        "unit": data["unit"],
-        "attributes": tuple((name, value) for name, value in data["attributes"]),
-    }
-    kind = data["kind"]
-    if kind == "histogram":
-        return Histogram(
-            count=data["count"],
-            sum=data["sum"],
-            min=data["min"],
-            max=data["max"],
-            bounds=tuple(data["bounds"]),
-            bucket_counts=tuple(data["bucket_counts"]),
-            reduce=StatReduce(data["reduce"]),
-            **common,
-        )
-    if kind == "counter":
-        return Counter(value=data["value"], start_time_unix_nano=data["start"], **common)
-    if kind == "gauge":
-        return Gauge(value=data["value"], count=data["count"], **common)
-    raise ValueError(f"unknown point kind {kind!r}")
+    return batch_from_dict(data)

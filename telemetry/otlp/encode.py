@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
-from numbers import Integral, Real
+from dataclasses import replace
 
-import numpy as np
 from opentelemetry.sdk.metrics import export as otel
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -41,6 +39,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from telemetry.model import names
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce
 from telemetry.otlp import wire
+from telemetry.otlp.batch import Batch, plain_attribute
 
 __all__ = [
     "Batch",
@@ -53,25 +52,6 @@ __all__ = [
 
 SCOPE = InstrumentationScope("rltel", "0.1.0")
 _SCALAR = wire.description(StatReduce.SCALAR)
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """One OTLP request's worth of a Snapshot, with the start times the encoding needs.
-
-    ``window_start_unix_nano`` starts the DELTA points (histograms, trainer scalars);
-    ``start_unix_nano`` is the process start: it starts Counters that carry none and, when
-    ``cumulative_scalars`` is set, the scalar streams, which then hold running totals.
-    """
-
-    snapshot: Snapshot
-    window_start_unix_nano: int = 0
-    start_unix_nano: int = 0
-    cumulative_scalars: bool = False
-
-    @property
-    def num_points(self) -> int:
-        return len(self.snapshot.points)
 
 
 def split(batch: Batch, max_points: int) -> list[Batch]:
@@ -202,25 +182,6 @@ def _metric(key: tuple, points: list, batch: Batch) -> Metric:
     else:
         data = otel.Gauge(points)
     return Metric(str(name), description, str(unit), data)
-
-
-def plain_attribute(value: object) -> str | bool | int | float:
-    """``value`` as str, bool, int or float (numpy and torch scalars unwrapped)."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Integral):
-        return int(value)
-    if isinstance(value, Real):
-        return float(value)
-    item = getattr(value, "item", None)
-    if callable(item):
-        try:
-            return plain_attribute(item())
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    return str(value)
 
 
 def count_nonfinite(points: Iterable[Point]) -> int:

@@ -18,13 +18,13 @@ import torch.distributed as dist
 from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import Point
 from telemetry.record import rank_spread, typed_keys
+from telemetry.record.gather import gather_to_first, wants_gather
 from telemetry.record.layout import State
 from telemetry.record.points import tracker_points
 from telemetry.record.reduce import reduce_and_vote
 from telemetry.record.source import TRACKER_ID, StateSource
 from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
-from telemetry.samples.gather import gather_to_first, wants_gather
 
 __all__ = [
     "RegisteredSource",
@@ -117,7 +117,7 @@ def export_sources(
             AReaL's ``export_all(reduce_group=None)``.
         reset: False puts the states back after reading (trackers keep accumulating); True
             also moves the samples every rank of ``reduce_group`` kept to its first rank
-            (:mod:`telemetry.samples.gather`), which commits them, when a rank other than
+            (:mod:`telemetry.record.gather`), which commits them, when a rank other than
             the first holds some (decided in the reduction's key-set check).
         key_sync_group: the group that keys recorded with a per-key ``reduce_group`` are
             reduced over (every rank of it joins that reduction); without it, each such

@@ -4,7 +4,7 @@
 only if the step keeps it, to redact and truncate it: no I/O, no wait on a sink. At each
 commit the StatsLogger drains every stream's window into the step's Snapshot. What other
 ranks kept reaches the committing rank's buffer through :meth:`SampleBuffer.absorb`
-(:mod:`telemetry.samples.gather`) and joins the drain under the same bounds.
+(:mod:`telemetry.record.gather`) and joins the drain under the same bounds.
 """
 
 from __future__ import annotations

@@ -35,9 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.deliver import PipelineDeliver
 from collector.pipeline import Pipeline
-from collector.scrape import PipelineDeliver, ScrapeHealth, TargetLoop
-from collector.scrape_config import ScrapeTarget
+from collector.scrape import ScrapeHealth, TargetLoop
+from collector.scrape.config import ScrapeTarget
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
 

@@ -35,8 +35,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from collector.traces import TraceMerge
+from collector.traces.config import TracesConfig
 from collector.traces.spans import read_spans
-from collector.traces_config import TracesConfig
 from telemetry.model import names, trace_names
 
 

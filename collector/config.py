@@ -21,8 +21,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic.dataclasses import dataclass
 
-from collector.scrape_config import ScrapeConfig, ScrapeTarget
-from collector.traces_config import TracesConfig
+from collector.scrape.config import ScrapeConfig, ScrapeTarget
+from collector.traces.config import TracesConfig
 from exporters.remote_write.config import (
     RemoteWriteConfig,
 )

@@ -50,12 +50,13 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 from collector.admission import HeavyGate, Hold
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
+from collector.deliver import PipelineDeliver, trace_merge
 from collector.durable import DurableState
 from collector.gate import Abort, RequestGate
 from collector.pipeline import Pipeline
 from collector.refusals import Closed, Expired, Overloaded, TooLarge, Unavailable
 from collector.samples import SamplesConsumer
-from collector.scrape import PipelineDeliver, Scraper
+from collector.scrape import Scraper
 from collector.selfmetrics import SelfMetrics
 from collector.signals import (
     LOGS,
@@ -67,7 +68,7 @@ from collector.signals import (
     TraceConsumer,
 )
 from collector.sinks import RunSinkFactory, shared_sinks
-from collector.traces import TraceMerge, trace_merge
+from collector.traces import TraceMerge
 from collector.traces.metrics import TraceMetrics
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import RemoteWriteSink
@@ -91,7 +92,7 @@ class CollectorServer:
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
         trace_consumers: handed every accepted ``TraceService/Export`` request
             (:class:`~collector.signals.TraceConsumer`); with the pipeline built here, the
-            trace merge of ``config.traces`` (:func:`collector.traces.trace_merge`) first.
+            trace merge of ``config.traces`` (:func:`collector.deliver.trace_merge`) first.
         log_consumers: handed every accepted ``LogsService/Export`` request
             (:class:`~collector.signals.LogConsumer`); with the pipeline built here, the
             samples' consumer of ``config.sinks.samples``

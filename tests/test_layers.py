@@ -7,13 +7,16 @@ is its folder's. The only modules of ``telemetry`` outside its subfolders are th
 import paths at its top, which hold nothing but re-exports; two of them re-export the
 application's StatsLogger and progress line (:data:`FACADE_UPWARD`), and nothing else of
 ``telemetry`` imports from a folder above it. Every import (module level or inside a
-function, and every ``importlib`` load) must stay in its layer or go down.
+function, and every ``importlib`` load) must stay in its layer or go down, and the folders
+(packages) import each other without a cycle: a module's folder is a layer of its own.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+from tests.fresh_python import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rltel", "telemetry", "exporters", "collector", "dashboards")
@@ -242,3 +245,97 @@ def test_the_torch_free_layers_import_no_torch():
                 names = [node.module]
             offenders += [f"{module}: {n}" for n in names if n.split(".")[0] == "torch"]
     assert not offenders, offenders
+
+
+def folder_of(module: str, known: dict[str, Path]) -> str:
+    """The package folder ``module`` is in (a package's ``__init__`` is in its own)."""
+    return module if known[module].name == "__init__.py" else module.rpartition(".")[0]
+
+
+def folder_graph(known: dict[str, Path]) -> dict[tuple[str, str], list[str]]:
+    """``(folder, folder it imports) -> the module imports that make the edge``; a facade's
+    listed re-exports of the application (:data:`FACADE_UPWARD`) are no edge."""
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, path in known.items():
+        for target in imports(path, known):
+            if target in FACADE_UPWARD.get(module, ()):
+                continue
+            edge = folder_of(module, known), folder_of(target, known)
+            if edge[0] != edge[1]:
+                edges.setdefault(edge, []).append(f"{module} -> {target}")
+    return edges
+
+
+def folder_cycles(edges: dict[tuple[str, str], list[str]]) -> list[str]:
+    """Each group of folders that import each other round a cycle (a strongly connected
+    component), with the module imports between them."""
+    graph: dict[str, set[str]] = {}
+    for source, target in edges:
+        graph.setdefault(source, set()).add(target)
+        graph.setdefault(target, set())
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[str] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in order:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], order[nxt])
+        if low[node] == order[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+            if len(group) > 1:
+                inside = sorted(
+                    f"  {a} -> {b}: {', '.join(sorted(edges[a, b]))}"
+                    for a, b in edges
+                    if a in group and b in group
+                )
+                found.append(" <-> ".join(sorted(group)) + "\n" + "\n".join(inside))
+
+    for node in sorted(graph):
+        if node not in order:
+            visit(node)
+    return found
+
+
+def test_no_folder_imports_round_a_cycle():
+    """Under every top folder (``exporters``, ``collector``, ``telemetry``, ``rltel``, ...),
+    the package folders import each other one way, ``importlib`` loads included."""
+    cycles = folder_cycles(folder_graph(modules()))
+    assert not cycles, "\n".join(cycles)
+
+
+def test_the_folder_check_finds_a_planted_cycle():
+    """A generic module of ``exporters`` importing the OTLP sink's spool (as the journal did)
+    closes a cycle with the OTLP package, which imports ``exporters.base``."""
+    edges = folder_graph(modules())
+    assert not [c for c in folder_cycles(edges) if "exporters.otlp" in c.split("\n")[0]]
+    edges.setdefault(("exporters", "exporters.otlp"), []).append(
+        "exporters.journal -> exporters.otlp.spool"
+    )
+    (cycle,) = [c for c in folder_cycles(edges) if "exporters.otlp" in c.split("\n")[0]]
+    assert cycle.startswith("exporters <-> exporters.otlp\n"), cycle
+    assert "exporters.journal -> exporters.otlp.spool" in cycle
+    assert "exporters.otlp -> exporters: " in cycle
+
+
+def test_the_generic_queue_loads_no_otel_encoder_and_no_sink_package():
+    """``import exporters.queued`` (its journal included) loads neither the OpenTelemetry
+    SDK, protobuf or gRPC, nor the OTLP codec's encoder, nor any sink package."""
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import exporters.queued\n"
+        "bad = ('opentelemetry', 'google', 'grpc')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in bad\n"
+        "    or m in ('telemetry.otlp.encode', 'telemetry.otlp.decode')\n"
+        "    or (m.startswith('exporters.') and Path(*m.split('.')[:2]).is_dir())))\n"
+    )
+    assert run_python(code).strip() == "[]"

@@ -1,7 +1,6 @@
 """The collector's scrape receiver: Prometheus endpoints (vLLM, SGLang) scraped into runs."""
 
 from collector.scrape.convert import Converter, Scraped
-from collector.scrape.deliver import PipelineDeliver
 from collector.scrape.figures import engine_figures, quantile
 from collector.scrape.health import ScrapeHealth
 from collector.scrape.scraper import Scraper
@@ -10,7 +9,6 @@ from collector.scrape.target import STREAM, ScrapeError, TargetLoop, fetch
 __all__ = [
     "STREAM",
     "Converter",
-    "PipelineDeliver",
     "ScrapeError",
     "ScrapeHealth",
     "Scraped",

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.metrics_core import Metric
 
-from collector.scrape_config import ScrapeTarget
+from collector.scrape.config import ScrapeTarget
 from exporters.prometheus.families import Family, describe
 
 __all__ = ["REASONS", "ScrapeHealth"]

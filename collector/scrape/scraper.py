@@ -17,9 +17,9 @@ import time
 
 import yaml
 
+from collector.scrape.config import ScrapeConfig, ScrapeTarget
 from collector.scrape.health import ScrapeHealth
 from collector.scrape.target import Deliver, TargetLoop
-from collector.scrape_config import ScrapeConfig, ScrapeTarget
 from telemetry.config.read import validate
 from telemetry.model.errors import ConfigError
 

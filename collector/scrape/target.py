@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlparse
 
+from collector.scrape.config import ScrapeTarget
 from collector.scrape.convert import Converter
 from collector.scrape.figures import engine_figures
 from collector.scrape.health import ScrapeHealth
-from collector.scrape_config import ScrapeTarget
 from telemetry.model import names
 from telemetry.model.snapshot import Attributes, Snapshot, Step
 
@@ -35,7 +35,7 @@ STREAM = "engine"
 ``engine/step``, the training step they were aligned to)."""
 
 Deliver = Callable[[Snapshot, Callable[[Step | None], Snapshot | None]], bool]
-"""``(snapshot, figures_at) -> kept``: :class:`collector.scrape.deliver.PipelineDeliver`."""
+"""``(snapshot, figures_at) -> kept``: :class:`collector.deliver.PipelineDeliver`."""
 
 
 class ScrapeError(Exception):

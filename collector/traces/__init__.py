@@ -2,12 +2,12 @@
 (``<run dir>/trace.json``, rotated every ``traces.rotate_steps`` steps), span duration
 histograms per phase and role in the run's metrics, and forwarding to an OTLP trace endpoint.
 
-:class:`TraceMerge` is the trace service's consumer (:func:`trace_merge` builds the
-collector's own); see :mod:`collector.traces.consumer`.
+:class:`TraceMerge` is the trace service's consumer (:func:`collector.deliver.trace_merge`
+builds the collector's own); see :mod:`collector.traces.consumer`.
 """
 
 from collector.traces.chrome_file import CURRENT, ChromeTraceFile, part_name
-from collector.traces.consumer import TraceMerge, TraceStats, trace_merge
+from collector.traces.consumer import TraceMerge, TraceStats
 from collector.traces.durations import METRIC
 from collector.traces.forward import TraceForwarder
 
@@ -19,5 +19,4 @@ __all__ = [
     "TraceMerge",
     "TraceStats",
     "part_name",
-    "trace_merge",
 ]

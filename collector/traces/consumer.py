@@ -19,27 +19,24 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from collector.config import CollectorConfig
-from collector.pipeline import Pipeline
-from collector.scrape import PipelineDeliver
 from collector.traces.chrome_file import ChromeTraceFile
+from collector.traces.config import TracesConfig
 from collector.traces.durations import DurationWindows, RunFigures
 from collector.traces.forward import ForwardStats, TraceForwarder
 from collector.traces.spans import SpanView, read_spans
 from collector.traces.timeline import RunTimeline, TimelineStats
-from collector.traces_config import TracesConfig
 from telemetry.config import LabelLimits
 from telemetry.model.run import RunKey, run_name
 from telemetry.model.snapshot import Snapshot, Step
 from telemetry.otlp.values import UNLIMITED, Rejected
 
-__all__ = ["Deliver", "TraceMerge", "TraceStats", "trace_merge"]
+__all__ = ["Deliver", "TraceMerge", "TraceStats"]
 
 logger = logging.getLogger(__name__)
 
 Deliver = Callable[[Snapshot, Callable[[Step | None], Snapshot | None]], bool]
 """``(snapshot, figures_at) -> kept``: the shared sinks get ``snapshot``, the run's
-step-based sinks ``figures_at(latest step)`` (:class:`collector.scrape.PipelineDeliver`)."""
+step-based sinks ``figures_at(latest step)`` (:class:`collector.deliver.PipelineDeliver`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,14 +186,3 @@ class TraceMerge:
             timeline.flush()
         if self.forwarder is not None:
             self.forwarder.close(timeout_s)
-
-
-def trace_merge(config: CollectorConfig, pipeline: Pipeline) -> TraceMerge:
-    """The collector's trace merge: runs' directories as their sinks' (``sinks.fileroot``),
-    the duration histograms into ``pipeline``'s shared sinks and runs, ``limits`` applied."""
-
-    def run_dir(experiment: str, trial: str) -> Path:
-        return config.sinks.logger_config(experiment, trial).run_dir
-
-    limits = config.limits
-    return TraceMerge(config.traces, run_dir, PipelineDeliver(pipeline), limits, limits.max_runs)

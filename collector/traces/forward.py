@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collector.traces_config import TraceForwardConfig
+from collector.traces.config import TraceForwardConfig
 from exporters.otlp.grpc_exporter import channel_credentials, retry_pushback
 from exporters.otlp.streak import Streak
 from exporters.otlp.transport import RETRYABLE_CODES

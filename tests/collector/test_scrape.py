@@ -17,9 +17,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.deliver import PipelineDeliver
 from collector.pipeline import Pipeline
-from collector.scrape import PipelineDeliver, ScrapeHealth, Scraper, TargetLoop, quantile
-from collector.scrape_config import ScrapeConfig, ScrapeTarget
+from collector.scrape import ScrapeHealth, Scraper, TargetLoop, quantile
+from collector.scrape.config import ScrapeConfig, ScrapeTarget
 from exporters.base import InMemorySink
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig

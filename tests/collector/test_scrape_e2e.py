@@ -15,8 +15,9 @@ import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
-from collector.scrape import PipelineDeliver, ScrapeHealth, TargetLoop
-from collector.scrape_config import ScrapeTarget
+from collector.deliver import PipelineDeliver
+from collector.scrape import ScrapeHealth, TargetLoop
+from collector.scrape.config import ScrapeTarget
 from exporters.tensorboard.sink import tensorboard_tag
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from telemetry.otlp.encode import encode

@@ -15,11 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.config import from_dict
 from collector.traces import CURRENT, TraceMerge, part_name
 from collector.traces.chrome_file import ChromeTraceFile
+from collector.traces.config import TracesConfig
 from collector.traces.durations import METRIC
 from collector.traces.metrics import TraceMetrics
 from collector.traces.spans import read_spans
 from collector.traces.timeline import RunTimeline
-from collector.traces_config import TracesConfig
 from exporters.prometheus.families import declared
 from telemetry.model import names, trace_names
 from telemetry.model.snapshot import Step

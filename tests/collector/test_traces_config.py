@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from collector.config import from_dict
-from collector.traces_config import TracesConfig
+from collector.traces.config import TracesConfig
 from telemetry.model.errors import ConfigError
 
 

@@ -17,8 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from prometheus_client import CollectorRegistry
 
 from collector.traces import CURRENT, TraceForwarder, TraceMerge
+from collector.traces.config import TraceForwardConfig, TracesConfig
 from collector.traces.metrics import TraceMetrics
-from collector.traces_config import TraceForwardConfig, TracesConfig
 from telemetry.otlp.wire import PUSHBACK_KEY
 from tests.collector.trace_checks import (
     Requests,

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.scrape import PipelineDeliver, ScrapeHealth, TargetLoop
-from collector.scrape_config import ScrapeTarget
+from collector.deliver import PipelineDeliver
+from collector.scrape import ScrapeHealth, TargetLoop
+from collector.scrape.config import ScrapeTarget
 from tests.collector.engines import (
     SGLANG_E2E_BUCKETS,
     SGLANG_ITL_BUCKETS,

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collector.scrape import Converter, ScrapeHealth, figures
 from collector.selfmetrics import DECLARED as COLLECTOR_FAMILIES
+from collector.traces.config import DEFAULT_DURATION_BUCKETS
 from collector.traces.durations import RoleWindow
-from collector.traces_config import DEFAULT_DURATION_BUCKETS
 from dashboards import build
 from dashboards import catalog as c
 from dashboards.panels import GRID_WIDTH, expressions

@@ -17,7 +17,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("tensorboard")
 
 from collector.traces import TraceMerge
-from collector.traces_config import TracesConfig
+from collector.traces.config import TracesConfig
 from rltel.report import Filters, build_report, load_runs
 from rltel.report.timeline import draw_timeline, read_timeline
 from telemetry import perf_tracer

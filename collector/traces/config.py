@@ -1,8 +1,8 @@
 """The ``collector.traces`` section: the merged timeline per run, its rotation, the span
 duration histograms and forwarding to an OTLP trace endpoint.
 
-Its own module of the config layer (:mod:`collector.config` holds it as ``traces``); the
-consumer is :mod:`collector.traces`.
+The trace merge's own section, in its folder (:mod:`collector.config` holds it as
+``traces``); the consumer is :mod:`collector.traces`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,27 @@
-"""A scrape into the collector's pipeline: the shared sinks, and its run's step-based sinks.
+"""Scrapes and trace durations into the collector's pipeline: the shared sinks, and the
+run's step-based sinks.
 
 Only the pipeline's public parts are used (its memory budget, the shared fan-out, the runs),
 so a scrape is charged and queued as an admitted request's snapshots are and nothing of the
 OTLP path changes. Nothing is reserved: a full sink queue drops the scrape and counts it
-there (a scrape is not a sender's data that a retry would keep).
+there (a scrape is not a sender's data that a retry would keep). Here, above the scrape
+receiver (``collector/scrape/``) and the trace merge (``collector/traces/``), which take it
+as a plain callable, so neither folder imports the pipeline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from collector.admission import decoded_bytes
+from collector.config import CollectorConfig
 from collector.pipeline import Pipeline
+from collector.traces.consumer import TraceMerge
 from exporters.charge import Charge
 from telemetry.model.snapshot import Snapshot, Step
 
-__all__ = ["PipelineDeliver"]
+__all__ = ["PipelineDeliver", "trace_merge"]
 
 
 class PipelineDeliver:
@@ -50,3 +56,14 @@ class PipelineDeliver:
             return kept
         finally:
             charge.done()
+
+
+def trace_merge(config: CollectorConfig, pipeline: Pipeline) -> TraceMerge:
+    """The collector's trace merge: runs' directories as their sinks' (``sinks.fileroot``),
+    the duration histograms into ``pipeline``'s shared sinks and runs, ``limits`` applied."""
+
+    def run_dir(experiment: str, trial: str) -> Path:
+        return config.sinks.logger_config(experiment, trial).run_dir
+
+    limits = config.limits
+    return TraceMerge(config.traces, run_dir, PipelineDeliver(pipeline), limits, limits.max_runs)

@@ -1,7 +1,7 @@
 """The ``collector.scrape`` section: Prometheus endpoints the collector scrapes into runs.
 
-Its own module of the config layer (:mod:`collector.config` holds it as ``scrape``); the
-receiver is :mod:`collector.scrape`.
+The scrape receiver's own section, in its folder (:mod:`collector.config` holds it as
+``scrape``); the receiver is :mod:`collector.scrape`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 A receiver (Prometheus, Mimir, Thanos Receive) refuses a sample older than its series' last
 one, and refuses the whole request with it, so every series' timestamps must increase. The
 :class:`Timeline` remembers each series' last written timestamp: a sample at or before it
-is written 1 ms after it instead, and counted (``late``).
+is written 1 ms after it instead, and counted (``late``). A sample equal to its series' last
+one (same timestamp, same value bit for bit) is that sample again, a step replayed from the
+journal and resent by its trainer: it is not written a second time.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Timeline:
     def __init__(self, external: Mapping[str, str]) -> None:
         self.external = dict(external)
         self._last: dict[Key, int] = {}
+        self._last_value: dict[Key, bytes] = {}  # the value written at _last (its bits)
         self._seen: set[Key] = set()
         self.late = 0
 
@@ -48,7 +51,11 @@ class Timeline:
             at_ms: their time, Unix milliseconds (the commit time of a snapshot).
             extra: labels for series that lack them (``job``/``instance`` of self-metrics).
         """
-        return [self._at(key, value, at_ms) for key, value in self._keys(families, extra)]
+        return [
+            self._at(key, value, at_ms)
+            for key, value in self._keys(families, extra)
+            if not self._written(key, value, at_ms)
+        ]
 
     def idle(
         self,
@@ -87,7 +94,12 @@ class Timeline:
         """Forget every series :meth:`idle` did not see since the last call (expired ones)."""
         seen = self._seen
         self._last = {key: ts for key, ts in self._last.items() if key in seen}
+        self._last_value = {key: v for key, v in self._last_value.items() if key in seen}
         self._seen = set()
+
+    def _written(self, key: Key, value: float, at_ms: int) -> bool:
+        """Whether ``key``'s last written sample is ``value`` at ``at_ms``."""
+        return self._last.get(key) == at_ms and self._last_value.get(key) == _bits(value)
 
     def _at(self, key: Key, value: float, at_ms: int) -> proto.Sample:
         last = self._last.get(key)
@@ -95,6 +107,7 @@ class Timeline:
             at_ms = last + 1
             self.late += 1
         self._last[key] = at_ms
+        self._last_value[key] = _bits(value)
         return key, value, at_ms
 
     def _keys(
@@ -105,3 +118,8 @@ class Timeline:
             for sample in family.samples:
                 labels = {**base, **sample.labels, "__name__": sample.name}
                 yield tuple(sorted(labels.items())), float(sample.value)
+
+
+def _bits(value: float) -> bytes:
+    """``value``'s bits: equal for the same NaN (a staleness marker is not another NaN)."""
+    return struct.pack("<d", value)

@@ -33,9 +33,26 @@ def test_stamp_sorts_labels_and_a_series_own_label_wins_over_the_external_one():
 
 def test_a_sample_at_or_before_its_series_last_one_is_written_1_ms_after_it():
     timeline = Timeline({})
-    stamps = [timeline.stamp([_family("x", 0)], at)[0][2] for at in (100, 100, 50, 103, 104)]
+    times = (100, 100, 50, 103, 104)
+    stamps = [timeline.stamp([_family("x", i)], at)[0][2] for i, at in enumerate(times)]
     assert stamps == [100, 101, 102, 103, 104] and timeline.late == 2
     assert timeline.stamp([_family("y", 0)], 1)[0][2] == 1  # another series: its own time
+
+
+def test_the_last_sample_again_is_not_written_twice():
+    """A step the restarted collector replayed from its journal, then resent by its trainer's
+    spool flush: the same value at the same commit time is that sample again (the reliability
+    ledger found it written 1 ms later, a second sample of step 32)."""
+    timeline = Timeline({})
+    assert [s[2] for s in timeline.stamp([_family("x", 32)], 100)] == [100]
+    assert timeline.stamp([_family("x", 32)], 100) == []  # the same sample: not again
+    assert timeline.late == 0
+    assert [s[2] for s in timeline.stamp([_family("x", 33)], 100)] == [101]  # another value
+    assert timeline.stamp([_family("x", 32)], 100)[0][2] == 102  # not the last one: moved
+    assert timeline.late == 2
+    timeline.stamp([_family("n", math.nan)], 100)
+    assert timeline.stamp([_family("n", math.nan)], 100) == []  # the same NaN bits
+    assert [s[2] for s in timeline.stamp([_family("n", STALE)], 100)] == [101]  # not the NaN
 
 
 def test_idle_writes_series_not_written_within_idle_ms_and_unseen_ones():

@@ -160,9 +160,11 @@ class WandbSink(RunSink):
         if self._holds(snapshot):
             return  # an earlier part of the run holds this step (a replay after a restart)
         data: dict[str, Any] = dict(flat_without_experts(snapshot))
-        # The trainer's closed marker comes at its last step, a row W&B has committed: a new
-        # row would leave _step behind global_step; the run's finish marks its end instead.
-        data.pop(CLOSED_METRIC, None)
+        if CLOSED_METRIC in data:
+            # The trainer's closed marker comes at its last step, a row W&B has committed,
+            # with its OTLP sink's own health: a new row would leave _step behind
+            # global_step; the run's finish marks its end instead.
+            return
         for part, rows in enumerate(_chunks(expert_loads(snapshot), self._table_type.MAX_ROWS)):
             key = TABLE_KEY if part == 0 else f"{TABLE_KEY}_part{part}"
             data[key] = self._table_type(columns=list(TABLE_COLUMNS), data=rows)

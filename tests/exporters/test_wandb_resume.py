@@ -17,7 +17,7 @@ pytest.importorskip("wandb")
 from exporters.base import ExportResult
 from exporters.wandb import WandbSink
 from telemetry.model.names import CLOSED_METRIC, STEP_METRIC
-from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Histogram, Snapshot, Step
 
 from .test_wandb import make_config
 
@@ -69,13 +69,16 @@ def test_resumed_run_skips_held_steps_including_keys_named_step(tmp_path):
 
 def test_the_trainers_closed_marker_adds_no_row(tmp_path):
     """What a collector's W&B sink gets at a trainer's close: ``rltel/step`` and
-    ``rltel/closed`` at the last step, whose row is committed."""
+    ``rltel/closed`` at the last step, whose row is committed, with the OTLP sink's own
+    health riding along, keys the last step's row may not have had (the reliability ledger
+    found them in a row ``_step`` 41 for ``global_step`` 40)."""
     config = make_config(tmp_path)
     sink = WandbSink(config)
     sink.skip_held_steps()  # as the collector builds it
     for step in range(1, 4):
         assert sink.export(step_snapshot(step)) is ExportResult.SUCCESS
-    marker = (Gauge(STEP_METRIC, 3.0), Gauge(CLOSED_METRIC, 1.0))
+    latency = Histogram("rltel/otlp/export_latency", 2, 0.02, 0.005, 0.015)
+    marker = (Gauge(STEP_METRIC, 3.0), Gauge(CLOSED_METRIC, 1.0), latency)
     assert sink.export(Snapshot(marker, step=Step(0, 3, 3))) is ExportResult.SUCCESS
     sink.shutdown()
     rows = rows_of_run(str(config.run_dir))

@@ -49,8 +49,10 @@ from bench.reliability_ledger import (  # noqa: E402
     Ledger,
     out_of_order,
     prometheus_steps,
+    prometheus_times,
     refused_by_sink,
     tensorboard_steps,
+    wandb_rows,
     wandb_steps,
 )
 from tests.collector.test_integration import CollectorProcess  # noqa: E402
@@ -292,6 +294,12 @@ def main() -> int:
                     + (f"; flush: {run_stack.flushed}" if run_stack.flushed else ""),
                     flush=True,
                 )
+                if twice["wandb"]:
+                    rows = wandb_rows(run_dir, twice["wandb"])
+                    print(f"{trial}: W&B's rows of the duplicated steps: {rows}")
+                if twice["prometheus"]:
+                    times = prometheus_times(prometheus, trial, twice["prometheus"])
+                    print(f"{trial}: Prometheus's samples of the duplicated steps at {times}")
     print(f"\n{args.runs} runs per scenario, {args.steps} steps, {time.monotonic() - start:.0f} s")
     print("| scenario | sink | acknowledged | once | duplicated | lost | extra |")
     print("|---|---|---|---|---|---|---|")

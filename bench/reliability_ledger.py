@@ -30,8 +30,10 @@ __all__ = [
     "Ledger",
     "out_of_order",
     "prometheus_steps",
+    "prometheus_times",
     "refused_by_sink",
     "tensorboard_steps",
+    "wandb_rows",
     "wandb_steps",
 ]
 
@@ -89,6 +91,19 @@ def wandb_steps(run_dir: Path) -> Counter:
     return found
 
 
+def wandb_rows(run_dir: Path, steps: list[int]) -> list[dict]:
+    """The history rows (``_step`` and keys) of the run's offline parts holding ``steps``:
+    where a duplicated step's second row came from."""
+    return [
+        {"part": Path(part).parent.name, "_step": row.get("_step"), "keys": sorted(row)}
+        for part in sorted(glob.glob(str(run_dir / "wandb" / "offline-run-*" / "*.wandb")))
+        for record in inspect_wandb(part)
+        if record["type"] == "history"
+        for row in [record["history"]["item"]]
+        if int(row.get("global_step", -1)) in steps
+    ]
+
+
 def prometheus_steps(url: str, trial: str, want: int, timeout_s: float = 30.0) -> Counter:
     """How many raw ``ledger_value`` samples of ``trial`` hold each step (its value), once
     ``want`` distinct steps arrived or ``timeout_s`` passed."""
@@ -101,17 +116,30 @@ def prometheus_steps(url: str, trial: str, want: int, timeout_s: float = 30.0) -
 
 
 def _samples(url: str, trial: str) -> Counter:
+    return Counter(step for step, _ in _timed_samples(url, trial))
+
+
+def prometheus_times(url: str, trial: str, steps: list[int]) -> dict[int, list[float]]:
+    """The timestamps (Unix seconds) of the raw samples holding each of ``steps``: where a
+    duplicated step's second sample came from (a replay at its commit time, or later)."""
+    times: dict[int, list[float]] = {step: [] for step in steps}
+    for step, at in _timed_samples(url, trial):
+        if step in times:
+            times[step].append(at)
+    return times
+
+
+def _timed_samples(url: str, trial: str) -> list[tuple[int, float]]:
     query = f'{PROM_NAME}{{trial="{trial}"}}[1d]'
     params = urllib.parse.urlencode({"query": query})
     with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=10) as answer:
         body = json.load(answer)
-    found: Counter = Counter()
-    for series in body["data"]["result"]:
-        for _, value in series["values"]:
-            number = float(value)
-            if math.isfinite(number):  # a staleness marker is NaN
-                found[int(number)] += 1
-    return found
+    return [
+        (int(float(value)), float(at))
+        for series in body["data"]["result"]
+        for at, value in series["values"]
+        if math.isfinite(float(value))  # a staleness marker is NaN
+    ]
 
 
 def out_of_order(url: str) -> int:

@@ -20,6 +20,8 @@ from swanlab.log.backup.models import ModelsParser
 from tensorboard.backend.event_processing import event_accumulator as ea
 from tensorboard.util import tensor_util
 
+from exporters import swanlab as swanlab_sinks
+from exporters import wandb as wandb_sinks
 from rltel.logger import StatsLogger
 from telemetry import samples
 from telemetry.model.sample import TRUNCATION_MARK
@@ -98,8 +100,8 @@ def test_every_tracker_holds_the_same_bounded_redacted_rows(tmp_path, redact):
                     numbers={k: fields[k] for k in ("reward", "i")},
                 )
         logger.commit(0, step, step, {"loss": float(step)})
-    wandb_run = logger._sink("wandb").run_dir
-    swan_run = logger._sink("swanlab").run_dir
+    wandb_run = logger.fanout.built_by(wandb_sinks.FACTORY).run_dir
+    swan_run = logger.fanout.built_by(swanlab_sinks.FACTORY).run_dir
     logger.close()
 
     jsonl = [normal(json.loads(line)) for line in (run_dir / "samples.jsonl").open()]

@@ -178,13 +178,14 @@ def test_a_refused_write_is_dropped_counted_and_logged_once_then_summarized(rece
     caplog.set_level(logging.INFO, logger="exporters.remote_write")
     config = RemoteWriteConfig(enabled=True, url=receiver.url, collector="c1")
     sink = RemoteWriteSink(config, summary_s=3600.0)
+    t = int(time.time() * 1000)  # a commit time each (target_info's sample again at one is not)
     try:
         for i in range(4):
-            snapshot = Snapshot((Gauge("loss", float(i)),), resource=RESOURCE)
+            snapshot = _at(Snapshot((Gauge("loss", float(i)),), resource=RESOURCE), t + i)
             assert sink.export(snapshot) is ExportResult.SUCCESS
             assert sink.force_flush(10)
         sink.health.summary_s = 0.0
-        sink.export(Snapshot((Gauge("loss", 9.0),), resource=RESOURCE))
+        sink.export(_at(Snapshot((Gauge("loss", 9.0),), resource=RESOURCE), t + 4))
         assert sink.force_flush(10)
         counts = sink.health.counts()
         problem = sink.health.problem()

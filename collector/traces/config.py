@@ -36,8 +36,8 @@ class TraceForwardConfig:
         queue_size: requests waiting at most; one more is dropped and counted.
         timeout_s: one export call's deadline.
         max_retries: retries of a request answered with a retryable status (or none).
-        backoff_s: the first retry's delay; doubles per retry up to 5 s, or the delay the
-            receiver asked for (gRPC retry pushback).
+        backoff_s: the first retry's delay; doubles per retry up to 5 s; at least the
+            delay the receiver asked for (gRPC retry pushback).
     """
 
     endpoint: StrictStr | None = None

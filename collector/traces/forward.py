@@ -8,8 +8,9 @@ memory charge read them), and the SDK's ``OTLPSpanExporter`` takes SDK span obje
 the protobuf the collector holds. The policy is the same: :meth:`TraceForwarder.submit`
 never blocks (a full queue drops the request and counts it), one named daemon thread sends
 one request at a time, retryable statuses (``exporters.otlp.transport.RETRYABLE_CODES``)
-are retried with a doubling backoff or the delay the receiver asked for (gRPC retry
-pushback, read as the OTLP sink reads it: ``exporters.otlp.grpc_exporter.retry_pushback``),
+are retried with a doubling backoff, at least the delay the receiver asked for (gRPC retry
+pushback, read as the OTLP sink reads it: ``exporters.otlp.grpc_exporter.retry_pushback``;
+the loop is :func:`exporters.retry.retry`, every delivery path's),
 others are dropped and counted; a failing endpoint is logged when the failures start and
 when they end, with a count. :meth:`TraceForwarder.close` drains with a deadline.
 """
@@ -29,6 +30,7 @@ from collector.traces.config import TraceForwardConfig
 from exporters.otlp.grpc_exporter import channel_credentials, retry_pushback
 from exporters.otlp.streak import Streak
 from exporters.otlp.transport import RETRYABLE_CODES
+from exporters.retry import Backoff, retry
 
 __all__ = ["EXPORT_METHOD", "ForwardStats", "TraceForwarder"]
 
@@ -154,30 +156,42 @@ class TraceForwarder:
     def _send(self, request: bytes) -> bool:
         """One request, retried while the answer is retryable; True once it was accepted."""
         config = self.config
-        delay = config.backoff_s
-        for attempt in range(config.max_retries + 1):
-            try:
-                self._export(request, timeout=config.timeout_s, metadata=self._metadata)
-            except grpc.RpcError as exc:
-                code = exc.code()
-                retry = code in RETRYABLE_CODES and attempt < config.max_retries
-                if self._streak.failed():
-                    logger.error(
-                        "traces: forwarding to %s failed: %s %s",
-                        config.endpoint, code.name, exc.details(),
-                    )  # fmt: skip
-                if not retry or self._closing.is_set():
-                    return False
-                self._retried += 1
-                wait = retry_pushback(exc.trailing_metadata())
-                self._closing.wait(min(MAX_BACKOFF_S, wait if wait is not None else delay))
-                delay = min(MAX_BACKOFF_S, delay * 2)
-                continue
-            end = self._streak.succeeded()
-            if end is not None:
-                logger.warning(
-                    "traces: forwarding to %s again after %d failures", config.endpoint,
-                    end.failures,
+        error = retry(
+            lambda: self._attempt(request),
+            lambda error: error is not None and error.code() in RETRYABLE_CODES,
+            self._pause,
+            Backoff(config.backoff_s, MAX_BACKOFF_S),
+            max_retries=config.max_retries,
+            pushback=lambda error: retry_pushback(error.trailing_metadata()),
+        )
+        if error is not None:
+            return False
+        end = self._streak.succeeded()
+        if end is not None:
+            logger.warning(
+                "traces: forwarding to %s again after %d failures", config.endpoint, end.failures
+            )
+        return True
+
+    def _attempt(self, request: bytes) -> grpc.RpcError | None:
+        """One call: None once the request was accepted, else the error (logged when the
+        failures start)."""
+        try:
+            self._export(request, timeout=self.config.timeout_s, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            if self._streak.failed():
+                logger.error(
+                    "traces: forwarding to %s failed: %s %s",
+                    self.config.endpoint, exc.code().name, exc.details(),
                 )  # fmt: skip
-            return True
-        return False
+            return exc
+        return None
+
+    def _pause(self, error: grpc.RpcError, wait_s: float) -> bool:
+        """Wait before the next try; no retry once closing."""
+        del error
+        if self._closing.is_set():
+            return False
+        self._retried += 1
+        self._closing.wait(wait_s)
+        return True

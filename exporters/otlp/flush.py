@@ -22,6 +22,7 @@ from pathlib import Path
 from exporters.base import ExportResult
 from exporters.otlp.spool import Spool
 from exporters.otlp.transport import THREAD_PREFIX, OtlpSender
+from exporters.retry import Backoff, retry
 from telemetry.config import OtlpConfig, StatsLoggerConfig
 from telemetry.model.errors import ConfigError
 
@@ -178,8 +179,7 @@ class _Replay:
     ) -> None:
         self.sender = sender
         self.deadline = deadline
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
+        self.backoff = Backoff(backoff_s, max_backoff_s)
         self.requests = self.points = self.refused = 0
         self.last_error: str | None = None
         self.error: BaseException | None = None
@@ -196,26 +196,33 @@ class _Replay:
             self.error = exc
 
     def _drain(self, spool: Spool) -> None:
-        delay = self.backoff_s
         while (batch := spool.peek()) is not None:
             if time.monotonic() >= self.deadline:
                 return
-            result = self.sender.send(batch)
-            if result is not ExportResult.FAILURE:
-                spool.pop()
-                if result is ExportResult.SUCCESS:
-                    self.requests += 1
-                    self.points += batch.num_points
-                else:
-                    self.refused += batch.num_points
-                delay = self.backoff_s
-                continue
-            self.last_error = self.sender.last_failure
-            wait = max(delay, self.sender.retry_after_s or 0.0)
-            if time.monotonic() + wait >= self.deadline:
-                return
-            time.sleep(wait)
-            delay = min(delay * 2, self.max_backoff_s)
+            result = retry(
+                lambda: self.sender.send(batch),
+                lambda result: result is ExportResult.FAILURE,
+                self._pause,
+                self.backoff,
+                pushback=lambda _: self.sender.retry_after_s,
+            )
+            if result is ExportResult.FAILURE:
+                return  # the deadline comes before the next try: the rest stays on disk
+            spool.pop()
+            if result is ExportResult.SUCCESS:
+                self.requests += 1
+                self.points += batch.num_points
+            else:
+                self.refused += batch.num_points
+
+    def _pause(self, result: ExportResult, wait_s: float) -> bool:
+        """Wait ``wait_s`` before the next try, unless the deadline comes first."""
+        del result
+        self.last_error = self.sender.last_failure
+        if time.monotonic() + wait_s >= self.deadline:
+            return False
+        time.sleep(wait_s)
+        return True
 
     def report(self, spools: list[Path]) -> FlushReport:
         return FlushReport(

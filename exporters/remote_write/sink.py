@@ -53,11 +53,12 @@ from exporters.remote_write.salvage import Salvage, per_sample
 from exporters.remote_write.sources import Sources, StoreFamilies, Up
 from exporters.remote_write.timeline import Timeline
 from exporters.remote_write.writes import Write, Writes
+from exporters.retry import Backoff, retry
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
-BACKOFF_S, MAX_BACKOFF_S = 0.1, 2.0
+BACKOFF = Backoff(0.1, 2.0)
 DEADLINE_SHARE = 0.8  # of a flush's timeout: the rest is margin before the queue abandons it
 RESENT = "re-sent as current totals by the next refresh"
 
@@ -301,14 +302,11 @@ class RemoteWriteSink(Sink):
             logger.exception("remote_write sink: sender failed")
 
     def _send_all(self) -> None:
-        batch: list[Write] = []
-        salvage: Salvage | None = None  # the batch, refused for some samples, sent in parts
-        delay = BACKOFF_S
         while True:
             with self._cond:
-                if self._abandoned:
-                    return
-                while not batch:
+                while True:
+                    if self._abandoned:
+                        return
                     batch = self._take()
                     if batch:
                         break
@@ -317,32 +315,30 @@ class RemoteWriteSink(Sink):
                     self._cond.wait()
             if self._past_deadline():
                 return  # shutdown's deadline: what is left is counted there
-            samples = sum(write.samples for write in batch)
-            if salvage is None:
-                payload = b"".join(write.payload for write in batch)
-                outcome, detail = self._post(payload)
-                if per_sample(outcome, detail):
-                    salvage = Salvage(payload, detail)
-            if salvage is not None:
-                outcome, detail = salvage.send(self._post)
+            sending = _Sending(b"".join(write.payload for write in batch), self._post)
+            outcome, detail = retry(sending.attempt, _failed, self._pause, BACKOFF)
             if outcome is ExportResult.FAILURE:
-                if self._past_deadline():
-                    return  # cut short by shutdown's deadline, not by the receiver
-                self.health.failed(detail, retry=True)
-                with self._cond:
-                    self._cond.notify_all()  # a flush waiting for delivery stops waiting
-                    self._cond.wait_for(lambda: self._abandoned, delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
-                continue
-            if salvage is not None:
-                taken, refused = salvage.taken, salvage.refused
+                return  # cut short by shutdown, not by the receiver: counted there
+            samples = sum(write.samples for write in batch)
+            if sending.salvage is not None:
+                taken, refused = sending.salvage.taken, sending.salvage.refused
                 detail += f"; the write's other {taken} samples sent in parts"
             else:
                 taken = samples if outcome is ExportResult.SUCCESS else 0
                 refused = samples - taken
             if not self._done(taken, refused, detail):
                 return  # shutdown counted this batch as dropped already
-            batch, salvage, delay = [], None, BACKOFF_S
+
+    def _pause(self, answer: tuple[ExportResult, str], wait_s: float) -> bool:
+        """Count a failed try and wait ``wait_s`` before the next, unless shutdown's deadline
+        passed or shutdown gave the backlog up."""
+        if self._past_deadline():
+            return False
+        self.health.failed(answer[1], retry=True)
+        with self._cond:
+            self._cond.notify_all()  # a flush waiting for delivery stops waiting
+            self._cond.wait_for(lambda: self._abandoned, wait_s)
+        return not self._abandoned and not self._past_deadline()
 
     def _past_deadline(self) -> bool:
         until = self._drain_until
@@ -378,3 +374,25 @@ class RemoteWriteSink(Sink):
             samples += self._sources.write(self._timeline, own, now_ms, self._own_labels)
             self._timeline.forget_unseen()
             self._enqueue(samples)
+
+
+def _failed(answer: tuple[ExportResult, str]) -> bool:
+    return answer[0] is ExportResult.FAILURE
+
+
+class _Sending:
+    """One batch's tries: the whole write, then, once the receiver refused some of its
+    samples, the write in parts (:class:`~exporters.remote_write.salvage.Salvage`)."""
+
+    def __init__(self, payload: bytes, post: Callable[[bytes], tuple[ExportResult, str]]):
+        self.payload = payload
+        self.post = post
+        self.salvage: Salvage | None = None
+
+    def attempt(self) -> tuple[ExportResult, str]:
+        if self.salvage is None:
+            outcome, detail = self.post(self.payload)
+            if not per_sample(outcome, detail):
+                return outcome, detail
+            self.salvage = Salvage(self.payload, detail)
+        return self.salvage.send(self.post)

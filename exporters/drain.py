@@ -12,13 +12,13 @@ spills what it submits itself (:meth:`Drain.spill_submitted`), behind what is st
 from __future__ import annotations
 
 import logging
-import random
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from exporters.backlog import Backlog, Flush, Queued
 from exporters.base import Delivery, ExportResult, Sink
 from exporters.calls import Busy, Stalled, TimedCaller, reraise_at_exit
+from exporters.retry import Backoff, retry
 from exporters.tally import Tally
 
 if TYPE_CHECKING:
@@ -30,6 +30,16 @@ __all__ = ["Drain"]
 logger = logging.getLogger("exporters.queued")
 
 _WAITED, _GIVE_UP, _SPILLED = "waited", "give up", "spilled"
+
+
+class _Answer(NamedTuple):
+    """One call into the sink: its answer (None: it did not answer, ``why``; ``kind``:
+    what it raised) and how long it took."""
+
+    result: ExportResult | None
+    why: str = ""
+    kind: str = ""
+    latency_s: float = 0.0
 
 
 class Drain:
@@ -137,53 +147,65 @@ class Drain:
 
         A snapshot from the queue that cannot be delivered is spilled when there is an
         overflow, else counted failed; an overflow entry stays there until it is delivered.
+        A call that never answered is not retried for a snapshot from the queue.
         """
         policy = self.policy
-        delay, attempt = policy.backoff_s, 0
-        while True:
-            start = time.monotonic()
-            result, why, kind = self._attempt(snapshot)
-            if result is ExportResult.SUCCESS:
-                streak = self.tally.succeeded(time.monotonic() - start)
-                if streak:
-                    logger.info("sink %s: recovered after %d failures", self.name, streak)
-                return
-            if result is None:  # the call never answered
-                if snapshot is not None:
-                    return self._give_up_on(snapshot, why, kind)
-                self._failure(why, kind)  # the overflow keeps its entry: retried after a backoff
-            if result is not None and result is not ExportResult.FAILURE:
-                self._failure(f"returned {result}")  # permanent; an overflow dropped its entry
-                return
-            since = self.tally.failing()
-            # An endpoint that asked for a delay (retry pushback) is up but busy: what is in
-            # hand waits in memory for it; only a full queue spills then.
-            busy = self._pushback() is not None
-            if self.overflow is not None:
-                # Closed or not, an overflow sink retries until the drain deadline (the
-                # endpoint may come back), or until the queue's shutdown ends the sink.
-                if self.give_up:
-                    return self.spill_queue(snapshot)
-                if (
-                    not busy
-                    and snapshot is not None
-                    and time.monotonic() - since >= policy.spill_after_s
-                ):
-                    return self.spill_queue(snapshot)
-            elif attempt >= policy.max_retries:
-                return self._give_up_on(snapshot, why, kind)
-            waited = self._wait_backoff(delay, snapshot, busy)
-            if waited == _SPILLED:
-                return
-            if waited == _GIVE_UP:
-                if self.overflow is not None:
-                    self.give_up = True
-                    return self.spill_queue(snapshot)
-                return self._give_up_on(snapshot, why, kind)
-            self.tally.add(retried=1)
-            delay, attempt = min(delay * 2, policy.max_backoff_s), attempt + 1
+        answer = retry(
+            lambda: self._attempt(snapshot),
+            lambda answer: (
+                answer.result is ExportResult.FAILURE
+                or (answer.result is None and snapshot is None)
+            ),
+            lambda answer, wait_s: self._pause(answer, wait_s, snapshot),
+            Backoff(policy.backoff_s, policy.max_backoff_s, policy.jitter),
+            # With an overflow, tries go on until the drain deadline (the endpoint may come
+            # back) or the queue's shutdown; then the pause spills what is held.
+            max_retries=None if self.overflow is not None else policy.max_retries,
+            pushback=lambda answer: self._pushback(),
+        )
+        result = answer.result
+        if result is ExportResult.SUCCESS:
+            streak = self.tally.succeeded(answer.latency_s)
+            if streak:
+                logger.info("sink %s: recovered after %d failures", self.name, streak)
+        elif result is not None and result is not ExportResult.FAILURE:
+            self._failure(f"returned {result}")  # permanent; an overflow dropped its entry
+        elif self.overflow is None or (result is None and snapshot is not None):
+            self._give_up_on(snapshot, answer.why, answer.kind)
+        # else: the pause spilled ``snapshot`` and the queue to the overflow
 
-    def _attempt(self, snapshot: Snapshot | None) -> tuple[ExportResult | None, str, str]:
+    def _pause(self, answer: _Answer, wait_s: float, held: Snapshot | None) -> bool:
+        """Between two tries: count, then wait ``wait_s`` for the next, or spill ``held`` and
+        the queue to the overflow (True: try again)."""
+        if answer.result is None:  # an overflow entry's call never answered
+            self._failure(answer.why, answer.kind)  # the overflow keeps the entry
+        since = self.tally.failing()
+        # An endpoint that asked for a delay (retry pushback) is up but busy: what is in
+        # hand waits in memory for it; only a full queue spills then.
+        busy = self._pushback() is not None
+        overflow = self.overflow is not None
+        if overflow and (
+            self.give_up
+            or (
+                not busy
+                and held is not None
+                and time.monotonic() - since >= self.policy.spill_after_s
+            )
+        ):
+            self.spill_queue(held)
+            return False
+        waited = self._wait_backoff(wait_s, held, busy)
+        if waited == _SPILLED:
+            return False
+        if waited == _GIVE_UP:
+            if overflow:
+                self.give_up = True
+                self.spill_queue(held)
+            return False
+        self.tally.add(retried=1)
+        return True
+
+    def _attempt(self, snapshot: Snapshot | None) -> _Answer:
         """One call into the sink: its answer, or None with why it did not answer."""
         timeout = self.policy.timeout_s
         if snapshot is None:
@@ -197,16 +219,18 @@ class Drain:
             def call() -> ExportResult:
                 return self.sink.export(snapshot, timeout)
 
+        start = time.monotonic()
         try:
-            return self.caller.call(call, timeout), "", ""
+            result = self.caller.call(call, timeout)
         except Busy:
-            return None, "still stalled in an earlier call", ""
+            return _Answer(None, "still stalled in an earlier call")
         except Stalled:
             self.tally.add(timed_out=1)
-            return None, f"stalled past {timeout:.3g}s; call abandoned", ""
+            return _Answer(None, f"stalled past {timeout:.3g}s; call abandoned")
         except BaseException as exc:  # SystemExit too: a sink must not end the worker
             reraise_at_exit(exc)
-            return None, f"raised {type(exc).__name__}: {exc}", type(exc).__name__
+            return _Answer(None, f"raised {type(exc).__name__}: {exc}", type(exc).__name__)
+        return _Answer(result, latency_s=time.monotonic() - start)
 
     def _give_up_on(self, snapshot: Snapshot | None, why: str, kind: str) -> None:
         self._failure(why or "out of retries", kind)
@@ -224,15 +248,10 @@ class Drain:
             self.give_up = True
             self.backlog.cond.notify_all()
 
-    def _wait_backoff(self, delay: float, held: Snapshot | None, busy: bool = False) -> str:
-        """Sleep ``delay`` (at least the sink's retry pushback) unless the drain deadline
-        comes first or :meth:`stop` is called; spill when it is due."""
-        if self.policy.jitter:
-            delay *= random.uniform(0.5, 1.0)
-        pushback = self._pushback()
-        if pushback is not None:
-            delay = max(delay, pushback)
-        end = time.monotonic() + delay
+    def _wait_backoff(self, wait_s: float, held: Snapshot | None, busy: bool) -> str:
+        """Sleep ``wait_s`` unless the drain deadline comes first or :meth:`stop` is
+        called; spill when it is due."""
+        end = time.monotonic() + wait_s
         while True:
             if self.overflow is not None and self._spill_due(held, busy):
                 self.spill_queue(held)

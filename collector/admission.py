@@ -42,7 +42,7 @@ class MemoryBudget:
     def peak(self) -> int:
         return self._peak
 
-    def acquire(self, nbytes: int, replacing: Hold | None = None) -> bool:
+    def acquire(self, nbytes: int, replacing: RequestBytes | None = None) -> bool:
         """Hold ``nbytes`` if they fit (or if nothing else is held); False holds nothing.
 
         Args:
@@ -59,16 +59,16 @@ class MemoryBudget:
                 replacing.nbytes = 0
             return True
 
-    def hold(self, nbytes: int) -> Hold | None:
-        """A :class:`Hold` of ``nbytes`` if they fit (see :meth:`acquire`), else None."""
-        return Hold(self, nbytes) if self.acquire(nbytes) else None
+    def hold(self, nbytes: int) -> RequestBytes | None:
+        """``nbytes`` held as :class:`RequestBytes` if they fit (see :meth:`acquire`), else None."""
+        return RequestBytes(self, nbytes) if self.acquire(nbytes) else None
 
     def release(self, nbytes: int) -> None:
         with self._lock:
             self._held -= nbytes
 
 
-class Hold:
+class RequestBytes:
     """Bytes held for one request in flight; ``release()`` is safe to call twice."""
 
     __slots__ = ("budget", "nbytes")

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from collector.admission import Hold, MemoryBudget, decoded_bytes
+from collector.admission import MemoryBudget, RequestBytes, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
 from collector.heartbeats import HeartbeatBoard
@@ -122,7 +122,7 @@ class Pipeline:
         self,
         request: Request,
         expired: Callable[[], bool] | None = None,
-        hold: Hold | None = None,
+        hold: RequestBytes | None = None,
     ) -> DecodeResult:
         """Decode ``request``, admit it, and queue its snapshots for every sink.
 

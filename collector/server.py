@@ -47,7 +47,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import HeavyGate, Hold
+from collector.admission import HeavyGate, RequestBytes
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.deliver import PipelineDeliver, trace_merge
@@ -283,7 +283,7 @@ class CollectorServer:
     def _signal_export(self, service: SignalService) -> Callable[[bytes, Any], Message]:
         """The handler of ``service``'s Export: the same gate, then the service."""
 
-        def ingest(data: bytes, context, expired, heavy: bool, hold: Hold) -> Message:
+        def ingest(data: bytes, context, expired, heavy: bool, hold: RequestBytes) -> Message:
             del hold  # the gate holds the parse's budget until the consumers return
             try:
                 return service.ingest(data, expired, heavy)
@@ -298,7 +298,7 @@ class CollectorServer:
         return lambda data, context: self._gate.serve(data, context, ingest, service.tally)
 
     def _ingest(
-        self, data: bytes, context, expired, heavy: bool, hold: Hold
+        self, data: bytes, context, expired, heavy: bool, hold: RequestBytes
     ) -> ExportMetricsServiceResponse:
         try:
             message = ExportMetricsServiceRequest.FromString(data)

@@ -27,8 +27,8 @@ import grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from collector.traces.config import TraceForwardConfig
+from exporters.otlp.failure_run import FailureRun
 from exporters.otlp.grpc_exporter import channel_credentials, retry_pushback
-from exporters.otlp.streak import Streak
 from exporters.otlp.transport import RETRYABLE_CODES
 from exporters.retry import Backoff, retry
 
@@ -79,8 +79,8 @@ class TraceForwarder:
         self._closing = threading.Event()
         self._busy = False
         self._sent = self._dropped = self._failed = self._retried = 0
-        self._streak = Streak()
-        self._full = Streak()
+        self._failures = FailureRun()  # failed forwards, in a row
+        self._full = FailureRun()  # requests refused by a full queue, in a row
         self._thread = threading.Thread(target=self._run, name="rltel-trace-forward", daemon=True)
         self._thread.start()
 
@@ -166,7 +166,7 @@ class TraceForwarder:
         )
         if error is not None:
             return False
-        end = self._streak.succeeded()
+        end = self._failures.succeeded()
         if end is not None:
             logger.warning(
                 "traces: forwarding to %s again after %d failures", config.endpoint, end.failures
@@ -179,7 +179,7 @@ class TraceForwarder:
         try:
             self._export(request, timeout=self.config.timeout_s, metadata=self._metadata)
         except grpc.RpcError as exc:
-            if self._streak.failed():
+            if self._failures.failed():
                 logger.error(
                     "traces: forwarding to %s failed: %s %s",
                     self.config.endpoint, exc.code().name, exc.details(),

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from collector.traces.chrome_file import ChromeTraceFile
 from collector.traces.events import metadata, pid_of, span_events, step_event
 from collector.traces.spans import Process, SpanView
-from exporters.otlp.streak import Streak
+from exporters.otlp.failure_run import FailureRun
 
 __all__ = ["RunTimeline", "TimelineStats"]
 
@@ -74,7 +74,7 @@ class RunTimeline:
         self._done: OrderedDict[bytes, None] = OrderedDict()
         self._steps: dict[Process, int] = {}
         self._written = self._orphans = self._late = self._failed = 0
-        self._streak = Streak()
+        self._write_failures = FailureRun()
 
     def add(self, spans: Iterable[SpanView]) -> None:
         """Take one request's spans of this run; write the traces they complete."""
@@ -161,7 +161,7 @@ class RunTimeline:
 
     def _failed_write(self, spans: list[SpanView], exc: OSError) -> None:
         self._failed += len(spans)
-        if self._streak.failed(len(spans)):
+        if self._write_failures.failed(len(spans)):
             logger.error("traces: cannot write %s: %s", self.file.path, exc)
 
     def _append(self, spans: list[SpanView], part: int | None, pids: dict[Process, int]) -> None:
@@ -182,7 +182,7 @@ class RunTimeline:
             self._failed_write(spans, exc)
             return
         self._written += len(spans)
-        end = self._streak.succeeded()
+        end = self._write_failures.succeeded()
         if end is not None:
             logger.warning(
                 "traces: writing %s again after %d failed writes of %d spans%s",

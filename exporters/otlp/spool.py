@@ -21,8 +21,8 @@ import threading
 from collections import deque
 from pathlib import Path
 
+from exporters.otlp.failure_run import FailureRun
 from exporters.otlp.signals import SIGNAL_FORMAT, SignalRequest, signal_from_json, signal_to_json
-from exporters.otlp.streak import Streak
 from telemetry.otlp.batch import Batch, batch_from_dict, batch_from_json, batch_to_json
 
 __all__ = ["Spool", "batch_from_json", "batch_to_json", "part_from_json"]
@@ -63,8 +63,8 @@ class Spool:
         self.dropped_batches = 0
         self.dropped_items = {"traces": 0, "logs": 0}  # spans, log records
         self._next_seq = 0
-        self._full = Streak()  # appends refused for the byte limit, in a row
-        self._unwritable = Streak()  # appends whose write failed (a full disk), in a row
+        self._full = FailureRun()  # appends refused for the byte limit, in a row
+        self._unwritable = FailureRun()  # appends whose write failed (a full disk), in a row
         for path in sorted(self.directory.glob("*.json")):
             seq, points = _parse_name(path)
             if seq is None:
@@ -138,7 +138,7 @@ class Spool:
         self._recovered()
         return True
 
-    def _drop(self, batch: Part, cause: Streak) -> None:
+    def _drop(self, batch: Part, cause: FailureRun) -> None:
         with self._lock:
             self.dropped_points += batch.num_points
             self.dropped_batches += 1
@@ -151,10 +151,10 @@ class Spool:
         self._log_end(self._full)
         self._log_end(self._unwritable)
 
-    def _log_end(self, streak: Streak) -> None:
-        end = streak.succeeded()
+    def _log_end(self, run: FailureRun) -> None:
+        end = run.succeeded()
         if end is not None:
-            now = "has room again" if streak is self._full else "takes writes again"
+            now = "has room again" if run is self._full else "takes writes again"
             logger.warning(
                 "otlp spool: %s %s; %d batches (%d points) were dropped meanwhile%s",
                 self.directory,

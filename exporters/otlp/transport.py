@@ -26,6 +26,7 @@ import grpc
 from opentelemetry.sdk.metrics.export import MetricExportResult
 
 from exporters.base import ExportResult
+from exporters.otlp.failure_run import FailureRun
 from exporters.otlp.grpc_exporter import (
     RecordingExporter,
     RecordingLogExporter,
@@ -35,7 +36,6 @@ from exporters.otlp.grpc_exporter import (
     silence_exporter_log_on,
 )
 from exporters.otlp.signals import ITEM_NAMES, SignalRequest
-from exporters.otlp.streak import Streak
 from telemetry.config import OtlpTlsConfig
 from telemetry.model.snapshot import Histogram
 from telemetry.otlp.encode import Batch, encode_batch
@@ -124,10 +124,10 @@ class OtlpSender:
         self.last_latency_s: float | None = None
         self.retry_after_s: float | None = None  # the server's pushback after a FAILURE
         self.last_failure: str | None = None  # the status name of the last FAILURE
-        self._outage = Streak()  # failed requests since the last delivered one
+        self._outage = FailureRun()  # failed requests since the last delivered one
         # requests dropped for good since the last delivered one, per signal: an endpoint
         # that refuses one signal (a collector without a logs service) is logged once
-        self._refusals = {signal: Streak() for signal in ("metrics", *ITEM_NAMES)}
+        self._refusals = {signal: FailureRun() for signal in ("metrics", *ITEM_NAMES)}
         self._auth_logged_at: float | None = None
         self._closed = False
 

@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["QUIET_S", "Streak", "StreakEnd"]
+__all__ = ["QUIET_S", "FailureRun", "FailureRunEnd"]
 
 QUIET_S = 60.0
 
 
 @dataclass(frozen=True)
-class StreakEnd:
+class FailureRunEnd:
     """What the runs of failures since the last logged end took: ``failures`` calls of
     ``points`` data points, over ``runs`` runs."""
 
@@ -33,7 +33,7 @@ class StreakEnd:
         return f" over {self.runs} runs" if self.runs > 1 else ""
 
 
-class Streak:
+class FailureRun:
     """Counts consecutive failures of one kind and says which starts and ends to log.
 
     Args:
@@ -51,7 +51,7 @@ class Streak:
         self._failures = self._points = 0
         self._started = 0.0
         self._logged = False  # the current run's start was logged
-        self._quiet = StreakEnd(0, 0, 0)  # what quiet runs took since the last logged end
+        self._quiet = FailureRunEnd(0, 0, 0)  # what quiet runs took since the last logged end
         self._ended_at: float | None = None  # when the last logged run ended
 
     @property
@@ -77,20 +77,20 @@ class Streak:
                 return True
             return False
 
-    def succeeded(self) -> StreakEnd | None:
+    def succeeded(self) -> FailureRunEnd | None:
         """End the run, if there was one: what it (and quiet runs before it) took when its
         start was logged (log it), else None (counted for the next logged end)."""
         with self._lock:
             if not self._failures:
                 return None
             quiet = self._quiet
-            end = StreakEnd(
+            end = FailureRunEnd(
                 quiet.failures + self._failures, quiet.points + self._points, quiet.runs + 1
             )
             self._failures = self._points = 0
             if not self._logged:
                 self._quiet = end
                 return None
-            self._quiet = StreakEnd(0, 0, 0)
+            self._quiet = FailureRunEnd(0, 0, 0)
             self._ended_at = self._clock()
             return end

@@ -11,7 +11,7 @@ dropped, whatever order the streams arrive in.
 
 Idempotent in the collector (:meth:`WandbSink.skip_held_steps`): a run resumed in offline
 mode (a collector restarted after a crash) reads back what its earlier offline parts hold
-(:mod:`exporters.wandb.held`) and skips a key at a training step the run holds (a rollout
+(:mod:`exporters.wandb.earlier_steps`) and skips a key at a training step the run holds (a rollout
 or eval step likewise, and a step of samples this sink logged itself too), so a replay of
 the collector's durable queue never logs a step twice. W&B's writer flushes the ``.wandb``
 file every :data:`FLUSH_INTERVAL_S`; the sink's :attr:`~WandbSink.settle_s` tells the queue how long
@@ -37,7 +37,7 @@ from exporters.local_files import writable_dir
 from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
 from exporters.sample_views import sample_tables, samples_key
 from exporters.steps import StreamSteps
-from exporters.wandb.held import TRAIN_AXIS, Held, held_steps
+from exporters.wandb.earlier_steps import TRAIN_AXIS, EarlierSteps, held_steps
 from telemetry.config import StatsLoggerConfig, public_dict
 from telemetry.model.names import CLOSED_METRIC
 from telemetry.model.run import run_name
@@ -102,7 +102,7 @@ class WandbSink(RunSink):
         self._bound: dict[str, str] = {}  # key -> step metric it is plotted against
         self._misbound: set[str] = set()
         self._closed = False
-        self._held: Held | None = None  # what the run holds; None: no skips
+        self._held: EarlierSteps | None = None  # what the run holds; None: no skips
         self._flush_failures = 0
         section = config.wandb
         self.run_id = run_id(config)
@@ -227,7 +227,7 @@ class WandbSink(RunSink):
         """From now on skip what the run holds: in offline mode, what its earlier offline
         parts logged (read back with W&B's reader), and what this sink logged."""
         with self._lock:
-            held = Held()
+            held = EarlierSteps()
             if self._run is not None and self._config.wandb.mode == "offline":
                 this_part = os.path.dirname(self._run.dir)
                 wandb_dir = os.path.dirname(this_part)

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Held", "held_steps"]
+__all__ = ["EarlierSteps", "held_steps"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ READ_TIMEOUT_S = 120.0
 
 
 @dataclass(slots=True)
-class Held:
+class EarlierSteps:
     """What a run already holds: per step metric its highest value (``_step``: the last
     row), and per key the highest training step that logged it."""
 
@@ -47,7 +47,9 @@ class Held:
                     self.train_keys[key] = max(self.train_keys.get(key, int(step)), int(step))
 
 
-def held_steps(wandb_dir: str | Path, run_id: str, exclude: str | Path | None = None) -> Held:
+def held_steps(
+    wandb_dir: str | Path, run_id: str, exclude: str | Path | None = None
+) -> EarlierSteps:
     """What earlier offline parts of run ``run_id`` hold.
 
     Args:
@@ -57,7 +59,7 @@ def held_steps(wandb_dir: str | Path, run_id: str, exclude: str | Path | None = 
 
     A part that cannot be read is logged and left out (its steps may then be logged twice).
     """
-    held = Held()
+    held = EarlierSteps()
     for path in sorted(Path(wandb_dir).glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")):
         if exclude is not None and path.parent == Path(exclude):
             continue

@@ -1,4 +1,5 @@
-"""The sink contract: every sink takes frozen Snapshots and never raises into its caller."""
+"""The sink contract: every sink takes frozen items (Snapshots, for all but the trace
+forwarder's endpoint) and never raises into its caller."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from telemetry.model.snapshot import Snapshot
+
+Item = TypeVar("Item")
+"""What a sink takes: a :class:`Snapshot` (every sink of the registry), or serialized bytes
+(:class:`collector.traces.forward.TraceEndpoint`)."""
 
 
 class ExportResult(Enum):
@@ -64,8 +70,9 @@ class Overflow(ABC):
         """Export the oldest entry; it is removed unless the answer is FAILURE."""
 
 
-class Sink(ABC):
-    """A destination for Snapshots (Prometheus, W&B, SwanLab, TensorBoard, console, OTLP).
+class Sink(ABC, Generic[Item]):
+    """A destination for Snapshots (Prometheus, W&B, SwanLab, TensorBoard, console, OTLP), or
+    for other items (``Sink[bytes]``: the trace forwarder's endpoint).
 
     ``export`` is called from one thread at a time, with a snapshot it must not mutate.
     ``shutdown`` is idempotent and safe on a sink that never exported; it may come while an
@@ -99,7 +106,7 @@ class Sink(ABC):
     factory: object | None = None
 
     @abstractmethod
-    def export(self, snapshot: Snapshot, timeout_s: float = 10.0) -> ExportResult:
+    def export(self, snapshot: Item, timeout_s: float = 10.0) -> ExportResult:
         """Deliver one snapshot; return the outcome instead of raising for data faults."""
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
@@ -115,7 +122,7 @@ class Sink(ABC):
         """Called once by the queue in front of the sink with a reader of its depth."""
         del depth
 
-    def discard(self, snapshot: Snapshot) -> None:
+    def discard(self, snapshot: Item) -> None:
         """The queue gave ``snapshot`` up unexported (full, closed, out of retries or time);
         a sink that counts what it lost counts it here."""
         del snapshot
@@ -136,7 +143,7 @@ class Sink(ABC):
         return None
 
 
-class RunSink(Sink):
+class RunSink(Sink[Snapshot]):
     """A sink that owns one run or event file, finished exactly once by ``shutdown``.
 
     Subclasses set ``self._lock`` and ``self._closed = False`` in ``__init__``, say whether
@@ -193,7 +200,7 @@ class RunSink(Sink):
                 )
 
 
-class InMemorySink(Sink):
+class InMemorySink(Sink[Snapshot]):
     """Keeps every exported snapshot in a list: the test double of the sink contract."""
 
     name = "memory"

@@ -21,15 +21,15 @@ import logging
 import os
 import threading
 import time
+from typing import Generic
 
 from exporters.backlog import Backlog, Flush
-from exporters.base import Delivery, Sink
+from exporters.base import Delivery, Item, Sink
 from exporters.calls import TimedCaller, reraise_at_exit
 from exporters.charge import Charge
 from exporters.drain import Drain
 from exporters.journal import Checkpoints, Journal
 from exporters.tally import SinkStats, Tally
-from telemetry.model.snapshot import Snapshot
 
 __all__ = ["QueuedSink", "SinkStats"]
 
@@ -40,8 +40,11 @@ CANCEL_GRACE_S = 0.5
 for a worker whose call the sink's own shutdown ends, to spill or count what it holds."""
 
 
-class QueuedSink:
+class QueuedSink(Generic[Item]):
     """One sink behind a bounded queue, a worker thread, a per-export timeout and retries.
+
+    Generic over the sink's item: Snapshots (every sink of the registry; a journal and a
+    memory charge need them), or the trace forwarder's serialized requests.
 
     The queue (:class:`~exporters.backlog.Backlog`), the counters
     (:class:`~exporters.tally.Tally`) and the worker (:class:`~exporters.drain.Drain`) are
@@ -66,7 +69,7 @@ class QueuedSink:
 
     def __init__(
         self,
-        sink: Sink,
+        sink: Sink[Item],
         queue_size: int = 1024,
         timeout_s: float = 10.0,
         *,
@@ -92,8 +95,12 @@ class QueuedSink:
 
     @classmethod
     def of(
-        cls, sink: Sink, queue_size: int = 1024, timeout_s: float = 10.0, name: str | None = None
-    ) -> QueuedSink:
+        cls,
+        sink: Sink[Item],
+        queue_size: int = 1024,
+        timeout_s: float = 10.0,
+        name: str | None = None,
+    ) -> QueuedSink[Item]:
         """``sink`` behind a queue with the sink's own :class:`~exporters.base.Delivery`
         policy when it declares one, else with ``queue_size`` and ``timeout_s``."""
         policy = sink.delivery or Delivery(queue_size, timeout_s)
@@ -137,9 +144,7 @@ class QueuedSink:
 
     # -- caller side -------------------------------------------------------------------
 
-    def submit(
-        self, snapshot: Snapshot, charge: Charge | None = None, reserved: bool = False
-    ) -> bool:
+    def submit(self, snapshot: Item, charge: Charge | None = None, reserved: bool = False) -> bool:
         """Queue ``snapshot`` without blocking; False (and counted) when full or closed.
 
         While the sink's overflow holds entries and failures last (an outage), ``snapshot``

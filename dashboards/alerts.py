@@ -6,7 +6,7 @@ Thresholds are module constants (the dashboards draw them too); metric names com
 
 from __future__ import annotations
 
-from collector.scrape.figures import AVERAGED, RATES, SUMMED
+from collector.scrape.engine_figures import AVERAGED, RATES, SUMMED
 from collector.scrape.health import PREFIX as SCRAPE_PREFIX
 from collector.selfmetrics import PREFIX as COLLECTOR_PREFIX
 from dashboards import catalog as c

@@ -2,19 +2,26 @@
 
 Per engine (its ``instance``) and summed over the run's engines: queue, KV cache, token
 throughput, prefix-cache hit rate and latency tails. The engine metric names are the ones the
-receiver's figures read (:mod:`collector.scrape.figures`, vLLM's and SGLang's own names, which
-reach Prometheus unchanged); where both engines name a quantity, the per-engine queries join
-the names with ``or`` (an engine serving two names, as vLLM's old and new ones, counts once:
-they share its ``instance``), so one board serves either engine and a run with both. A sum
-over every engine is the sum of those per-engine series (:func:`total`): summing each name
-first and joining the sums with ``or`` would keep only the first engine's.
+receiver's figures read (:mod:`collector.scrape.engine_figures`, vLLM's and SGLang's own
+names, which reach Prometheus unchanged); where both engines name a quantity, the per-engine
+queries join the names with ``or`` (an engine serving two names, as vLLM's old and new ones,
+counts once: they share its ``instance``), so one board serves either engine and a run with
+both. A sum over every engine is the sum of those per-engine series (:func:`total`): summing
+each name first and joining the sums with ``or`` would keep only the first engine's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from collector.scrape.figures import AVERAGED, HIT_RATE_GAUGES, HIT_RATIOS, LATENCIES, RATES, SUMMED
+from collector.scrape.engine_figures import (
+    AVERAGED,
+    HIT_RATE_GAUGES,
+    HIT_RATIOS,
+    LATENCIES,
+    RATES,
+    SUMMED,
+)
 from collector.scrape.health import PREFIX as SCRAPE
 from dashboards.panels import Panel, Query, dashboard, row, stat, timeseries
 from dashboards.variables import query_variable

@@ -15,7 +15,15 @@ from types import ModuleType
 def _families() -> list[tuple[str, str, str]]:
     """(family, kind, where it comes from) of every series source besides the catalogue;
     a counter family is named without ``_total``."""
-    from collector.scrape import ScrapeHealth, figures
+    from collector.scrape import ScrapeHealth
+    from collector.scrape.engine_figures import (
+        AVERAGED,
+        HIT_RATE_GAUGES,
+        HIT_RATIOS,
+        LATENCIES,
+        RATES,
+        SUMMED,
+    )
     from collector.selfmetrics import DECLARED as COLLECTOR
     from exporters.prometheus import SELF_METRICS
     from exporters.prometheus.families import declared
@@ -32,12 +40,12 @@ def _families() -> list[tuple[str, str, str]]:
     out += [(n, k, "collector's scrape receiver") for n, k in declared(ScrapeHealth()).items()]
     out += [(strip(n, k), k, "Prometheus sink") for n, k in SELF_METRICS.items()]
     out += [(n, k, "heartbeat (rank 0)") for n, k in declared(HeartbeatCollector(tuple)).items()]
-    engine = [(name, "gauge") for group in figures.SUMMED.values() for name in group]
-    engine += [(name, "gauge") for group in figures.AVERAGED.values() for name in group]
-    engine += [(name, "gauge") for name in figures.HIT_RATE_GAUGES]
-    engine += [(name, "counter") for group in figures.RATES.values() for name in group]
-    engine += [(name, "counter") for pair in figures.HIT_RATIOS for name in pair]
-    engine += [(name, "histogram") for group in figures.LATENCIES.values() for name in group]
+    engine = [(name, "gauge") for group in SUMMED.values() for name in group]
+    engine += [(name, "gauge") for group in AVERAGED.values() for name in group]
+    engine += [(name, "gauge") for name in HIT_RATE_GAUGES]
+    engine += [(name, "counter") for group in RATES.values() for name in group]
+    engine += [(name, "counter") for pair in HIT_RATIOS for name in pair]
+    engine += [(name, "histogram") for group in LATENCIES.values() for name in group]
     out += [(n, k, "vLLM" if n.startswith("vllm:") else "SGLang") for n, k in engine]
     return out
 

@@ -15,7 +15,7 @@ Parsed with ``prometheus_client.parser.text_string_to_metric_families``. Per fam
 
 Counter increases since the previous scrape (a decrease is a restart: the new total is the
 increase, as Prometheus's ``rate`` takes it) and the histogram windows summed per family are
-kept for the engine figures (:mod:`collector.scrape.figures`).
+kept for the engine figures (:mod:`collector.scrape.engine_figures`).
 """
 
 from __future__ import annotations

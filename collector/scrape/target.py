@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from collector.scrape.config import ScrapeTarget
 from collector.scrape.convert import Converter
-from collector.scrape.figures import engine_figures
+from collector.scrape.engine_figures import engine_figures
 from collector.scrape.health import ScrapeHealth
 from telemetry.model import names
 from telemetry.model.snapshot import Attributes, Snapshot, Step

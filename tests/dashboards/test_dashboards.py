@@ -10,7 +10,15 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.scrape import Converter, ScrapeHealth, figures
+from collector.scrape import Converter, ScrapeHealth
+from collector.scrape.engine_figures import (
+    AVERAGED,
+    HIT_RATE_GAUGES,
+    HIT_RATIOS,
+    LATENCIES,
+    RATES,
+    SUMMED,
+)
 from collector.selfmetrics import DECLARED as COLLECTOR_FAMILIES
 from collector.traces.config import DEFAULT_DURATION_BUCKETS
 from collector.traces.durations import RoleWindow
@@ -91,11 +99,11 @@ def catalog_names() -> set[str]:
 
 def engine_names() -> set[str]:
     """vLLM's and SGLang's series the scrape receiver reads (they reach Prometheus as served)."""
-    gauges = (*figures.SUMMED.values(), *figures.AVERAGED.values(), figures.HIT_RATE_GAUGES)
+    gauges = (*SUMMED.values(), *AVERAGED.values(), HIT_RATE_GAUGES)
     names = {name for group in gauges for name in group}
-    counters = (*figures.RATES.values(), *figures.HIT_RATIOS)
+    counters = (*RATES.values(), *HIT_RATIOS)
     names |= {f"{name}_total" for group in counters for name in group}
-    for group in figures.LATENCIES.values():
+    for group in LATENCIES.values():
         for name in group:
             names.update(sample_names(name, "histogram"))
     return names

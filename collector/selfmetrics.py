@@ -18,12 +18,12 @@ from prometheus_client.metrics_core import Metric
 from collector.pipeline import PipelineStats
 from collector.sinks import RunSinkFactory
 from exporters.prometheus.families import Family, describe
-from exporters.prometheus.sink_queues import SINK_QUEUES, sink_families
+from exporters.prometheus.queue_metrics import SINK_QUEUES, sink_families
 
 PREFIX = "rltel_collector_"
 
 # what describe() names and collect() builds; the sink queues' families are the
-# StatsLogger's too (exporters.prometheus.sink_queues), the process_* ones prometheus_client's
+# StatsLogger's too (exporters.prometheus.queue_metrics), the process_* ones prometheus_client's
 DECLARED: tuple[Family, ...] = (
     Family(f"{PREFIX}requests", "counter", "OTLP Export calls by gRPC status", ("code",)),
     Family(f"{PREFIX}request_bytes", "counter", "bytes of Export requests received"),

@@ -63,7 +63,7 @@ def serve_sink_health(fanout: FanOut, config: StatsLoggerConfig) -> None:
     sink = fanout.built_by(prometheus.FACTORY)
     if sink is not None:
         run = run_name(config.experiment_name, config.trial_name)
-        sink.register(prometheus.FanOutCollector(fanout, run))
+        sink.register(prometheus.QueueMetrics(fanout, run))
 
 
 def warn_no_sink(config: StatsLoggerConfig) -> None:

@@ -2,12 +2,12 @@
 
 from exporters.factory import SinkFactory
 from exporters.prometheus.naming import MetricKey, metric_name, resolve_names
-from exporters.prometheus.sink import SELF_METRICS, PrometheusSink
-from exporters.prometheus.sink_queues import (
+from exporters.prometheus.queue_metrics import (
     SINK_QUEUES,
-    FanOutCollector,
+    QueueMetrics,
     sink_families,
 )
+from exporters.prometheus.sink import SELF_METRICS, PrometheusSink
 
 FACTORY = SinkFactory(
     "prometheus",
@@ -23,9 +23,9 @@ __all__ = [
     "FACTORY",
     "SELF_METRICS",
     "SINK_QUEUES",
-    "FanOutCollector",
     "MetricKey",
     "PrometheusSink",
+    "QueueMetrics",
     "metric_name",
     "resolve_names",
     "sink_families",

@@ -97,10 +97,10 @@ def test_the_reserved_names_are_the_ones_kept_by_hand_before(full):
 
 def test_the_in_process_collectors_describe_what_they_collect():
     from exporters.fanout import FanOut
-    from exporters.prometheus import FanOutCollector
+    from exporters.prometheus import QueueMetrics
 
     fanout = FanOut([], timeout_s=1.0)
-    for collector in (FanOutCollector(fanout, "exp_t1"), HeartbeatCollector(tuple)):
+    for collector in (QueueMetrics(fanout, "exp_t1"), HeartbeatCollector(tuple)):
         assert _kinds(collector.describe()) == _kinds(collector.collect())
 
 

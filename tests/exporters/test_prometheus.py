@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from exporters.base import ExportResult, Sink
 from exporters.factory import BuildContext
 from exporters.fanout import FanOut
-from exporters.prometheus import FanOutCollector, PrometheusSink
+from exporters.prometheus import PrometheusSink, QueueMetrics
 from rltel.logger import StatsLogger
 from telemetry.config import PrometheusConfig, StatsLoggerConfig
 from telemetry.model.errors import ConfigError
@@ -415,7 +415,7 @@ def test_fanout_counters_served_next_to_the_metrics(make_sink):
 
     sink = make_sink()
     fan = FanOut([sink, Raising()], timeout_s=1.0)
-    sink.register(FanOutCollector(fan, "exp_t1"))
+    sink.register(QueueMetrics(fan, "exp_t1"))
     for step in range(5):
         fan.export(snap(Counter("tok", 10.0 * (step + 1)), step=step))
     assert fan.force_flush(2.0) is True  # drained; failures are counted, not flushed

@@ -5,7 +5,7 @@
 ``rltel_collector_sink_degraded``, labelled ``run`` (:func:`telemetry.model.run.run_name`;
 ``shared`` for the collector's shared sinks) and ``sink``: the names the dashboards and
 alerts read. The collector serves them for every run; an in-process StatsLogger's
-Prometheus endpoint serves them for its own run (:class:`FanOutCollector`).
+Prometheus endpoint serves them for its own run (:class:`QueueMetrics`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import Metric
 from exporters.fanout import FanOut, SinkStats
 from exporters.prometheus.families import Family, describe
 
-__all__ = ["SINK_QUEUES", "FanOutCollector", "sink_families"]
+__all__ = ["SINK_QUEUES", "QueueMetrics", "sink_families"]
 
 PREFIX = "rltel_collector_sink_"
 COUNTERS = ("exported", "failed", "dropped", "retried", "timed_out")
@@ -48,10 +48,10 @@ def sink_families(stats: Mapping[tuple[str, str], SinkStats]) -> Iterator[Metric
     yield from families
 
 
-class FanOutCollector:
+class QueueMetrics:
     """A :class:`FanOut`'s sink families for one run.
 
-    Serve them with ``prometheus_sink.register(FanOutCollector(fanout, run))``.
+    Serve them with ``prometheus_sink.register(QueueMetrics(fanout, run))``.
     """
 
     def __init__(self, fanout: FanOut, run: str) -> None:

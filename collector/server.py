@@ -21,7 +21,7 @@ UNAVAILABLE         shutting down, or a sink of the request's run cannot start
 
 ``TraceService/Export`` and ``LogsService/Export`` are served on the same port, through the
 same gate (auth, deadline, heavy requests, memory budget), to the consumers passed as
-``trace_consumers`` and ``log_consumers`` (:mod:`collector.signals`: their own status codes,
+``trace_consumers`` and ``log_consumers`` (:mod:`collector.signal_service`: their own status codes,
 the per-request span/record caps, the durable journal).
 
 Every refusal keeps nothing of the request. The body is parsed in the handler (not by
@@ -58,7 +58,7 @@ from collector.refusals import Closed, Expired, Overloaded, TooLarge, Unavailabl
 from collector.samples import SamplesConsumer
 from collector.scrape import Scraper
 from collector.selfmetrics import SelfMetrics
-from collector.signals import (
+from collector.signal_service import (
     LOGS,
     TRACES,
     LogConsumer,
@@ -91,10 +91,10 @@ class CollectorServer:
         prometheus: the Prometheus sink that serves the self-metrics (with a given
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
         trace_consumers: handed every accepted ``TraceService/Export`` request
-            (:class:`~collector.signals.TraceConsumer`); with the pipeline built here, the
+            (:class:`~collector.signal_service.TraceConsumer`); with the pipeline built here, the
             trace merge of ``config.traces`` (:func:`collector.deliver.trace_merge`) first.
         log_consumers: handed every accepted ``LogsService/Export`` request
-            (:class:`~collector.signals.LogConsumer`); with the pipeline built here, the
+            (:class:`~collector.signal_service.LogConsumer`); with the pipeline built here, the
             samples' consumer of ``config.sinks.samples``
             (:class:`collector.samples.SamplesConsumer`) first.
 

@@ -1,7 +1,7 @@
 """The collector's trace consumer: every accepted trace request into each run's merged
 timeline, the span duration histograms and the forward queue.
 
-:class:`TraceMerge` is a ``TraceConsumer`` (:mod:`collector.signals`): the trace service
+:class:`TraceMerge` is a ``TraceConsumer`` (:mod:`collector.signal_service`): the trace service
 calls :meth:`TraceMerge.consume_traces` with each request it accepted, from its gRPC
 threads. Nothing here raises into the service: a span that cannot be read (an attribute over
 the ``limits`` section's bounds) or a run that cannot be opened (a name that is no
@@ -164,7 +164,7 @@ class TraceMerge:
         """Write what waited past ``hold_s``; True when everything consumed so far is held
         for good: every span in its run's file (none waiting for its root) and nothing
         waiting to be forwarded. The durable journal acknowledges requests only then
-        (:mod:`collector.signals`)."""
+        (:mod:`collector.signal_service`)."""
         timelines = self._open_timelines()
         for timeline in timelines:
             timeline.expire()

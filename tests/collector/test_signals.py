@@ -1,4 +1,4 @@
-"""The collector's trace and logs services (collector/signals.py, collector/server.py): the
+"""The collector's trace and logs services (collector/signal_service.py, collector/server.py): the
 stock OpenTelemetry SDK's OTLP exporters send to a real collector on 127.0.0.1 and its
 consumers get every span and record; refusals have the metrics service's status codes and
 the collector keeps serving metrics after each; the counts are on /metrics."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from exporters.base import ExportResult, Overflow
-from exporters.otlp.signals import SignalRequest
+from exporters.otlp.signal_requests import SignalRequest
 from exporters.otlp.spool import Part, Spool
 from exporters.otlp.transport import OtlpSender
 from telemetry.model.snapshot import Snapshot

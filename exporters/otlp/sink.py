@@ -9,9 +9,9 @@ along, and the window starts at the previous snapshot. The batch is cut into req
 at most ``max_points_per_request``; a retry resumes at the first request not delivered.
 
 A snapshot's samples go as one logs request after its metric requests. Trace requests
-(:class:`~exporters.otlp.signals.SignalRequest`) share the queue: :meth:`OtlpSink.span_exporter`
-gives the OpenTelemetry ``SpanExporter`` that queues them; they are retried, spooled and
-replayed in order with the metrics.
+(:class:`~exporters.otlp.signal_requests.SignalRequest`) share the queue:
+:meth:`OtlpSink.span_exporter` gives the OpenTelemetry ``SpanExporter`` that queues them;
+they are retried, spooled and replayed in order with the metrics.
 
 The :class:`~exporters.otlp.spool.Spool` is the queue's overflow
 (:class:`~exporters.otlp.overflow.SpoolOverflow`): from the first failed request (and
@@ -40,7 +40,12 @@ from opentelemetry.sdk.trace.export import SpanExporter
 
 from exporters.base import Delivery, ExportResult, Sink
 from exporters.otlp.overflow import SpoolOverflow, down_hint
-from exporters.otlp.signals import ITEM_NAMES, QueueSpanExporter, SignalRequest, logs_request
+from exporters.otlp.signal_requests import (
+    ITEM_NAMES,
+    QueueSpanExporter,
+    SignalRequest,
+    logs_request,
+)
 from exporters.otlp.spool import Part, Spool
 from exporters.otlp.transport import OtlpSender
 from telemetry.config import OtlpTlsConfig

@@ -2,12 +2,12 @@
 
 Each metric batch is one JSON file ``<seq>-<points>.json`` in the spool directory (under
 the run directory; the batch's JSON form is :mod:`telemetry.otlp.batch`'s), each trace or
-logs request one ``<seq>-<items>.<signal>.json`` (:mod:`exporters.otlp.signals`: format 2;
-a spool of an earlier version, format 1 only, is read as before), written to a temporary
-name and renamed, so a process killed mid-write leaves no torn entry. Entries left by an
-earlier process are picked up on construction and replayed first, in order. Beyond
-``limit_bytes`` new batches are dropped and their points counted; the spool never grows
-past its limit.
+logs request one ``<seq>-<items>.<signal>.json`` (:mod:`exporters.otlp.signal_requests`:
+format 2; a spool of an earlier version, format 1 only, is read as before), written to a
+temporary name and renamed, so a process killed mid-write leaves no torn entry. Entries
+left by an earlier process are picked up on construction and replayed first, in order.
+Beyond ``limit_bytes`` new batches are dropped and their points counted; the spool never
+grows past its limit.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ from collections import deque
 from pathlib import Path
 
 from exporters.otlp.failure_run import FailureRun
-from exporters.otlp.signals import SIGNAL_FORMAT, SignalRequest, signal_from_json, signal_to_json
+from exporters.otlp.signal_requests import (
+    SIGNAL_FORMAT,
+    SignalRequest,
+    signal_from_json,
+    signal_to_json,
+)
 from telemetry.otlp.batch import Batch, batch_from_dict, batch_from_json, batch_to_json
 
 __all__ = ["Spool", "batch_from_json", "batch_to_json", "part_from_json"]

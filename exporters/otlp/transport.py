@@ -1,9 +1,9 @@
 """One OTLP request at a time: encode a batch, export it over gRPC, classify the answer.
 
 :class:`OtlpSender` sends metric batches with ``OTLPMetricExporter`` and encoded trace and
-logs requests (:class:`~exporters.otlp.signals.SignalRequest`) with ``OTLPSpanExporter`` and
-``OTLPLogExporter`` (``TraceService/Export``, ``LogsService/Export``; made on first use), all
-with their own retry disabled: the
+logs requests (:class:`~exporters.otlp.signal_requests.SignalRequest`) with
+``OTLPSpanExporter`` and ``OTLPLogExporter`` (``TraceService/Export``, ``LogsService/Export``;
+made on first use), all with their own retry disabled: the
 queue in front of the OTLP sink retries (:mod:`exporters.queued`). An answer is an
 :class:`~exporters.base.ExportResult`: SUCCESS, FAILURE (a retryable status, or an
 authentication failure: the data is kept, in the queue and then the spool, until the token
@@ -35,7 +35,7 @@ from exporters.otlp.grpc_exporter import (
     channel_credentials,
     silence_exporter_log_on,
 )
-from exporters.otlp.signals import ITEM_NAMES, SignalRequest
+from exporters.otlp.signal_requests import ITEM_NAMES, SignalRequest
 from telemetry.config import OtlpTlsConfig
 from telemetry.model.snapshot import Histogram
 from telemetry.otlp.encode import Batch, encode_batch

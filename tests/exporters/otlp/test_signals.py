@@ -1,7 +1,8 @@
-"""Traces and logs through the OTLP sink (exporters/otlp/signals.py, sink, spool, transport):
-spans from ``OtlpSink.span_exporter()`` and a snapshot's samples share the queue and the spool
-with metrics, reach ``TraceService/Export`` and ``LogsService/Export`` on a real gRPC server
-on 127.0.0.1, in order, through an outage, and every span not delivered is counted."""
+"""Traces and logs through the OTLP sink (exporters/otlp/signal_requests.py, sink, spool,
+transport): spans from ``OtlpSink.span_exporter()`` and a snapshot's samples share the queue
+and the spool with metrics, reach ``TraceService/Export`` and ``LogsService/Export`` on a real
+gRPC server on 127.0.0.1, in order, through an outage, and every span not delivered is
+counted."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 
-from exporters.otlp.signals import SignalRequest
+from exporters.otlp.signal_requests import SignalRequest
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool, batch_to_json
 from exporters.queued import QueuedSink

@@ -95,3 +95,16 @@ def test_jitter_never_goes_below_the_pushback():
         script.attempt, _again, script.pause, Backoff(1.0, 1.0, jitter=True), pushback=lambda _: 0.9
     )
     assert all(0.9 <= wait <= 1.0 for wait in script.waits)
+
+
+def test_a_backoff_is_frozen_shared_by_threads():
+    backoff = Backoff(0.1, 1.0)
+    with pytest.raises(AttributeError):
+        backoff.first_s = 5.0  # type: ignore[misc]
+
+
+def test_the_bounds_and_the_pushback_are_keywords():
+    script = Script(["busy", "ok"])
+    with pytest.raises(TypeError):
+        retry(script.attempt, _again, script.pause, Backoff(0.1, 1.0), 0)  # type: ignore[misc]
+    assert script.tries == 0

@@ -292,6 +292,13 @@ JUDGED: dict[str, dict[str, str]] = {
     "exporters/calls.py": {
         "self._stalled.join(max( -1.0, timeout_s))": _JOIN_NEGATIVE,
     },
+    "exporters/retry.py": {
+        "if not again(answer) or (max_retries is not None and retries == max_retries):": (
+            "retries counts up from 0 by one, so it reaches any max_retries >= 0 exactly:"
+            " == stops where >= does; no bound is negative (the one config that sets it,"
+            " traces.forward.max_retries, says ge=0; the queue's is its default, 3)"
+        ),
+    },
     "exporters/drain.py": {
         "if not TYPE_CHECKING:": (
             "importing Charge and Snapshot at run time as well changes nothing (no cycle)"

@@ -18,7 +18,7 @@ from collector.admission import decoded_bytes
 from collector.config import CollectorConfig
 from collector.pipeline import Pipeline
 from collector.traces.consumer import TraceMerge
-from exporters.charge import Charge
+from exporters.memory_charge import MemoryCharge
 from telemetry.model.snapshot import Snapshot, Step
 
 __all__ = ["PipelineDeliver", "trace_merge"]
@@ -43,7 +43,7 @@ class PipelineDeliver:
         nbytes = decoded_bytes((snapshot,))
         if not budget.acquire(nbytes):
             return False
-        charge = Charge(nbytes, budget.release)
+        charge = MemoryCharge(nbytes, budget.release)
         try:
             kept = self.pipeline.shared.export(snapshot, charge) if snapshot.points else True
             run = self.pipeline.runs.of(snapshot)

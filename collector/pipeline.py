@@ -39,7 +39,7 @@ from collector.refusals import REFUSALS, Closed, Expired, Overloaded, TooLarge, 
 from collector.runs import Runs, RunUnavailable
 from collector.sinks import RunSinks
 from exporters.base import Sink
-from exporters.fanout import Charge, FanOut, Reservation, SinkStats
+from exporters.fanout import FanOut, MemoryCharge, Reservation, SinkStats
 from exporters.prometheus import PrometheusSink
 from telemetry.model.run import run_name
 from telemetry.model.snapshot import Snapshot
@@ -185,7 +185,7 @@ class Pipeline:
                     "memory",
                 )
             staged.commit()
-            charge = Charge(nbytes, self.budget.release)
+            charge = MemoryCharge(nbytes, self.budget.release)
             try:
                 for snapshot in result.snapshots:
                     self._route(snapshot, charge, reservations)
@@ -260,7 +260,7 @@ class Pipeline:
         return reservations
 
     def _route(
-        self, snapshot: Snapshot, charge: Charge, reservations: dict[int, Reservation]
+        self, snapshot: Snapshot, charge: MemoryCharge, reservations: dict[int, Reservation]
     ) -> None:
         if snapshot.points:
             self.shared.export(snapshot, charge, reservations.get(id(self.shared)))

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from collector.merge import RolloutMerger
 from collector.sinks import RunSinks, SinksFailed
-from exporters.charge import Charge
 from exporters.fanout import FanOut, Reservation
+from exporters.memory_charge import MemoryCharge
 from telemetry.model import names
 from telemetry.model.run import RunKey
 from telemetry.model.snapshot import Attributes, Snapshot
@@ -70,7 +70,7 @@ class Run:
         return (1 if snapshot.points else 0) + released
 
     def route(
-        self, snapshot: Snapshot, charge: Charge, reservation: Reservation | None = None
+        self, snapshot: Snapshot, charge: MemoryCharge, reservation: Reservation | None = None
     ) -> None:
         """Merge a rollout/eval window, or queue rank 0's training snapshot and what it releases."""
         with self.lock:

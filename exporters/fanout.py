@@ -16,14 +16,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from exporters.base import Sink
-from exporters.charge import Charge
+from exporters.memory_charge import MemoryCharge
 from exporters.queued import QueuedSink, SinkStats
 from telemetry.model.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from exporters.factory import SinkFactory
 
-__all__ = ["Charge", "FanOut", "QueuedSink", "Reservation", "SinkStats"]
+__all__ = ["FanOut", "MemoryCharge", "QueuedSink", "Reservation", "SinkStats"]
 
 logger = logging.getLogger(__name__)
 
@@ -77,14 +77,14 @@ class FanOut:
     def export(
         self,
         snapshot: Snapshot,
-        charge: Charge | None = None,
+        charge: MemoryCharge | None = None,
         reservation: Reservation | None = None,
     ) -> bool:
         """Queue ``snapshot`` for every sink without blocking; never raises.
 
         Args:
             snapshot: the snapshot, shared read-only by every sink.
-            charge: held by every queued copy (see :class:`Charge`).
+            charge: held by every queued copy (see :class:`MemoryCharge`).
             reservation: slots taken by :meth:`reserve`; each sink uses one if it has one.
 
         Returns:

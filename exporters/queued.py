@@ -2,7 +2,7 @@
 
 :class:`QueuedSink` gives one sink its own bounded queue and a named daemon worker:
 ``submit`` never blocks (a full queue drops the snapshot and counts it), each export runs
-under a timeout on a separate call thread (:mod:`exporters.calls`), so a sink that stalls
+under a timeout on a separate call thread (:mod:`exporters.timed_call`), so a sink that stalls
 is counted as failed and abandoned (marked degraded) while the worker keeps draining its
 queue. Only ``ExportResult.FAILURE`` is retried, with exponential backoff. A sink with an
 :class:`~exporters.base.Overflow` (OTLP's spool) never loses what it cannot deliver now:
@@ -23,13 +23,13 @@ import threading
 import time
 from typing import Generic
 
-from exporters.backlog import Backlog, Flush
 from exporters.base import Delivery, Item, Sink
-from exporters.calls import TimedCaller, reraise_at_exit
-from exporters.charge import Charge
-from exporters.drain import Drain
+from exporters.bounded_queue import BoundedQueue, Flush
 from exporters.journal import Checkpoints, Journal
+from exporters.memory_charge import MemoryCharge
+from exporters.queue_worker import QueueWorker
 from exporters.tally import SinkStats, Tally
+from exporters.timed_call import TimedCaller, reraise_at_exit
 
 __all__ = ["QueuedSink", "SinkStats"]
 
@@ -46,9 +46,10 @@ class QueuedSink(Generic[Item]):
     Generic over the sink's item: Snapshots (every sink of the registry; a journal and a
     memory charge need them), or the trace forwarder's serialized requests.
 
-    The queue (:class:`~exporters.backlog.Backlog`), the counters
-    (:class:`~exporters.tally.Tally`) and the worker (:class:`~exporters.drain.Drain`) are
-    objects of their own, made anew in a forked child.
+    The queue (:class:`~exporters.bounded_queue.BoundedQueue`), the counters
+    (:class:`~exporters.tally.Tally`) and the worker
+    (:class:`~exporters.queue_worker.QueueWorker`) are objects of their own, made anew in a
+    forked child.
 
     Args:
         sink: the sink to drive; ``export`` is only ever called from one thread at a time.
@@ -114,10 +115,10 @@ class QueuedSink(Generic[Item]):
     def _start(self) -> None:
         """Fresh queue, counters, caller and worker (at construction, and in a forked child)."""
         self._pid = os.getpid()
-        self._backlog = Backlog(self.policy.queue_size)
+        self._backlog = BoundedQueue(self.policy.queue_size)
         self._tally = Tally()
         self._caller = TimedCaller(f"rltel-sink-{self.name}")
-        self._drain = Drain(
+        self._drain = QueueWorker(
             self.sink, self.policy, self._backlog, self._tally, self._caller, self.name
         )
         self._worker: threading.Thread | None = None
@@ -144,7 +145,9 @@ class QueuedSink(Generic[Item]):
 
     # -- caller side -------------------------------------------------------------------
 
-    def submit(self, snapshot: Item, charge: Charge | None = None, reserved: bool = False) -> bool:
+    def submit(
+        self, snapshot: Item, charge: MemoryCharge | None = None, reserved: bool = False
+    ) -> bool:
         """Queue ``snapshot`` without blocking; False (and counted) when full or closed.
 
         While the sink's overflow holds entries and failures last (an outage), ``snapshot``

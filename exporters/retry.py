@@ -4,7 +4,7 @@
 least the delay the receiver asked for, its retry pushback) and tries again, until an
 answer is final, the retries run out, or the caller's ``pause`` says stop. What to do with
 the last answer is the caller's. It runs the queue in front of every sink
-(:mod:`exporters.drain`), ``rltel spool flush`` (:mod:`exporters.otlp.flush`), the trace
+(:mod:`exporters.queue_worker`), ``rltel spool flush`` (:mod:`exporters.otlp.flush`), the trace
 forwarder (:mod:`collector.traces.forward`) and the remote-write sender
 (:mod:`exporters.remote_write.sink`).
 """

@@ -289,7 +289,7 @@ JUDGED: dict[str, dict[str, str]] = {
             "the failure streak is never negative: != 0 is > 0"
         ),
     },
-    "exporters/calls.py": {
+    "exporters/timed_call.py": {
         "self._stalled.join(max( -1.0, timeout_s))": _JOIN_NEGATIVE,
     },
     "exporters/retry.py": {
@@ -299,9 +299,9 @@ JUDGED: dict[str, dict[str, str]] = {
             " traces.forward.max_retries, says ge=0; the queue's is its default, 3)"
         ),
     },
-    "exporters/drain.py": {
+    "exporters/queue_worker.py": {
         "if not TYPE_CHECKING:": (
-            "importing Charge and Snapshot at run time as well changes nothing (no cycle)"
+            "importing MemoryCharge and Snapshot at run time as well changes nothing (no cycle)"
         ),
         "if result == ExportResult.SUCCESS:": _ENUM_IDENTITY,
         "if result is not None and result != ExportResult.FAILURE:": _ENUM_IDENTITY,

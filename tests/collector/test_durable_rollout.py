@@ -34,9 +34,9 @@ from collector.pipeline import Pipeline
 from collector.refusals import Unavailable
 from collector.runs import Run
 from exporters.base import InMemorySink
-from exporters.charge import Charge
 from exporters.fanout import FanOut
 from exporters.journal import Journal
+from exporters.memory_charge import MemoryCharge
 from telemetry.model.names import CLOSED_METRIC, STEP_METRIC
 from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
 from telemetry.otlp.encode import encode
@@ -212,7 +212,7 @@ def test_a_clean_shutdown_keeps_waiting_windows_while_the_trainer_runs(tmp_path,
         (*RUN, ("rltel.rank", 0)),
         1,
     )
-    charge = Charge(0, lambda _: None)
+    charge = MemoryCharge(0, lambda _: None)
     run.route(last, charge)
     run.route(_window(0, 2.0, 10), charge)
     run.flush()

@@ -1,4 +1,4 @@
-"""The delivery model's parts, deterministic (events, no timing asserts): Charge,
+"""The delivery model's parts, deterministic (events, no timing asserts): MemoryCharge,
 TimedCaller, and QueuedSink's bookkeeping behind a gated sink."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import time
 import pytest
 
 from exporters.base import Delivery, ExportResult, Sink
-from exporters.calls import Busy, Stalled, TimedCaller
-from exporters.charge import Charge
+from exporters.memory_charge import MemoryCharge
 from exporters.queued import QueuedSink
+from exporters.timed_call import Busy, Stalled, TimedCaller
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.exporters.overflows import ListOverflow
 
 
 def test_charge_releases_its_bytes_once_when_the_last_hold_is_done():
     released: list[int] = []
-    charge = Charge(123, released.append)
+    charge = MemoryCharge(123, released.append)
     charge.hold()
     charge.hold()
     assert charge.nbytes == 123
@@ -36,7 +36,7 @@ def test_charge_releases_its_bytes_once_when_the_last_hold_is_done():
 
 def test_charge_without_extra_holds_releases_on_the_first_done():
     released: list[int] = []
-    charge = Charge(7, released.append)
+    charge = MemoryCharge(7, released.append)
     charge.done()
     assert released == [7]
     charge.done()  # one done too many: released once, never again
@@ -45,7 +45,7 @@ def test_charge_without_extra_holds_releases_on_the_first_done():
 
 def test_charge_holds_from_many_threads_are_counted_exactly():
     released: list[int] = []
-    charge = Charge(5, released.append)
+    charge = MemoryCharge(5, released.append)
     start = threading.Barrier(4)
 
     def work() -> None:
@@ -263,9 +263,9 @@ def test_the_sink_reads_the_queue_depth_and_stats_count_every_outcome():
 def test_a_charge_is_held_while_queued_and_done_after_the_export():
     queued, sink = held(1)
     released: list[int] = []
-    charge = Charge(10, released.append)
+    charge = MemoryCharge(10, released.append)
     assert queued.submit(snap(1), charge)
-    refused_charge = Charge(20, released.append)
+    refused_charge = MemoryCharge(20, released.append)
     assert not queued.submit(snap(2), refused_charge)  # full: not held
     refused_charge.done()
     assert released == [20]
@@ -338,7 +338,7 @@ def test_a_degraded_sink_reserves_nothing_and_takes_everything():
 def test_shutdown_drops_what_is_queued_answers_flushes_and_releases_charges():
     queued, sink = held(4)
     released: list[int] = []
-    charges = [Charge(n, released.append) for n in (1, 2)]
+    charges = [MemoryCharge(n, released.append) for n in (1, 2)]
     for step, charge in zip((1, 2), charges, strict=True):
         assert queued.submit(snap(step), charge)
         charge.done()
@@ -834,7 +834,7 @@ def test_a_snapshot_the_overflow_fails_to_keep_is_logged_and_discarded(caplog):
     assert queued.submit(snap(0))
     assert sink.entered.wait(WAIT_S)
     for step in (1, 2):
-        charge = Charge(step, released.append)
+        charge = MemoryCharge(step, released.append)
         assert queued.submit(snap(step), charge)
         charge.done()
     queued.close(0.0)
@@ -859,7 +859,7 @@ def test_the_worker_survives_an_error_of_its_own_and_keeps_draining(caplog):
         raise RuntimeError("release failed")
 
     queued, sink = held(4)
-    charge = Charge(1, broken_release)
+    charge = MemoryCharge(1, broken_release)
     assert queued.submit(snap(1), charge)
     charge.done()  # the caller's hold: the worker's is the last, its release raises
     assert queued.submit(snap(2))

@@ -1,12 +1,12 @@
 """The worker of one queued sink: drain its backlog into the sink, retry, spill, replay.
 
-One named daemon thread per :class:`~exporters.queued.QueuedSink` runs :meth:`Drain.run`: it
+One named daemon thread per :class:`~exporters.queued.QueuedSink` runs :meth:`QueueWorker.run`: it
 takes snapshots in order and exports each under the call timeout, retrying FAILURE answers
 with exponential backoff. With an overflow the order is kept this way: everything in the
 overflow is older than everything queued, so the worker replays the overflow's oldest entry
 before it takes from the queue, and a spill moves the snapshot in hand first, then the
 queue, to the overflow's tail. While the overflow holds entries and failures last, the caller
-spills what it submits itself (:meth:`Drain.spill_submitted`), behind what is still queued.
+spills what it submits itself (:meth:`QueueWorker.spill_submitted`), behind what is still queued.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ import logging
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
-from exporters.backlog import Backlog, Flush, Queued
 from exporters.base import Delivery, ExportResult, Sink
-from exporters.calls import Busy, Stalled, TimedCaller, reraise_at_exit
+from exporters.bounded_queue import BoundedQueue, Flush, Queued
 from exporters.retry import Backoff, retry
 from exporters.tally import Tally
+from exporters.timed_call import Busy, Stalled, TimedCaller, reraise_at_exit
 
 if TYPE_CHECKING:
     from exporters.journal import Checkpoints
     from telemetry.model.snapshot import Snapshot
 
-__all__ = ["Drain"]
+__all__ = ["QueueWorker"]
 
 logger = logging.getLogger("exporters.queued")
 
@@ -42,7 +42,7 @@ class _Answer(NamedTuple):
     latency_s: float = 0.0
 
 
-class Drain:
+class QueueWorker:
     """Drains one sink's backlog; its state is what it is given, plus :attr:`give_up`.
 
     Args:
@@ -64,7 +64,7 @@ class Drain:
         self,
         sink: Sink,
         policy: Delivery,
-        backlog: Backlog,
+        backlog: BoundedQueue,
         tally: Tally,
         caller: TimedCaller,
         name: str,

@@ -2,8 +2,8 @@
 reserved for admitted requests, and the drain deadline once it is closed.
 
 The caller side of :class:`~exporters.queued.QueuedSink` puts items in; its worker
-(:class:`~exporters.drain.Drain`) takes them out, and waits on :attr:`Backlog.cond` between
-retries (``submit`` and ``close`` wake it).
+(:class:`~exporters.queue_worker.QueueWorker`) takes them out, and waits on
+:attr:`BoundedQueue.cond` between retries (``submit`` and ``close`` wake it).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from exporters.charge import Charge
+    from exporters.memory_charge import MemoryCharge
     from telemetry.model.snapshot import Snapshot
 
-__all__ = ["Backlog", "Flush", "Queued"]
+__all__ = ["BoundedQueue", "Flush", "Queued"]
 
 
 class Flush:
@@ -32,11 +32,11 @@ class Flush:
         self.done = threading.Event()
 
 
-Queued = tuple["Snapshot", "Charge | None", "int | None"]
+Queued = tuple["Snapshot", "MemoryCharge | None", "int | None"]
 """A queued snapshot, the charge it holds and its journal sequence number (None: none)."""
 
 
-class Backlog:
+class BoundedQueue:
     """Snapshots (at most ``size``, counting reserved slots) and flush requests, in order.
 
     Attributes:
@@ -61,7 +61,7 @@ class Backlog:
     def offer(
         self,
         snapshot: Snapshot,
-        charge: Charge | None,
+        charge: MemoryCharge | None,
         reserved: bool,
         write: Callable[[Snapshot], int | None] | None = None,
     ) -> bool:

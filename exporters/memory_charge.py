@@ -5,10 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-__all__ = ["Charge"]
+__all__ = ["MemoryCharge"]
 
 
-class Charge:
+class MemoryCharge:
     """Bytes held while any sink still holds one request's snapshots; released once.
 
     Starts with one hold (the admitting caller's); every queued copy adds one.

@@ -285,7 +285,7 @@ JUDGED: dict[str, dict[str, str]] = {
             " - time.monotonic()))"
         ): _JOIN_NEGATIVE,
         "worker.join(max( -1.0, deadline - time.monotonic()))": _JOIN_NEGATIVE,
-        "return self._streak != 0 or failing or self._caller.stalled": (
+        "return self._tally.streak != 0 or failing or self._caller.stalled": (
             "the failure streak is never negative: != 0 is > 0"
         ),
     },

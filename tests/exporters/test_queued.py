@@ -14,6 +14,7 @@ import time
 import pytest
 
 from exporters.base import Delivery, ExportResult, Sink
+from exporters.journal import Journal
 from exporters.memory_charge import MemoryCharge
 from exporters.queued import QueuedSink
 from exporters.timed_call import Busy, Stalled, TimedCaller
@@ -894,5 +895,38 @@ def test_a_sinks_failing_discard_is_logged_and_never_reaches_the_caller(caplog):
     assert queued.submit(snap(1))
     assert not queued.submit(snap(2))  # full: discarded, and the discard raised
     assert "discard failed" in caplog.text and queued.stats().dropped == 1
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+
+
+def test_a_reserved_snapshot_spilled_on_the_callers_thread_gives_its_slot_back():
+    """A request admitted before an outage began fills its reserved slot in the overflow:
+    the slot is free again, and the one still promised stays promised."""
+    queued, sink = overflowing(4, spill_after_s=0.0, backoff_s=0.05, max_backoff_s=0.05)
+    assert queued.reserve(3) == 3  # healthy: a request's three slots
+    sink.results = [ExportResult.FAILURE] * 10**6
+    assert queued.submit(snap(0), reserved=True)
+    deadline = time.monotonic() + WAIT_S
+    while not sink.overflow.entries and time.monotonic() < deadline:
+        time.sleep(0.01)  # failing: the worker moves step 0 to the overflow
+    assert sink.overflow.entries == [snap(0)]
+    assert queued.submit(snap(1), reserved=True)
+    assert sink.overflow.entries == [snap(0), snap(1)]  # spilled before submit returned
+    sink.results = []
+    assert queued.force_flush(WAIT_S) and sink.snapshots == [snap(0), snap(1)]
+    assert queued.reserve(4) is None  # one slot of the three is still promised
+    assert queued.reserve(3) == 3
+    queued.shutdown(WAIT_S)
+
+
+def test_a_healthy_sink_whose_journal_is_full_takes_no_request(tmp_path):
+    sink = Gated()
+    sink.gate.clear()
+    queued = QueuedSink(sink, queue_size=8, timeout_s=WAIT_S)
+    queued.journal_to(Journal(tmp_path, 1))
+    assert queued.submit(snap(0)) and sink.entered.wait(WAIT_S)
+    assert queued.submit(snap(1))
+    assert queued.journal is not None and queued.journal.full
+    assert queued.reserve(1) is None  # healthy: what it takes must be journaled
     sink.gate.set()
     queued.shutdown(WAIT_S)

@@ -179,26 +179,15 @@ class QueueWorker:
         the queue to the overflow (True: try again)."""
         if answer.result is None:  # an overflow entry's call never answered
             self._failure(answer.why, answer.kind)  # the overflow keeps the entry
-        since = self.tally.failing()
+        self.tally.failing()  # a run of failures starts now if none runs
         # An endpoint that asked for a delay (retry pushback) is up but busy: what is in
         # hand waits in memory for it; only a full queue spills then.
         busy = self._pushback() is not None
-        overflow = self.overflow is not None
-        if overflow and (
-            self.give_up
-            or (
-                not busy
-                and held is not None
-                and time.monotonic() - since >= self.policy.spill_after_s
-            )
-        ):
-            self.spill_queue(held)
-            return False
         waited = self._wait_backoff(wait_s, held, busy)
         if waited == _SPILLED:
             return False
         if waited == _GIVE_UP:
-            if overflow:
+            if self.overflow is not None:
                 self.give_up = True
                 self.spill_queue(held)
             return False

@@ -930,3 +930,84 @@ def test_a_healthy_sink_whose_journal_is_full_takes_no_request(tmp_path):
     assert queued.reserve(1) is None  # healthy: what it takes must be journaled
     sink.gate.set()
     queued.shutdown(WAIT_S)
+
+
+def test_the_journal_is_acknowledged_once_the_queue_runs_idle(tmp_path):
+    sink = Gated()
+    queued = QueuedSink(sink, queue_size=8, timeout_s=WAIT_S)
+    queued.journal_to(Journal(tmp_path, 1))  # full with one record not acknowledged
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)  # exported, the queue idle: flushed and acknowledged
+    assert queued.journal is not None and not queued.journal.full
+    queued.shutdown(WAIT_S)
+
+
+class FlakyFlush(Gated):
+    """``force_flush`` raises for each True in ``raises`` in turn, then answers True."""
+
+    def __init__(self, raises: list[bool]) -> None:
+        super().__init__()
+        self.raises = raises
+
+    def force_flush(self, timeout_s=10.0):
+        if self.raises and self.raises.pop(0):
+            raise OSError("disk gone")
+        return True
+
+
+def test_a_run_of_failed_flushes_is_logged_at_its_first_and_when_it_ends(caplog):
+    caplog.set_level(logging.INFO, logger="exporters.queued")
+    queued = QueuedSink(FlakyFlush([False, True, True, False, True]), timeout_s=WAIT_S)
+    said = lambda text: caplog.text.count(text)  # noqa: E731
+    assert queued.force_flush(WAIT_S) and said("flushed again") == 0  # nothing to end
+    assert not queued.force_flush(WAIT_S) and not queued.force_flush(WAIT_S)
+    assert said("force_flush raised OSError: disk gone") == 1 and said("flushed again") == 0
+    assert queued.force_flush(WAIT_S)
+    assert said("flushed again after 2 failures") == 1
+    assert not queued.force_flush(WAIT_S)  # a new run of failures: logged again
+    assert said("force_flush raised OSError: disk gone") == 2
+    queued.shutdown(WAIT_S)
+
+
+def test_a_flush_fails_while_an_abandoned_export_still_runs():
+    sink = Gated()
+    sink.gate.clear()
+    queued = QueuedSink(sink, timeout_s=0.2)
+    assert queued.submit(snap(0)) and sink.entered.wait(WAIT_S)
+    assert not queued.force_flush(WAIT_S)  # the export outlived 0.2 s and still runs
+    assert queued.stats().timed_out == 1
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+
+
+def test_one_snapshot_queued_behind_a_failing_replay_moves_to_the_overflow():
+    """A snapshot queued before the first failure was known (the overflow being replayed)
+    is spilled once failures last, even alone."""
+    sink = Gated()
+    sink.overflow = ListOverflow(sink)
+    sink.overflow.entries = [snap(0)]  # an earlier process's
+    sink.gate.clear()
+    queued = QueuedSink(
+        sink, timeout_s=WAIT_S, backoff_s=0.05, max_backoff_s=0.05, spill_after_s=0.0
+    )
+    assert sink.entered.wait(WAIT_S)  # the worker replays step 0, held at the gate
+    assert queued.submit(snap(1))  # no failure known yet: queued in memory
+    sink.results = [ExportResult.FAILURE] * 10**6
+    sink.gate.set()
+    deadline = time.monotonic() + WAIT_S
+    while sink.overflow.entries != [snap(0), snap(1)] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sink.overflow.entries == [snap(0), snap(1)] and queued.depth() == 0
+    queued.shutdown(0.5)
+
+
+def test_a_sink_without_an_overflow_takes_snapshots_while_it_keeps_failing():
+    sink = Gated([ExportResult.FAILURE] * 10**6)
+    queued = QueuedSink(sink, timeout_s=WAIT_S, max_retries=10**6, backoff_s=0.01)
+    assert queued.submit(snap(0))
+    deadline = time.monotonic() + WAIT_S
+    while queued.stats().retried < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queued.stats().retried >= 2  # failures last: no overflow to spill to
+    assert queued.submit(snap(1)) and queued.depth() == 1  # queued in memory
+    queued.shutdown(0.5)

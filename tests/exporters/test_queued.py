@@ -1011,3 +1011,16 @@ def test_a_sink_without_an_overflow_takes_snapshots_while_it_keeps_failing():
     assert queued.stats().retried >= 2  # failures last: no overflow to spill to
     assert queued.submit(snap(1)) and queued.depth() == 1  # queued in memory
     queued.shutdown(0.5)
+
+
+def test_while_failures_are_young_the_caller_queues_in_memory():
+    """An outage not yet ``spill_after_s`` old, an empty overflow: submit writes nothing."""
+    queued, sink = overflowing(8, spill_after_s=WAIT_S, backoff_s=0.01, max_backoff_s=0.01)
+    sink.results = [ExportResult.FAILURE] * 10**6
+    assert queued.submit(snap(0))
+    deadline = time.monotonic() + WAIT_S
+    while queued.stats().retried < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queued.submit(snap(1))
+    assert sink.overflow.entries == [] and queued.depth() == 1
+    queued.shutdown(0.5)

@@ -350,6 +350,21 @@ JUDGED: dict[str, dict[str, str]] = {
         "def _count(self, /, retried: int = 0, timed_out: int = 0) -> None:": (
             "every caller passes retried and timed_out by keyword: / accepts the same calls"
         ),
+        "latency_s: float = 1.0": (
+            "the default latency is that of an answer that never came; only a SUCCESS answer's"
+            " latency is read, and it is always given"
+        ),
+        "latency_s: float = -1.0": (
+            "the default latency is that of an answer that never came; only a SUCCESS answer's"
+            " latency is read, and it is always given"
+        ),
+        "return _Answer(result, latency_s=time.monotonic() % start)": _MOD_CLOCK,
+        "self.backlog.wait(end % now)  # woken by submit (to spill) and by close": _MOD_CLOCK,
+        (
+            "prolonged = since is not None and time.monotonic() % since >="
+            " self.policy.spill_after_s"
+        ): _MOD_CLOCK,
+        "if self.give_up or (deadline is not None and end >= deadline):": _CLOCK_EQUAL,
     },
     "exporters/fanout.py": {
         "left = self._held.get(queued, -1)": "-1 and 0 are both no slot (left <= 0)",

@@ -286,6 +286,14 @@ def test_defaults_are_the_sink_contracts_and_a_summary_every_60_s(rig):
     assert rig.sink("http://127.0.0.1:9/w").health.summary_s == 60.0
 
 
+def test_the_config_may_be_named_the_clocks_only_named(rig):
+    """Two clocks of one type side by side: a positional one would be taken for the other."""
+    config = RemoteWriteConfig(enabled=True, url="http://127.0.0.1:9/w")
+    rig.sinks.append(RemoteWriteSink(config=config))
+    with pytest.raises(TypeError):
+        RemoteWriteSink(config, time.monotonic)
+
+
 def test_after_shutdown_exports_fail_and_a_second_shutdown_does_nothing(rig):
     receiver = rig.receiver()
     sink = rig.sink(receiver.url)
@@ -468,6 +476,14 @@ def test_a_write_refused_for_one_sample_delivers_the_other_in_parts(rig, caplog)
 
 
 # -- retries and flushes -----------------------------------------------------------------
+
+
+def test_a_request_timeout_of_a_second_sends(rig):
+    receiver = rig.receiver()
+    sink = rig.sink(receiver.url, timeout_s=1.0)
+    sink.export(_snap())
+    assert receiver.requests.wait_until(lambda: len(receiver.requests) >= 1)
+    assert _delivered(sink)
 
 
 def test_retries_wait_a_backoff_doubling_from_0_1_s_and_are_counted(rig, caplog):

@@ -77,6 +77,9 @@ _MOD_CLOCK = (
     " twice the earlier (a wait or failure shorter than the machine's uptime)"
 )
 _SPILL_NOTHING = "spilling an empty queue (nothing held) moves nothing"
+_DOWN_FIRST = (
+    "of the link's three states (down, ok, refusing) none sorts below down: <= DOWN is == DOWN"
+)
 _CLOCK_EQUAL = "two monotonic readings a whole backoff or spill_after_s apart never tie"
 _BIGGER_BUFFER = (
     "more rows of comparison scratch than the minima need (memory only): every row the"
@@ -480,6 +483,39 @@ JUDGED: dict[str, dict[str, str]] = {
         ),
         "self.unsent = -1  # writes taken up that have not left the backlog yet": _TAKEN_UP,
         "self.unsent = 1  # writes taken up that have not left the backlog yet": _TAKEN_UP,
+    },
+    "exporters/remote_write/sink.py": {
+        "lambda: not self._writes.pending or self.health.state is DOWN,": _STATES,
+        "lambda: not self._writes.pending or self.health.state <= DOWN,": _DOWN_FIRST,
+        "if self._keep is not None and self.health.state is DOWN:": _STATES,
+        "if self._keep is not None and self.health.state <= DOWN:": _DOWN_FIRST,
+        "self._sender.join(max( -1.0, deadline - time.monotonic()))": _JOIN_NEGATIVE,
+        "self._refresher.join(max( -1.0, deadline - time.monotonic()))": _JOIN_NEGATIVE,
+        "if outcome == ExportResult.FAILURE:": _ENUM_IDENTITY,
+        "taken = samples if outcome == ExportResult.SUCCESS else 0": _ENUM_IDENTITY,
+        "return answer[0] == ExportResult.FAILURE": _ENUM_IDENTITY,
+        "refused = samples >> taken": (
+            "taken is samples or 0: n >> n is 0 (n < 2**n) and n >> 0 is n, as n - n and n - 0"
+        ),
+        "refused = samples ^ taken": (
+            "taken is samples or 0: n ^ n is 0 and n ^ 0 is n, as n - n and n - 0"
+        ),
+        "return True": (
+            "(_done once shutdown abandoned the batch; _pause's return False -> True is killed)"
+            " the sender then goes back to its loop's top, which returns on _abandoned under"
+            " the same lock first: nothing is counted or sent either way"
+        ),
+        "return not self._abandoned or not self._past_deadline()": (
+            "shutdown sets _abandoned only after its join of the sender timed out at the"
+            " deadline (or at once past it: kept while down), so abandoned is never seen before"
+            " the deadline; past it and not abandoned, the one more try `or` allows is refused"
+            " unsent by _post (its remaining time is <= 0.01 s too) and the next pause stops:"
+            " nothing sent or counted"
+        ),
+        "return until is not None and until - time.monotonic() < 0.01": (
+            "a monotonic reading exactly 10 ms before the deadline (the one float where < and"
+            " <= differ) never happens"
+        ),
     },
     "exporters/remote_write/timeline.py": {
         'STALE = struct.unpack("<d", struct.pack("<Q", 0x7FF0000000000002))[ -1]': (

@@ -368,6 +368,30 @@ JUDGED: dict[str, dict[str, str]] = {
             " self.policy.spill_after_s"
         ): _MOD_CLOCK,
         "if self.give_up or (deadline is not None and end >= deadline):": _CLOCK_EQUAL,
+        "if seq is not None or self.acks is not None:": (
+            "a sequence number exists only with a journal, and with one the acks exist:"
+            " or and and agree on every reachable pair"
+        ),
+        "self.acks.done(seq, self.backlog.depth <= 0)": "the depth is never negative",
+        "if self.flush_failures <= 1:": (
+            "the count was just incremented from >= 0: it is >= 1, so <= 1 is == 1"
+        ),
+        "answer.result == ExportResult.FAILURE": _ENUM_IDENTITY,
+        "elif result is not None and result != ExportResult.FAILURE:": _ENUM_IDENTITY,
+        "def _spill_due(self, held: Snapshot | None, busy: bool = True) -> bool:": (
+            "only the drain loop's check before a replay uses the default: with True it"
+            " spills the queue at the replay's backoff instead (_wait_backoff passes busy),"
+            " the same snapshots in the same order, one replay later"
+        ),
+        (
+            "prolonged = since is not None and time.monotonic() - since > self.policy.spill_after_s"
+        ): _CLOCK_EQUAL,
+        "return prolonged and not busy and (depth > -1 or held is not None)": _SPILL_NOTHING,
+        "return prolonged and not busy and (depth >= 0 or held is not None)": _SPILL_NOTHING,
+        "return prolonged and not busy and (depth != 0 or held is not None)": (
+            "the depth is never negative: != 0 is > 0"
+        ),
+        "return len(self.overflow) != 0": "a length is never negative: != 0 is > 0",
     },
     "exporters/fanout.py": {
         "left = self._held.get(queued, -1)": "-1 and 0 are both no slot (left <= 0)",

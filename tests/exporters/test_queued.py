@@ -1024,3 +1024,61 @@ def test_while_failures_are_young_the_caller_queues_in_memory():
     assert queued.submit(snap(1))
     assert sink.overflow.entries == [] and queued.depth() == 1
     queued.shutdown(0.5)
+
+
+class CountingFlush(Gated):
+    """Records how many snapshots it held at each ``force_flush``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushed_at: list[int] = []
+
+    def force_flush(self, timeout_s=10.0):
+        self.flushed_at.append(len(self.snapshots))
+        return True
+
+
+def test_the_journal_waits_for_an_idle_queue_before_it_flushes_the_sink(tmp_path):
+    sink = CountingFlush()
+    sink.gate.clear()
+    queued = QueuedSink(sink, queue_size=8, timeout_s=WAIT_S)
+    queued.journal_to(Journal(tmp_path, 1 << 20))
+    assert queued.submit(snap(0)) and sink.entered.wait(WAIT_S)
+    assert queued.submit(snap(1))  # queued behind step 0: the queue is not idle after it
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert sink.flushed_at[0] == 2  # the checkpoint's flush came once step 1 was exported
+    queued.shutdown(WAIT_S)
+
+
+def test_a_stalled_export_with_an_overflow_is_counted_failed_not_spilled():
+    sink = Gated()
+    sink.overflow = ListOverflow(sink)
+    queued = QueuedSink(sink, queue_size=8, timeout_s=0.2)
+    sink.gate.clear()
+    assert queued.submit(snap(0))
+    deadline = time.monotonic() + WAIT_S
+    while queued.stats().failed < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert queued.stats().failed == 1 and sink.discarded == [snap(0)]
+    assert sink.overflow.entries == []  # a call that never answered is not retried
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+
+
+def test_with_an_empty_overflow_the_caller_never_spills_ahead_of_the_held_snapshot():
+    """The worker holds step 0 inside a retry: snapshots submitted then stay queued behind
+    it, even once the queue is half full; replayed in order after the outage."""
+    queued, sink = overflowing(4, spill_after_s=WAIT_S, backoff_s=2.0, max_backoff_s=2.0)
+    sink.results = [ExportResult.FAILURE] * 2
+    assert queued.submit(snap(0)) and sink.returned.wait(WAIT_S)  # the first try failed
+    sink.gate.clear()
+    sink.entered.clear()
+    assert sink.entered.wait(WAIT_S)  # the retry, held at the gate
+    for step in (1, 2, 3):  # the third finds the queue half full
+        assert queued.submit(snap(step))
+    assert sink.overflow.entries == []  # nothing written ahead of step 0
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert sink.snapshots == [snap(0), snap(1), snap(2), snap(3)]
+    queued.shutdown(WAIT_S)

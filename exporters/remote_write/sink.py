@@ -241,6 +241,9 @@ class RemoteWriteSink(Sink):
             self.health.late(late)
         if not samples:
             return
+        if self._abandoned:  # a refresh that outlived shutdown's deadline: nobody sends it
+            self.health.dropped("shutdown", len(samples), "written after shutdown ended")
+            return
         payload, n = proto.encode(samples)
         write = Write(payload, n, max(ts for _, _, ts in samples))
         gone = self._writes.add(write, self.config.max_pending_samples)
@@ -346,11 +349,13 @@ class RemoteWriteSink(Sink):
 
     def _post(self, payload: bytes) -> tuple[ExportResult, str]:
         """One request, its timeout cut to shutdown's deadline (past it: FAILURE, unsent)."""
-        until = self._drain_until
-        remaining = self.config.timeout_s if until is None else until - time.monotonic()
-        if remaining <= 0.01:
-            return ExportResult.FAILURE, "shutdown's deadline passed"
-        return client.post(self.config.url or "", payload, min(self.config.timeout_s, remaining))
+        timeout_s, until = self.config.timeout_s, self._drain_until
+        if until is not None:
+            remaining = until - time.monotonic()
+            if remaining <= 0.01:
+                return ExportResult.FAILURE, "shutdown's deadline passed"
+            timeout_s = min(timeout_s, remaining)
+        return client.post(self.config.url or "", payload, timeout_s)
 
     # -- refresher ---------------------------------------------------------------------
 

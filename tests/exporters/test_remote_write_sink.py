@@ -486,6 +486,18 @@ def test_a_request_timeout_of_a_second_sends(rig):
     assert _delivered(sink)
 
 
+def test_a_request_timeout_of_10_ms_still_sends(rig):
+    """Found by the mutation run: a timeout of 0.01 s or less was taken for shutdown's
+    deadline, so nothing was ever sent."""
+    receiver = rig.receiver()
+    sink = rig.sink(receiver.url, timeout_s=0.01)
+    assert sink.export(_snap()) is ExportResult.SUCCESS
+    deadline = time.monotonic() + 10
+    while not receiver.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert receiver.requests  # sent, whether or not the answer came within 10 ms
+
+
 def test_retries_wait_a_backoff_doubling_from_0_1_s_and_are_counted(rig, caplog):
     caplog.set_level(logging.INFO, logger="exporters.remote_write")
     receiver = rig.receiver([503] * 5 + [204])
@@ -582,6 +594,23 @@ def test_shutdown_waits_for_a_stuck_refresh_until_its_deadline_not_after(rig):
     sink.add_source(stuck, own=False)
     assert stuck.entered.wait(10)
     assert 1.4 <= _timed(lambda: sink.shutdown(1.5)) < 5.0
+
+
+def test_a_refresh_that_outlives_shutdown_counts_its_samples_dropped(rig):
+    """Found by the mutation run: a refresh still inside a source when shutdown's deadline
+    passed wrote into the closed sink's backlog, where nothing sends, keeps or counts it."""
+    receiver = rig.receiver()
+    stuck = rig.stuck_source()
+    sink = rig.sink(receiver.url, interval_s=0.05)
+    sink.add_source(stuck, own=False)
+    assert stuck.entered.wait(10)
+    sink.shutdown(0.2)
+    dropped = sink.health.counts().dropped["shutdown"]
+    stuck.release.set()
+    sink._refresher.join(10)
+    assert not sink._refresher.is_alive()
+    assert sink.pending_samples == 0
+    assert sink.health.counts().dropped["shutdown"] > dropped  # the refresh's samples
 
 
 def test_a_retry_cut_by_shutdowns_deadline_is_not_counted_and_the_sender_ends_there(rig, caplog):

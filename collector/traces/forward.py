@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from collector.traces.config import TraceForwardConfig
 from exporters.base import Delivery, ExportResult, Sink
 from exporters.otlp.failure_run import FailureRun
-from exporters.otlp.grpc_exporter import channel_credentials, retry_pushback
+from exporters.otlp.grpc_exporter import grpc_channel, retry_pushback
 from exporters.otlp.transport import RETRYABLE_CODES
 from exporters.queued import QueuedSink
 
@@ -66,13 +66,8 @@ class TraceEndpoint(Sink[bytes]):
 
     def __init__(self, config: TraceForwardConfig) -> None:
         self.config = config
-        target = config.endpoint.removeprefix("http://").removeprefix("https://")
-        if config.tls.enabled or config.endpoint.startswith("https://"):
-            self._channel = grpc.secure_channel(target, channel_credentials(config.tls))
-        elif config.insecure:
-            self._channel = grpc.insecure_channel(target)
-        else:
-            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials())
+        tls = config.tls if config.tls.enabled else None
+        self._channel = grpc_channel(config.endpoint, insecure=config.insecure, tls=tls)
         self._export = self._channel.unary_unary(
             EXPORT_METHOD,
             request_serializer=None,
@@ -120,10 +115,6 @@ class TraceEndpoint(Sink[bytes]):
     def retry_after(self) -> float | None:
         """The delay the receiver asked for with its last refusal."""
         return self._pushback
-
-    def force_flush(self, timeout_s: float = 10.0) -> bool:
-        del timeout_s
-        return True
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Close the channel (a call in flight ends with CANCELLED); send nothing more."""

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import grpc
 from google.rpc.error_details_pb2 import RetryInfo
@@ -175,3 +176,16 @@ def channel_credentials(tls: OtlpTlsConfig) -> grpc.ChannelCredentials:
         return Path(path).read_bytes() if path else None
 
     return grpc.ssl_channel_credentials(read(tls.ca_file), read(tls.key_file), read(tls.cert_file))
+
+
+def grpc_channel(endpoint: str, *, insecure: bool, tls: OtlpTlsConfig | None) -> grpc.Channel:
+    """A channel to ``endpoint`` (``host:port`` or ``http(s)://host:port``): TLS with
+    ``tls``'s files when given, TLS with the system's roots for ``https://`` or when not
+    ``insecure``, else plaintext."""
+    url = urlparse(endpoint)
+    target = url.netloc or endpoint
+    if tls is not None:
+        return grpc.secure_channel(target, channel_credentials(tls))
+    if url.scheme == "https" or not insecure:
+        return grpc.secure_channel(target, grpc.ssl_channel_credentials())
+    return grpc.insecure_channel(target)

@@ -11,7 +11,6 @@ credentials (the OTLP sink warns about those, with their fix) and as a warning o
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlparse
 
 from telemetry.config import StatsLoggerConfig
 from telemetry.heartbeat.beat import BeatGroup
@@ -39,21 +38,14 @@ class OtlpBeats:
             MetricsServiceStub,
         )
 
-        from exporters.otlp.grpc_exporter import channel_credentials
+        from exporters.otlp.grpc_exporter import grpc_channel
         from exporters.otlp.transport import AUTH_CODES, RETRYABLE_CODES
         from telemetry.otlp.encode import Batch, encode_batch
 
         otlp = config.otlp
         endpoint = str(otlp.endpoint)
-        url = urlparse(endpoint)
-        target = url.netloc or endpoint
         tls = otlp.tls if otlp.tls is not None and otlp.tls.enabled else None
-        if tls is not None:
-            self._channel = grpc.secure_channel(target, channel_credentials(tls))
-        elif url.scheme == "https" or not otlp.insecure:
-            self._channel = grpc.secure_channel(target, grpc.ssl_channel_credentials())
-        else:
-            self._channel = grpc.insecure_channel(target)
+        self._channel = grpc_channel(endpoint, insecure=otlp.insecure, tls=tls)
         self._export = MetricsServiceStub(self._channel).Export
         self._request = lambda group, closed: encode_metrics(
             encode_batch(Batch(snapshot_of(group, closed)))

@@ -19,12 +19,13 @@ from google.rpc.error_details_pb2 import RetryInfo
 from collector.admission import PARSE_EXPANSION, HeavyGate
 from collector.auth import BearerCheck
 from collector.pipeline import Pipeline
+from collector.refusals import Refused
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
-__all__ = ["Abort", "RequestGate", "retry_metadata"]
+__all__ = ["RequestGate", "retry_metadata"]
 
 Ingest = Callable[..., Message]
-"""``(data, context, expired, heavy, hold) -> response``: a service's work on one body."""
+"""``(data, expired, heavy, hold) -> response``: a service's work on one body."""
 
 
 def retry_metadata(delay_s: float) -> tuple[tuple[str, str | bytes], ...]:
@@ -33,14 +34,6 @@ def retry_metadata(delay_s: float) -> tuple[tuple[str, str | bytes], ...]:
     delay.FromNanoseconds(int(delay_s * 1e9))
     info = RetryInfo(retry_delay=delay).SerializeToString()
     return ((PUSHBACK_KEY, str(int(delay_s * 1000))), (RETRY_INFO_KEY, info))
-
-
-class Abort(Exception):
-    """Ends one call with a status (raised inside a service's ``ingest`` or the gate)."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class RequestGate:
@@ -60,41 +53,46 @@ class RequestGate:
     def serve(
         self, data: bytes, context: Any, ingest: Ingest, tally: Callable[[str, int], None]
     ) -> Message:
-        """Run ``ingest`` behind the gate; count the call's status and size in ``tally``."""
+        """Run ``ingest`` behind the gate; count the call's status and size in ``tally``.
+
+        A :class:`Refused` raised by the gate or ``ingest`` ends the call with its status,
+        and with the retry delay (``limits.retry_after_s``) when it is retryable.
+        """
         try:
             response = self._handle(data, context, ingest)
-        except Abort as abort:
-            tally(abort.code.name, len(data))
-            context.abort(abort.code, str(abort))
+        except Refused as refused:
+            if refused.retry:
+                delay_s = self.pipeline.limits.retry_after_s
+                context.set_trailing_metadata(retry_metadata(delay_s))
+            tally(refused.code.name, len(data))
+            context.abort(refused.code, str(refused))
         tally("OK", len(data))
         return response
 
-    def retry_later(self, context: Any, reason: str | None = None) -> None:
-        """Ask the sender to retry after ``limits.retry_after_s`` (counting ``reason``)."""
-        if reason is not None:
-            self.pipeline.count_refusal(reason)
-        context.set_trailing_metadata(retry_metadata(self.pipeline.limits.retry_after_s))
+    def refuse_heavy(self, message: str) -> Refused:
+        """Count a refusal for too many large requests at once; the exception to raise."""
+        self.pipeline.count_refusal("heavy")
+        return Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, message, retry=True)
 
     def _handle(self, data: bytes, context: Any, ingest: Ingest) -> Message:
         if self.auth is not None and not self.auth.allowed(
             context.invocation_metadata(), context.peer()
         ):
-            raise Abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+            raise Refused(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         expired = self._expired(context)
         if expired():
             self.pipeline.count_refusal("expired")
-            raise Abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")
+            raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")
         heavy = len(data) > self.pipeline.limits.heavy_request_bytes
         if heavy and not self.heavy.try_enter():
-            self.retry_later(context, "heavy")
-            raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests at once")
+            raise self.refuse_heavy("too many large requests at once")
         try:
             hold = self.pipeline.budget.hold(len(data) * PARSE_EXPANSION)
             if hold is None:
-                self.retry_later(context, "memory")
-                raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "memory budget full")
+                self.pipeline.count_refusal("memory")
+                raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "memory budget full", True)
             try:
-                return ingest(data, context, expired, heavy, hold)
+                return ingest(data, expired, heavy, hold)
             finally:
                 hold.release()
         finally:

@@ -17,10 +17,10 @@ delays the others or the gRPC response. Accepted means kept (:mod:`collector.adm
 a request is decoded with its temporality changes staged, then admitted only if every
 healthy sink's queue has room for its snapshots and the memory budget for their decoded
 size; only then is the state committed and the snapshots queued. Otherwise
-:class:`~collector.refusals.Overloaded` (retryable) is raised and nothing of the request is
-kept. Accepted means durable (:meth:`Pipeline.recover`, :mod:`collector.durable`): the
-snapshots are in every sink's journal before the request is answered, and a new process
-replays them.
+:class:`~collector.refusals.Refused` (``RESOURCE_EXHAUSTED``, retryable) is raised and
+nothing of the request is kept. Accepted means durable (:meth:`Pipeline.recover`,
+:mod:`collector.durable`): the snapshots are in every sink's journal before the request is
+answered, and a new process replays them.
 """
 
 from __future__ import annotations
@@ -31,11 +31,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from grpc import StatusCode
+
 from collector.admission import MemoryBudget, RequestBytes, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
 from collector.heartbeats import HeartbeatBoard
-from collector.refusals import REFUSALS, Closed, Expired, Overloaded, TooLarge, Unavailable
+from collector.refusals import REFUSALS, Refused
 from collector.runs import Runs, RunUnavailable
 from collector.sinks import RunSinks
 from exporters.base import Sink
@@ -135,21 +137,23 @@ class Pipeline:
                 charge takes it over when the request is admitted.
 
         Raises:
-            Closed: the pipeline is shutting down.
-            TooLarge: over ``max_points_per_request`` or ``max_decoded_bytes``.
-            Expired: the sender's deadline passed; nothing was kept.
-            Overloaded: a healthy sink's queue or the memory budget cannot take it now;
-                nothing was kept (retry later).
+            Refused: nothing was kept; its code says why: ``UNAVAILABLE`` the pipeline is
+                shutting down, or (retryable) a sink of the request's run failed to start;
+                ``INVALID_ARGUMENT`` over ``max_points_per_request`` or
+                ``max_decoded_bytes``; ``DEADLINE_EXCEEDED`` the sender's deadline passed;
+                ``RESOURCE_EXHAUSTED`` (retryable) a healthy sink's queue or the memory
+                budget cannot take it now.
         """
         if self._closed:
-            raise Closed("the collector is shutting down")
+            raise Refused(StatusCode.UNAVAILABLE, "the collector is shutting down")
         bounds = self.limits
         points = request.points
         if points > bounds.max_points_per_request:
             self.count_refusal("too_large")
-            raise TooLarge(
+            raise Refused(
+                StatusCode.INVALID_ARGUMENT,
                 f"request has {points} data points; max_points_per_request is "
-                f"{bounds.max_points_per_request}: split it"
+                f"{bounds.max_points_per_request}: split it",
             )
         request, beats = self.heartbeats.consume(self.decoder, request)
         if beats is not None and not request.resources:
@@ -158,31 +162,35 @@ class Pipeline:
             self.runs.open_named(request)  # a run's sinks start outside the decoder's lock
         except RunUnavailable as exc:
             self.count_refusal("sinks_down")
-            raise Unavailable(str(exc)) from None
+            raise Refused(StatusCode.UNAVAILABLE, str(exc), retry=True) from None
         if expired is not None and expired():
             self.count_refusal("expired")
-            raise Expired("deadline passed before decoding")
+            raise Refused(StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")
         with self.decoder.stage(request) as staged:
             result = staged.result
             nbytes = decoded_bytes(result.snapshots)
             if nbytes > bounds.max_decoded_bytes:
                 self.count_refusal("too_large")
-                raise TooLarge(
+                raise Refused(
+                    StatusCode.INVALID_ARGUMENT,
                     f"request decodes to ~{nbytes} bytes; max_decoded_bytes is "
-                    f"{bounds.max_decoded_bytes}: split it"
+                    f"{bounds.max_decoded_bytes}: split it",
                 )
             if expired is not None and expired():
                 self.count_refusal("expired")
-                raise Expired("deadline passed while decoding; nothing was kept")
+                raise Refused(
+                    StatusCode.DEADLINE_EXCEEDED, "deadline passed while decoding; nothing was kept"
+                )
             reservations = self._reserve(result.snapshots)
             if not self.budget.acquire(nbytes, replacing=hold):
                 for reservation in reservations.values():
                     reservation.release()
                 self.count_refusal("memory")
-                raise Overloaded(
+                raise Refused(
+                    StatusCode.RESOURCE_EXHAUSTED,
                     f"memory budget: {self.budget.held} of {self.budget.limit} bytes held, "
                     f"request needs ~{nbytes}: retry later",
-                    "memory",
+                    retry=True,
                 )
             staged.commit()
             charge = MemoryCharge(nbytes, self.budget.release)
@@ -206,9 +214,9 @@ class Pipeline:
         """Make the request's journal entries durable before it is answered, or refuse it.
 
         Raises:
-            Overloaded: a journal could not be written ("durable"; what was queued is
-                delivered anyway, so the sender's retry may arrive twice: sinks that hold
-                steps skip it).
+            Refused: ``RESOURCE_EXHAUSTED`` (retryable), a journal could not be written
+                ("durable"; what was queued is delivered anyway, so the sender's retry may
+                arrive twice: sinks that hold steps skip it).
         """
         if self.durable is None:
             return
@@ -221,7 +229,11 @@ class Pipeline:
                 first = self._sync_failing == 1
             if first:
                 logger.error("durable queue: cannot write (%s); refusing requests", exc)
-            raise Overloaded(f"durable queue cannot write: {exc}: retry later", "durable") from None
+            raise Refused(
+                StatusCode.RESOURCE_EXHAUSTED,
+                f"durable queue cannot write: {exc}: retry later",
+                retry=True,
+            ) from None
         with self._lock:
             failed, self._sync_failing = self._sync_failing, 0
         if failed:
@@ -233,7 +245,7 @@ class Pipeline:
             self._refused[reason] += 1
 
     def _reserve(self, snapshots: Sequence[Snapshot]) -> dict[int, Reservation]:
-        """Queue slots for every snapshot in every healthy sink, or Overloaded."""
+        """Queue slots for every snapshot in every healthy sink, or :class:`Refused`."""
         needed: dict[int, tuple[FanOut, int]] = {}
         for snapshot in snapshots:
             fanout, n = needed.get(id(self.shared), (self.shared, 0))
@@ -251,10 +263,11 @@ class Pipeline:
                     held.release()
                 self.count_refusal("queue_full")
                 full = [q.name for q in fanout.queued if q.stats().queue_depth >= q.queue_size]
-                raise Overloaded(
+                raise Refused(
+                    StatusCode.RESOURCE_EXHAUSTED,
                     f"sink queue full ({', '.join(full) or 'reserved'}; queue_size "
                     f"{self.limits.queue_size}): retry later",
-                    "queue_full",
+                    retry=True,
                 )
             reservations[key] = reservation
         return reservations

@@ -1,41 +1,35 @@
-"""Why the collector refuses a metrics request: the reasons it counts and the exceptions the
-pipeline raises, which the server answers with a gRPC status.
+"""Why the collector refuses a request: the reasons it counts, and the one exception that ends
+an Export call with a gRPC status.
 
-A refused request was kept nowhere: the sender keeps it and, for a retryable refusal,
-sends it again (the server adds a retry delay to ``Overloaded`` and ``Unavailable``).
+A refused request was kept nowhere: the sender keeps it and, for a retryable refusal, sends it
+again after the retry delay the answer carries.
 """
 
 from __future__ import annotations
 
-__all__ = ["REFUSALS", "Closed", "Expired", "Overloaded", "TooLarge", "Unavailable"]
+import grpc
+
+__all__ = ["REFUSALS", "Refused"]
 
 REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large", "durable", "sinks_down")
 """The reasons a request is refused, as counted on ``/metrics``."""
 
 
-class Overloaded(Exception):
-    """A sink queue or the memory budget cannot take the request now (retryable).
+class Refused(Exception):
+    """Ends one Export call with ``code``; nothing of the request was kept.
 
-    ``reason`` is ``"queue_full"`` or ``"memory"``.
+    Raised by the gate, a service's ``ingest`` or the pipeline; the gate answers it.
+
+    Args:
+        code: the call's gRPC status: ``RESOURCE_EXHAUSTED`` (a queue or the memory budget
+            is full), ``INVALID_ARGUMENT`` (over a per-request bound: retrying cannot help),
+            ``DEADLINE_EXCEEDED`` (the sender's deadline passed), ``UNAVAILABLE`` (shutting
+            down, or a sink of the run failed to start), ``UNAUTHENTICATED``, ``INTERNAL``.
+        message: what the sender reads.
+        retry: answer with the retry delay (the sender should send it again later).
     """
 
-    def __init__(self, message: str, reason: str) -> None:
+    def __init__(self, code: grpc.StatusCode, message: str, retry: bool = False) -> None:
         super().__init__(message)
-        self.reason = reason
-
-
-class TooLarge(Exception):
-    """The request exceeds a per-request bound; retrying it cannot help."""
-
-
-class Expired(Exception):
-    """The sender's deadline passed before the request could be ingested."""
-
-
-class Closed(Exception):
-    """The pipeline is shutting down and accepts nothing more (retryable elsewhere)."""
-
-
-class Unavailable(Exception):
-    """The request's run cannot take data now: one of its sinks failed to start (retryable;
-    the sender keeps the data, the collector kept none of it)."""
+        self.code = code
+        self.retry = retry

@@ -52,9 +52,9 @@ from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.deliver import PipelineDeliver, trace_merge
 from collector.durable import DurableState
-from collector.gate import Abort, RequestGate
+from collector.gate import RequestGate
 from collector.pipeline import Pipeline
-from collector.refusals import Closed, Expired, Overloaded, TooLarge, Unavailable
+from collector.refusals import Refused
 from collector.samples import SamplesConsumer
 from collector.scrape import Scraper
 from collector.selfmetrics import SelfMetrics
@@ -62,7 +62,6 @@ from collector.signal_service import (
     LOGS,
     TRACES,
     LogConsumer,
-    Refused,
     SignalMetrics,
     SignalService,
     TraceConsumer,
@@ -283,53 +282,40 @@ class CollectorServer:
     def _signal_export(self, service: SignalService) -> Callable[[bytes, Any], Message]:
         """The handler of ``service``'s Export: the same gate, then the service."""
 
-        def ingest(data: bytes, context, expired, heavy: bool, hold: RequestBytes) -> Message:
+        def ingest(data: bytes, expired, heavy: bool, hold: RequestBytes) -> Message:
             del hold  # the gate holds the parse's budget until the consumers return
             try:
                 return service.ingest(data, expired, heavy)
-            except Refused as refused:
-                if refused.retry:
-                    self._gate.retry_later(context)
-                raise Abort(refused.code, str(refused)) from None
+            except Refused:
+                raise
             except Exception as exc:  # a bug must cost one request, never the server
                 logger.exception("collector: %s request failed", service.kind.name)
-                raise Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
+                raise Refused(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
 
         return lambda data, context: self._gate.serve(data, context, ingest, service.tally)
 
     def _ingest(
-        self, data: bytes, context, expired, heavy: bool, hold: RequestBytes
+        self, data: bytes, expired, heavy: bool, hold: RequestBytes
     ) -> ExportMetricsServiceResponse:
         try:
             message = ExportMetricsServiceRequest.FromString(data)
         except DecodeError as exc:
-            raise Abort(
+            raise Refused(
                 grpc.StatusCode.INVALID_ARGUMENT, f"not an ExportMetricsServiceRequest: {exc}"
             ) from None
         request = self.pipeline.decoder.read(message)
         entered = False
         if not heavy and request.points > self.limits.heavy_request_points:
             if not self._gate.heavy.try_enter():
-                self._gate.retry_later(context, "heavy")
-                raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests")
+                raise self._gate.refuse_heavy("too many large requests")
             entered = True
         try:
             result = self.pipeline.consume(request, expired, hold)
-        except Overloaded as exc:
-            self._gate.retry_later(context)
-            raise Abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
-        except TooLarge as exc:
-            raise Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
-        except Expired as exc:
-            raise Abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)) from None
-        except Closed as exc:
-            raise Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
-        except Unavailable as exc:
-            self._gate.retry_later(context)
-            raise Abort(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+        except Refused:
+            raise
         except Exception as exc:  # a bug must cost one request, never the server
             logger.exception("collector: request failed")
-            raise Abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
+            raise Refused(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
         finally:
             if entered:
                 self._gate.heavy.leave()

@@ -60,6 +60,7 @@ from prometheus_client.metrics_core import Metric
 
 from collector.admission import HeavyGate
 from collector.config import LimitsConfig
+from collector.refusals import Refused
 from collector.signal_consumers import SignalConsumers
 from collector.signal_journal import SignalJournal
 from exporters.prometheus.families import Family, describe
@@ -68,7 +69,6 @@ __all__ = [
     "LOGS",
     "TRACES",
     "LogConsumer",
-    "Refused",
     "SignalCounts",
     "SignalKind",
     "SignalMetrics",
@@ -157,15 +157,6 @@ _REQUESTS, _ACCEPTED, _REFUSED, _ERRORS = _DECLARED = (
     Family(f"{PREFIX}consumer_errors", "counter", "consumer calls that raised", ("signal",)),
 )
 """The signal services' families on ``/metrics`` (:class:`SignalMetrics`)."""
-
-
-class Refused(Exception):
-    """Ends one signal request with ``code``; ``retry``: send the retry delay with it."""
-
-    def __init__(self, code: grpc.StatusCode, message: str, retry: bool = False) -> None:
-        super().__init__(message)
-        self.code = code
-        self.retry = retry
 
 
 class SignalService:

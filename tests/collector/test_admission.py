@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from collector.config import from_dict
 from collector.pipeline import Pipeline
-from collector.refusals import Expired
+from collector.refusals import Refused
 from collector.server import SERVICE, CollectorServer
 from exporters.base import ExportResult, InMemorySink, Sink
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
@@ -307,11 +307,12 @@ def test_the_deadline_is_checked_before_decoding_and_before_anything_is_kept():
     decoder = SlowDecoder(0.0)
     pipeline = Pipeline([sink], decoder=decoder)
     request = decoder.read(ExportMetricsServiceRequest.FromString(delta_counter(3.0)))
-    with pytest.raises(Expired, match="before decoding"):
+    with pytest.raises(Refused, match="before decoding") as refused:
         pipeline.consume(request, expired=lambda: True)
+    assert refused.value.code is grpc.StatusCode.DEADLINE_EXCEEDED and not refused.value.retry
     assert decoder.calls == 0
     checks = iter([False, True])  # passes while decoding
-    with pytest.raises(Expired, match="nothing was kept"):
+    with pytest.raises(Refused, match="nothing was kept"):
         pipeline.consume(request, expired=lambda: next(checks))
     assert decoder.calls == 1
     pipeline.consume(request, expired=lambda: False)

@@ -31,7 +31,7 @@ from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metr
 from collector.durable import DurableState
 from collector.merge import RolloutMerger
 from collector.pipeline import Pipeline
-from collector.refusals import Unavailable
+from collector.refusals import Refused
 from collector.runs import Run
 from exporters.base import InMemorySink
 from exporters.fanout import FanOut
@@ -241,9 +241,10 @@ def test_a_full_merge_journal_refuses_windows_retryably_until_a_step_releases_th
     pipeline.recover(state)
     pipeline.consume(_request(pipeline, _train(1)))  # opens the run
     sent = 0
-    with pytest.raises(Unavailable, match="rollout merge journal full"):
+    with pytest.raises(Refused, match="rollout merge journal full") as refused:
         for sent in range(1, 100):
             pipeline.consume(_request(pipeline, _window(0, float(sent), sent)))
+    assert refused.value.code is grpc.StatusCode.UNAVAILABLE and refused.value.retry
     assert 1 < sent < 99
     pipeline.consume(_request(pipeline, _train(2)))  # releases the windows: journal acked
     pipeline.consume(_request(pipeline, _window(0, 1.0, 1000)))

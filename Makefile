@@ -8,7 +8,7 @@ TORCH_VERSION ?= 2.13.0
 AREAL_VERSION := 1.0.4
 STAMP := $(VENV)/.rltel-installed
 
-.PHONY: venv system-deps demo test stack-test test-under-load lint format mutation bench gpu-check reliability clean
+.PHONY: venv system-deps demo test stack-test test-under-load lint format mutation bench bench-compare gpu-check reliability clean
 
 venv: $(STAMP)
 
@@ -66,6 +66,13 @@ mutation: venv
 
 bench: venv
 	$(PY) bench/record_bench.py
+
+# Issue 41's delivery path against the tree before it (bench/compare_trees.py): the record,
+# commit/export, collector and Prometheus benches of a git worktree of ce7237e and of this
+# checkout, alternately, 3 rounds; one table of medians, new/old and each side's spread
+# (docs/BENCHMARKS.md). About 7 minutes on 2 idle cores; BENCH_COMPARE_ARGS="--rounds 5".
+bench-compare: venv
+	$(PY) bench/compare_trees.py $(BENCH_COMPARE_ARGS)
 
 # rltel's CUDA, NCCL and NVML paths in one command (scripts/gpu-check, bench/gpu_check): one
 # line per check, then "N passed, N failed, N skipped"; sized for 6 minutes on one GPU (not

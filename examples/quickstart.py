@@ -5,7 +5,8 @@ import time
 
 import torch
 
-from telemetry import StatsLogger, stats_tracker
+from rltel import StatsLogger
+from telemetry import stats_tracker
 
 port = int(sys.argv[1]) if len(sys.argv) > 1 else 0  # the Prometheus endpoint; 0: a free port
 serve_seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 60.0

@@ -4,11 +4,11 @@ The layer order is written once, here and in docs/architecture.md (a test compar
 Each layer is a list of top folders (packages), each top folder in exactly one layer; the
 ``telemetry`` folder, the bottom layer, is layered again by its subfolders. A module's layer
 is its folder's. The only modules of ``telemetry`` outside its subfolders are the documented
-import paths at its top, which hold nothing but re-exports; two of them re-export the
-application's StatsLogger and progress line (:data:`FACADE_UPWARD`), and nothing else of
-``telemetry`` imports from a folder above it. Every import (module level or inside a
-function, and every ``importlib`` load) must stay in its layer or go down, and the folders
-(packages) import each other without a cycle: a module's folder is a layer of its own.
+import paths at its top, which hold nothing but re-exports from its own layers. Every import
+(module level or inside a function, and every ``importlib`` load) must stay in its layer or
+go down, with no exception: nothing under ``telemetry`` imports from ``exporters``,
+``collector`` or ``rltel``. The folders (packages) import each other without a cycle: a
+module's folder is a layer of its own.
 """
 
 from __future__ import annotations
@@ -45,11 +45,7 @@ FACADES = (
     "telemetry.stats_tracker",
     "telemetry.evaluator",
     "telemetry.perf_tracer",
-    "telemetry.progress",
 )
-# The facades' only imports from above ``telemetry``: the StatsLogger and the progress line
-# moved up to the application and keep their documented paths.
-FACADE_UPWARD = {"telemetry": {"rltel.logger"}, "telemetry.progress": {"rltel.progress"}}
 
 
 def modules() -> dict[str, Path]:
@@ -173,14 +169,11 @@ def test_the_layer_test_sees_importlib_loads():
     known = modules()
     registry = imports(ROOT / "exporters" / "registry" / "__init__.py", known)
     assert {"exporters.wandb", "exporters.otlp", "exporters.remote_write"} <= registry
-    assert "rltel.logger" in imports(ROOT / "telemetry" / "__init__.py", known)
+    assert "telemetry.record.tracker" in imports(ROOT / "telemetry" / "__init__.py", known)
 
 
 def upward(module: str, target: str) -> bool:
-    """Whether ``module`` importing ``target`` goes up the layers (a facade's listed
-    re-exports of the application excepted)."""
-    if target in FACADE_UPWARD.get(module, ()):
-        return False
+    """Whether ``module`` importing ``target`` goes up the layers."""
     return layer_of(target) < layer_of(module)
 
 
@@ -189,22 +182,47 @@ def test_the_rule_refuses_every_import_from_telemetry_upward():
     assert upward("telemetry.model.snapshot", "collector.runs")
     assert upward("telemetry.record.stats", "rltel.commit_points")
     assert upward("telemetry.otlp.encode", "telemetry.record.points")
-    assert upward("telemetry.progress", "rltel.logger")  # a facade: only its own re-export
-    assert upward("telemetry.metrics.moe", "telemetry")  # loads the StatsLogger's facade
-    assert not upward("telemetry.progress", "rltel.progress")
+    assert upward("telemetry", "rltel.logger")  # a facade re-exporting the application
+    assert upward("telemetry.stats_tracker", "rltel.progress")
+    assert upward("telemetry.evaluator", "exporters.otlp")
+    assert upward("telemetry.metrics.moe", "telemetry")  # loads a facade of its own package
+    assert not upward("rltel", "rltel.logger")
     assert not upward("exporters.otlp.heartbeat", "telemetry.heartbeat.wire")
     assert not upward("telemetry.record.stats", "telemetry.record.points")
 
 
-def test_every_import_runs_down_the_layers():
-    known = modules()
-    found = [
+def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module and the project modules it imports."""
+    return {module: imports(path, known) for module, path in known.items()}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Each import in ``graph`` that goes up the layers, with both layers named."""
+    return [
         f"{module} ({layer_name(module)}) imports {target} ({layer_name(target)})"
-        for module, path in sorted(known.items())
-        for target in sorted(imports(path, known))
+        for module in sorted(graph)
+        for target in sorted(graph[module])
         if upward(module, target)
     ]
+
+
+def test_every_import_runs_down_the_layers():
+    found = upward_imports(import_graph(modules()))
     assert not found, "\n".join(found)
+
+
+def test_the_graph_check_finds_planted_imports_from_telemetry_upward():
+    """The facades' old re-exports of the application, planted back, fail the check."""
+    graph = import_graph(modules())
+    assert not upward_imports(graph)
+    graph["telemetry"].add("rltel.logger")
+    graph["telemetry.stats_tracker"].add("rltel.progress")
+    graph["telemetry.record.stats"].add("collector.runs")
+    assert upward_imports(graph) == [
+        "telemetry (telemetry) imports rltel.logger (application)",
+        "telemetry.record.stats (recording) imports collector.runs (collector)",
+        "telemetry.stats_tracker (telemetry) imports rltel.progress (application)",
+    ]
 
 
 def test_no_import_cycles():
@@ -253,13 +271,10 @@ def folder_of(module: str, known: dict[str, Path]) -> str:
 
 
 def folder_graph(known: dict[str, Path]) -> dict[tuple[str, str], list[str]]:
-    """``(folder, folder it imports) -> the module imports that make the edge``; a facade's
-    listed re-exports of the application (:data:`FACADE_UPWARD`) are no edge."""
+    """``(folder, folder it imports) -> the module imports that make the edge``."""
     edges: dict[tuple[str, str], list[str]] = {}
     for module, path in known.items():
         for target in imports(path, known):
-            if target in FACADE_UPWARD.get(module, ()):
-                continue
             edge = folder_of(module, known), folder_of(target, known)
             if edge[0] != edge[1]:
                 edges.setdefault(edge, []).append(f"{module} -> {target}")

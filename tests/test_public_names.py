@@ -35,6 +35,7 @@ MODULES = _modules_with_all()
 
 def test_the_packages_facades_are_among_the_modules_checked():
     assert {
+        "rltel",
         "rltel.logger",
         "telemetry",
         "collector",

@@ -39,8 +39,8 @@ def settings():
     }
 
 before = settings()
-from telemetry import StatsLogger, stats_tracker
-import rltel
+from rltel import StatsLogger
+from telemetry import stats_tracker
 
 run = tempfile.mkdtemp()
 logger = StatsLogger({

@@ -131,7 +131,8 @@ def rollout_worker(worker: int, options: DemoOptions, endpoint: str, link: Rollo
 
 def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) -> None:
     from rltel.demo.tracing import TRACING
-    from telemetry import StatsLogger, perf_tracer, stats_tracker
+    from rltel.logger import StatsLogger
+    from telemetry import perf_tracer, stats_tracker
 
     config = {
         "experiment_name": "rltel-demo",

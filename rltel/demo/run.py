@@ -89,7 +89,8 @@ def train_rank(
 def _train(
     rank: int, world: int, options: DemoOptions, endpoint: str | None, link: RolloutLink | None
 ) -> None:
-    from telemetry import StatsLogger, perf_tracer, stats_tracker
+    from rltel.logger import StatsLogger
+    from telemetry import perf_tracer, stats_tracker
     from telemetry.metrics import (
         MoEBalance,
         TrainPerf,

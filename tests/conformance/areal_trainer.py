@@ -4,7 +4,7 @@
 (areal/trainer/sft_trainer.py) and ``WorkflowExecutor._get_dump_dir``
 (areal/infra/workflow_executor.py) run unchanged, executed from the wheel by
 :func:`tests.conformance.loader.method`. rltel's StatsLogger is swapped in as an AReaL user
-does it: ``areal.utils.stats_logger.StatsLogger = telemetry.StatsLogger`` before the trainer
+does it: ``areal.utils.stats_logger.StatsLogger = rltel.StatsLogger`` before the trainer
 reads the name (the trainer's module-level import, the executor's import inside the method).
 
 Real AReaL code: the logging module (``setup_file_logging`` writes ``main.log`` and

@@ -1,5 +1,5 @@
-"""docs/areal-migration.md "Paths that moved" is true, and an AReaL-style loop written against
-the documented old ``telemetry.progress`` path runs."""
+"""docs/areal-migration.md "Paths that moved" is true, an AReaL-style loop written against the
+documented paths runs, and the StatsLogger's old import says where it moved."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from tests.fresh_python import run_python
 
 MIGRATION = Path(__file__).resolve().parents[2] / "docs" / "areal-migration.md"
 
@@ -39,6 +41,7 @@ ROWS = _rows()
 def test_the_table_lists_the_paths_that_moved() -> None:
     documented = [_ticked(row[0])[0] for row in ROWS]
     assert documented == [
+        "telemetry",
         "telemetry.progress",
         "telemetry.snapshot",
         "telemetry.encode",
@@ -63,18 +66,46 @@ def test_each_row_holds(row: tuple[str, str, str]) -> None:
     target = importlib.import_module(new)
     for name in names:
         assert hasattr(target, name), f"{new} has no {name}"
-    if status.startswith("imports"):
-        module = importlib.import_module(old)
-        for name in names:
-            assert getattr(module, name) is getattr(target, name), name
+    assert status.startswith("moved")
+    module = _module_or_none(old)
+    if module is not None and names:  # the module stays; the names left it
+        kept = [name for name in names if hasattr(module, name)]
+        assert not kept, f"{old} still has {kept}: the table says they moved"
     else:
-        assert status.startswith("moved")
-        assert _module_or_none(old) is None, f"{old} imports: the table says it moved"
+        assert module is None, f"{old} imports: the table says it moved"
 
 
-def test_an_areal_style_loop_on_the_old_progress_path(caplog) -> None:
-    from telemetry import StatsLogger, stats_tracker
-    from telemetry.progress import FinetuneSpec
+def test_the_old_statslogger_import_names_the_new_one() -> None:
+    import telemetry
+
+    moved = "StatsLogger moved to rltel (from rltel import StatsLogger)"
+    with pytest.raises(ImportError) as raised:
+        from telemetry import StatsLogger  # noqa: F401
+    assert str(raised.value) == f"cannot import name 'StatsLogger' from 'telemetry': {moved}"
+    with pytest.raises(AttributeError) as raised:
+        telemetry.StatsLogger  # noqa: B018
+    assert str(raised.value) == f"module 'telemetry' has no attribute 'StatsLogger': {moved}"
+    assert not hasattr(telemetry, "StatsLogger")
+
+
+def test_the_moved_names_error_loads_no_application() -> None:
+    """``telemetry`` names where the StatsLogger went without importing ``rltel``."""
+    code = (
+        "import sys\n"
+        "import telemetry\n"
+        "try:\n"
+        "    from telemetry import StatsLogger\n"
+        "except ImportError:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rltel'))\n"
+    )
+    assert run_python(code).strip() == "[]"
+
+
+def test_an_areal_style_loop_on_the_documented_paths(caplog) -> None:
+    from rltel import StatsLogger
+    from rltel.progress import FinetuneSpec
+    from telemetry import stats_tracker
 
     logger = StatsLogger(
         {"experiment_name": "e", "trial_name": "t", "console": {"enabled": False}},

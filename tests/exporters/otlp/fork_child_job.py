@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from telemetry import StatsLogger
+from rltel import StatsLogger
 
 
 def wait(pid: int, timeout_s: float) -> int | str:

@@ -14,7 +14,7 @@ from collector.config import from_dict
 from collector.pipeline import Pipeline
 from collector.server import CollectorServer
 from exporters.base import InMemorySink
-from telemetry import StatsLogger
+from rltel import StatsLogger
 from telemetry.otlp.samples import decode_samples
 from telemetry.samples import log_sample
 from tests.collector.test_signals import Recording

@@ -29,7 +29,8 @@ STEPS, STUCK_AT, STUCK_RANK, PHASE = 8, 4, 2, "ppo_actor/update"
 
 
 def _rank(rank: int, world: int, sink: dict, marks: str) -> list[tuple[int, bool]]:
-    from telemetry import StatsLogger, stats_tracker
+    from rltel import StatsLogger
+    from telemetry import stats_tracker
     from telemetry.heartbeat.board import StoreBoard, default_store
 
     config = {"experiment_name": "hb", "trial_name": "stuck", "console": {"enabled": False}}

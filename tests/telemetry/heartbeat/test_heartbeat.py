@@ -11,7 +11,8 @@ import pytest
 import torch.distributed as dist
 from prometheus_client import CollectorRegistry, generate_latest
 
-from telemetry import StatsLogger, stats_tracker
+from rltel import StatsLogger
+from telemetry import stats_tracker
 from telemetry.heartbeat import Beat, BeatGroup, Heartbeat, HeartbeatCollector, StoreBoard
 from telemetry.heartbeat.board import LocalBoard
 from tests.distributed import free_port

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from telemetry import StatsLogger, stats_tracker
+from rltel import StatsLogger
+from telemetry import stats_tracker
 from telemetry.metrics.hardware import HardwareSource
 from telemetry.metrics.memory import ProcessMemory
 from tests.distributed import run_ranks

@@ -27,7 +27,7 @@ perf_tracer.save(force=True)
 loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
 # a StatsLogger whose tracing section is off (the default) starts no tracer either (its
 # queue's modules load the SDK's trace encoder for the OTLP sink: not the tracer's doing)
-from telemetry import StatsLogger
+from rltel import StatsLogger
 
 logger = StatsLogger({"fileroot": sys.argv[1]}, sinks=[])
 with stats_tracker.record_timing("step"):

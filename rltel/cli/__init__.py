@@ -97,7 +97,3 @@ def _demo(argv: list[str]) -> int:
             )
             return 2
     return demo_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -31,7 +31,7 @@ from collector.baselines import Baselines
 from collector.merge import RolloutMerger
 from exporters.fanout import FanOut
 from exporters.journal import Journal
-from exporters.remote_write.kept import FILE as KEPT
+from exporters.remote_write.kept_backlog import FILE as KEPT
 from telemetry.model.errors import ConfigError
 from telemetry.model.run import RunKey, run_name
 from telemetry.otlp.decode import Decoder

@@ -100,7 +100,7 @@ _BOOT_CLOCK = (
     " either way, unless the machine booted within a second of interval_s before it"
 )
 _TAKEN_UP = (
-    "take_up sets it before gone reads it: a KeptFile whose take_up failed is never used"
+    "take_up sets it before gone reads it: a KeptBacklog whose take_up failed is never used"
     " again (the sink keeps nothing then)"
 )
 _LAST_FAILED = (
@@ -500,7 +500,7 @@ JUDGED: dict[str, dict[str, str]] = {
         " c.state is not OK": _STATES,
         "if self.state < REFUSING:": "refusing sorts after both other states (down, ok): < is !=",
     },
-    "exporters/remote_write/kept.py": {
+    "exporters/remote_write/kept_backlog.py": {
         "if self.unsent == 0:": (
             "unsent counts down from the writes taken up by the kept writes that leave: it"
             " reaches 0, never below"

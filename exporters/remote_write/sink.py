@@ -23,7 +23,7 @@ would, so unchanged series stay current), and the collector's own metrics (its s
 the sink's counters, ``up``, and what the server adds with :meth:`add_source`).
 ``shutdown`` drains with a deadline and counts what is left; with the collector's durable
 queue (:meth:`RemoteWriteSink.keep_in`) it keeps what is left for the next start instead,
-without waiting while the receiver is down (:mod:`exporters.remote_write.kept`).
+without waiting while the receiver is down (:mod:`exporters.remote_write.kept_backlog`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from exporters.base import ExportResult, Sink
 from exporters.prometheus.families import declared
 from exporters.prometheus.sink import SELF_METRICS
 from exporters.prometheus.store import SeriesStore
-from exporters.remote_write import client, kept, proto
+from exporters.remote_write import client, kept_backlog, proto
 from exporters.remote_write.config import (
     CLUSTER_LABEL,
     COLLECTOR_JOB,
@@ -102,7 +102,7 @@ class RemoteWriteSink(Sink):
         self._lock = threading.Lock()  # store, timeline, backlog: never held for I/O
         self._cond = threading.Condition(self._lock)
         self._writes = Writes()
-        self._keep: kept.KeptFile | None = None  # where a shutdown keeps the backlog
+        self._keep: kept_backlog.KeptBacklog | None = None  # where a shutdown keeps the backlog
         self._resync = False
         self.health = LinkHealth(config.url or "", lambda: self._writes.pending, summary_s)
         self._sources = Sources()
@@ -146,7 +146,7 @@ class RemoteWriteSink(Sink):
     def keep_in(self, directory: str | Path) -> None:
         """Keep the backlog in ``directory`` at shutdown (the collector's durable state), and
         send what an earlier process kept there first, its series' timestamps taken up."""
-        keep = kept.KeptFile(directory)
+        keep = kept_backlog.KeptBacklog(directory)
         taken_up = keep.take_up()
         if taken_up is None:
             return

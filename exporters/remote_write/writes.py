@@ -2,7 +2,7 @@
 
 Not thread-safe: the sink's lock guards it. The batch being sent is off the queue but still
 counted in :attr:`Writes.pending` until :meth:`Writes.done`; a write taken up from an
-earlier process's kept backlog is marked ``kept`` (:mod:`exporters.remote_write.kept`).
+earlier process's kept backlog is marked ``kept`` (:mod:`exporters.remote_write.kept_backlog`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("torch")
 
 from exporters.base import ExportResult
-from exporters.remote_write import kept as kept_file
+from exporters.remote_write import kept_backlog
 from exporters.remote_write.health import DOWN
 from tests.collector.conftest import samples, scrape
 from tests.collector.test_integration import CollectorProcess
@@ -177,7 +177,7 @@ def test_a_kept_backlog_goes_first_and_later_samples_are_stamped_after_it(tmp_pa
 def test_a_damaged_kept_backlog_is_left_there_and_named(tmp_path, caplog):
     (tmp_path / "backlog.kept").write_bytes(b"RLRWKEPT1garbage")
     with pytest.raises(ValueError, match="backlog.kept"):
-        kept_file.load(tmp_path / "backlog.kept")
+        kept_backlog.load(tmp_path / "backlog.kept")
     sink = _sink("http://127.0.0.1:9/api/v1/write")
     try:
         sink.keep_in(tmp_path)

@@ -11,7 +11,7 @@ import math
 import time
 
 from exporters.base import ExportResult
-from exporters.remote_write import client, kept, proto
+from exporters.remote_write import client, kept_backlog, proto
 from exporters.remote_write.health import DOWN
 from exporters.remote_write.salvage import Salvage, per_sample
 from telemetry.model.snapshot import Gauge, Snapshot
@@ -42,7 +42,7 @@ def test_a_write_refused_for_one_held_sample_delivers_its_new_samples(tmp_path):
         wait_for(lambda: first.health.state == DOWN, 30, "the sink sees no receiver")
     finally:
         first.shutdown(10)  # at once (the receiver is down): the backlog is kept
-    writes, _ = kept.load(directory / kept.FILE)
+    writes, _ = kept_backlog.load(directory / kept_backlog.FILE)
     assert [samples for _, samples, _ in writes] == [3, 3]  # loss, reward, target_info
     loss = next(
         sorted(labels.items())

@@ -27,7 +27,7 @@ import pytest
 
 from exporters.base import ExportResult, Sink
 from exporters.prometheus.families import Family, describe
-from exporters.remote_write import RemoteWriteSink, kept
+from exporters.remote_write import RemoteWriteSink, kept_backlog
 from exporters.remote_write.config import RemoteWriteConfig
 from exporters.remote_write.health import DOWN
 from telemetry.model.snapshot import Gauge, Snapshot
@@ -660,7 +660,7 @@ def test_shutdown_while_down_keeps_the_backlog_at_once(rig, tmp_path):
         assert _timed(lambda: sink.shutdown(10)) < 2.5  # noqa: B023
     assert time.monotonic() - start < 2.5
     for i, (sink, _, _) in enumerate(sinks):
-        writes, _ = kept.load(tmp_path / str(i) / kept.FILE)
+        writes, _ = kept_backlog.load(tmp_path / str(i) / kept_backlog.FILE)
         assert [samples for _, samples, _ in writes] == [2]
         assert sink.health.counts().dropped["shutdown"] == 0
 
@@ -674,7 +674,7 @@ def test_shutdown_with_the_receiver_up_sends_before_keeping(rig, tmp_path):
     _when_shutdown_starts(sink, receiver.gate.doors[1].set)
     assert _timed(lambda: sink.shutdown(10)) < 5.0
     assert sink.health.counts().sent == 2
-    assert not (tmp_path / kept.FILE).exists()
+    assert not (tmp_path / kept_backlog.FILE).exists()
 
 
 def test_a_backlog_that_cannot_be_kept_is_counted_dropped_and_raised(rig, tmp_path, caplog):
@@ -700,7 +700,7 @@ def test_a_kept_backlog_goes_first_and_its_file_goes_once_its_last_write_left(ri
     assert down.gate.reached(2)
     first.export(_snap(value=2.0, ms=NOW - 2))
     first.shutdown(10)
-    writes, _ = kept.load(tmp_path / kept.FILE)
+    writes, _ = kept_backlog.load(tmp_path / kept_backlog.FILE)
     assert [samples for _, samples, _ in writes] == [2, 2]
 
     up = rig.receiver(doors=(2,))
@@ -708,10 +708,10 @@ def test_a_kept_backlog_goes_first_and_its_file_goes_once_its_last_write_left(ri
     second.keep_in(tmp_path)
     second.export(_snap(value=3.0, ms=NOW - 1))
     assert up.gate.reached(2)  # the first kept write delivered, the second held
-    assert (tmp_path / kept.FILE).exists()
+    assert (tmp_path / kept_backlog.FILE).exists()
     up.gate.doors[2].set()
     assert second.force_flush(10)
-    assert not (tmp_path / kept.FILE).exists()
+    assert not (tmp_path / kept_backlog.FILE).exists()
     assert [(v, ts) for labels, v, ts in _samples(up) if labels["__name__"] == "loss"] == [
         (1.0, NOW - 3),
         (2.0, NOW - 2),
@@ -720,7 +720,7 @@ def test_a_kept_backlog_goes_first_and_its_file_goes_once_its_last_write_left(ri
 
 
 def test_a_damaged_kept_backlog_is_left_and_nothing_is_kept(rig, tmp_path):
-    (tmp_path / kept.FILE).write_bytes(b"RLRWKEPT1garbage")
+    (tmp_path / kept_backlog.FILE).write_bytes(b"RLRWKEPT1garbage")
     receiver = rig.receiver([503], doors=(2,))
     sink = rig.sink(receiver.url, self_metrics=False)
     sink.keep_in(tmp_path)
@@ -728,7 +728,7 @@ def test_a_damaged_kept_backlog_is_left_and_nothing_is_kept(rig, tmp_path):
     assert receiver.gate.reached(2)
     sink.shutdown(0.1)
     assert sink.health.counts().dropped["shutdown"] == 2
-    assert (tmp_path / kept.FILE).read_bytes() == b"RLRWKEPT1garbage"
+    assert (tmp_path / kept_backlog.FILE).read_bytes() == b"RLRWKEPT1garbage"
 
 
 # -- the threads -------------------------------------------------------------------------

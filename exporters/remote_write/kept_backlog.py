@@ -1,4 +1,4 @@
-"""The remote-write backlog a clean shutdown keeps for the next start.
+"""The remote-write backlog a clean shutdown keeps on disk while the receiver is down.
 
 With the collector's durable queue, a shutdown during a receiver outage writes what is left
 (the encoded writes, in order, with their samples' original timestamps) and each series'
@@ -21,7 +21,7 @@ import struct
 import zlib
 from pathlib import Path
 
-__all__ = ["FILE", "Kept", "KeptFile", "load", "save"]
+__all__ = ["FILE", "Contents", "KeptBacklog", "load", "save"]
 
 logger = logging.getLogger("exporters.remote_write")
 
@@ -32,8 +32,9 @@ _MAGIC = b"RLRWKEPT1"
 _LEN = struct.Struct("<I")
 
 Labels = tuple[tuple[str, str], ...]
-Kept = tuple[list[tuple[bytes, int, int]], dict[Labels, int]]
-"""``([(payload, samples, newest_ms), ...], {series labels: last timestamp ms})``."""
+Contents = tuple[list[tuple[bytes, int, int]], dict[Labels, int]]
+"""What the file holds: ``([(payload, samples, newest_ms), ...], {series labels: last
+timestamp ms})``."""
 
 
 def save(path: Path, writes: list[tuple[bytes, int, int]], last: dict[Labels, int]) -> None:
@@ -62,7 +63,7 @@ def save(path: Path, writes: list[tuple[bytes, int, int]], last: dict[Labels, in
         os.close(fd)
 
 
-def load(path: Path) -> Kept:
+def load(path: Path) -> Contents:
     """What :func:`save` wrote to ``path``; nothing when there is no file.
 
     Raises:
@@ -81,7 +82,7 @@ def load(path: Path) -> Kept:
         raise ValueError(f"{path}: damaged: {exc}") from None
 
 
-def _parse(data: bytes) -> Kept:
+def _parse(data: bytes) -> Contents:
     (size,) = _LEN.unpack_from(data, 0)
     header = json.loads(data[_LEN.size : _LEN.size + size])
     body = data[_LEN.size + size :]
@@ -96,7 +97,7 @@ def _parse(data: bytes) -> Kept:
     return writes, last
 
 
-class KeptFile:
+class KeptBacklog:
     """One sink's kept backlog: taken up at start, removed once its last write left the
     backlog, written again at shutdown. Not thread-safe (the sink's lock guards it).
 
@@ -108,7 +109,7 @@ class KeptFile:
         self.path = Path(directory) / FILE
         self.unsent = 0  # writes taken up that have not left the backlog yet
 
-    def take_up(self) -> Kept | None:
+    def take_up(self) -> Contents | None:
         """What an earlier process kept; None when the file is unreadable (logged and left
         there for a person to look at: this process keeps nothing then)."""
         try:

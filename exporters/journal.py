@@ -53,7 +53,6 @@ class Journal:
         self.log = RecordLog(directory, limit_bytes, fsync)
         self.directory = self.log.directory
         self.limit_bytes = limit_bytes
-        self.fsync = fsync
         self._undecodable = 0
         self._error_lock = threading.Lock()
         self._error: OSError | None = None  # of a failed append, raised by the next sync

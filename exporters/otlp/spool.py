@@ -4,9 +4,10 @@ The spool is a :class:`~exporters.record_log.RecordLog` in the spool directory (
 run directory): each metric batch (its JSON form is :mod:`telemetry.otlp.batch`'s) and each
 trace or logs request (:mod:`exporters.otlp.signal_requests`: format 2) is one record, a
 first line ``<points>`` or ``<items>.<signal>`` and then the entry's JSON. Records are
-written whole by one write and checked by their CRC when read, so a process killed
-mid-write leaves no entry that is read back torn, and a delivered entry is acknowledged
-(:meth:`Spool.pop`) before the next is sent, so none is read back twice. Entries left by
+appended whole (a write that fails is cut off again) and checked by their CRC when read,
+so a process killed mid-write leaves no entry that is read back torn or twice; a delivered
+entry is acknowledged (:meth:`Spool.pop`) before the next is sent, so a kill resends at
+most the one in flight. Entries left by
 an earlier process are picked up on construction and replayed first, in order; so are the
 entries of a spool of an earlier version (one file ``<seq>-<points>.json`` or
 ``<seq>-<items>.<signal>.json`` per entry), before the log's, each file removed once
@@ -93,7 +94,7 @@ class Spool:
         self.dropped_items = {"traces": 0, "logs": 0}  # spans, log records
         self._full = FailureRun()  # appends refused for the byte limit, in a row
         self._unwritable = FailureRun()  # appends whose write failed (a full disk), in a row
-        self._log = RecordLog(self.directory, limit_bytes, False, SEGMENT_BYTES)
+        self._log = RecordLog(self.directory, limit_bytes, fsync=False, segment_bytes=SEGMENT_BYTES)
         for path, size, points in _earlier_entries(self.directory):
             self._hold(_Entry(path, size, points))
             self._earlier_bytes += size

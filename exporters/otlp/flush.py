@@ -80,7 +80,8 @@ class FlushReport:
 
 def find_spools(directory: str | Path) -> list[Path]:
     """``directory`` if it holds spool entries, and each subdirectory that does (a run's
-    ``otlp-spool/`` holds one spool per sender: ``trainer/``, ``rollout-<worker>/``...).
+    ``otlp-spool/`` holds one spool per sender: ``trainer/``, ``rollout-<worker>/``...): the
+    segments of a spool's log, or the entry files of an earlier version's spool.
 
     Raises:
         FileNotFoundError: ``directory`` is not a directory.
@@ -89,7 +90,7 @@ def find_spools(directory: str | Path) -> list[Path]:
     if not root.is_dir():
         raise FileNotFoundError(f"spool directory {root} does not exist")
     candidates = [root, *sorted(path for path in root.iterdir() if path.is_dir())]
-    return [path for path in candidates if any(path.glob("*.json"))]
+    return [path for path in candidates if any(path.glob("*.seg")) or any(path.glob("*.json"))]
 
 
 def flush_spools(

@@ -8,11 +8,11 @@ through :class:`QueueSpanExporter` (``OtlpSink.span_exporter()``), an OpenTeleme
 queues it without blocking, so a ``BatchSpanProcessor`` in front of it never waits on the
 network: the queue's retry, backoff, pushback and spool carry it as they carry metrics.
 
-In the spool a signal request is a JSON record of format 2 (``{"format": 2, "signal":
-"traces", "items": 12, "request": <base64 of the protobuf>}``) in a file named
-``<seq>-<items>.<signal>.json``; metric batches keep format 1 and their names. A spool
-written by an earlier version holds only format 1 and is read as before; an earlier version
-skips the format 2 files of a newer one (leaves them on disk).
+In the spool a signal request is a JSON entry of format 2 (``{"format": 2, "signal":
+"traces", "items": 12, "request": <base64 of the protobuf>}``) in a record counted
+``<items>.<signal>`` (:mod:`exporters.otlp.spool`); metric batches keep format 1. The
+entry files of a spool written by an earlier version (``<seq>-<items>.<signal>.json``)
+are read first.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import pytest
 
 from collector.signal_journal import RequestJournal
 from exporters import journal as journal_module
+from exporters import record_log
 from exporters.base import ExportResult, InMemorySink
 from exporters.journal import Checkpoints, Journal
 from exporters.queued import QueuedSink
@@ -85,7 +86,7 @@ def test_a_record_whose_length_changed_ends_the_segment_there(tmp_path):
 
 def _record_bytes_of(data: bytes | bytearray, at: int) -> bytes:
     size = int.from_bytes(data[at : at + 4], "little")
-    return bytes(data[at : at + journal_module._HEADER.size + size])
+    return bytes(data[at : at + record_log.HEADER.size + size])
 
 
 def test_a_segment_holding_only_a_torn_record_is_never_appended_to(tmp_path):
@@ -101,7 +102,7 @@ def test_a_segment_holding_only_a_torn_record_is_never_appended_to(tmp_path):
 
 
 def test_segments_go_once_acked_and_full_holds_at_the_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(journal_module, "SEGMENT_BYTES", 1)  # one record per segment
+    monkeypatch.setattr(record_log, "SEGMENT_BYTES", 1)  # one record per segment
     journal = Journal(tmp_path, limit_bytes=3 * len(_record_bytes(tmp_path)))
     for step in range(3):
         assert not journal.full
@@ -188,7 +189,7 @@ def _raw(tmp_path, limit_bytes: int = 1 << 30) -> RequestJournal:
 
 
 def test_a_segment_takes_records_until_it_holds_4_mib(tmp_path):
-    mib = b"x" * ((1 << 20) - journal_module._HEADER.size)  # a record of 1 MiB
+    mib = b"x" * ((1 << 20) - record_log.HEADER.size)  # a record of 1 MiB
     short = _raw(tmp_path / "short")
     for payload in (mib, mib, mib, mib[:-1], b"next"):  # 4 MiB less one byte, then more
         short.append(payload)
@@ -209,7 +210,7 @@ def test_last_seq_is_the_last_record_written(tmp_path):
 
 
 def test_a_journal_at_its_limit_is_full_again_in_the_next_process(tmp_path):
-    record = journal_module._HEADER.size + 16  # 16: a bit the header's size holds too
+    record = record_log.HEADER.size + 16  # 16: a bit the header's size holds too
     journal = _raw(tmp_path, limit_bytes=3 * record)
     for payload in (b"a" * 16, b"b" * 16, b"c" * 16):
         journal.append(payload)
@@ -223,8 +224,8 @@ def test_a_journal_at_its_limit_is_full_again_in_the_next_process(tmp_path):
 
 
 def test_segments_go_only_once_every_record_in_them_is_acked(tmp_path, monkeypatch):
-    record = journal_module._HEADER.size + 1
-    monkeypatch.setattr(journal_module, "SEGMENT_BYTES", record + 1)  # two records each
+    record = record_log.HEADER.size + 1
+    monkeypatch.setattr(record_log, "SEGMENT_BYTES", record + 1)  # two records each
     journal = _raw(tmp_path)
     for payload in b"abcdefgh":
         journal.append(bytes([payload]))
@@ -386,7 +387,7 @@ def test_a_failed_record_and_a_torn_tail_count_as_two_unreadable(tmp_path):
 
 
 def test_bytes_counts_every_record_written(tmp_path):
-    record = journal_module._HEADER.size + 1
+    record = record_log.HEADER.size + 1
     journal = _raw(tmp_path)
     for payload in (b"a", b"b", b"c"):
         journal.append(payload)
@@ -484,7 +485,7 @@ def test_snapshots_that_compare_equal_but_encode_apart_are_encoded_each():
 
 
 def test_full_only_at_the_limit_not_a_byte_before(tmp_path):
-    record = journal_module._HEADER.size + 1
+    record = record_log.HEADER.size + 1
     journal = _raw(tmp_path, limit_bytes=record + 1)
     journal.append(b"a")
     assert not journal.full

@@ -203,7 +203,7 @@ def test_collector_down_then_up_loses_nothing(tmp_path):
         receiver.stop()
     assert [step_of(r) for r in receiver.requests] == [*range(150), 149]  # + close marker
     assert all(len(user_metrics(r)) == 203 for r in receiver.requests[:-1])
-    assert not list((tmp_path / "exp" / "t1" / "otlp-spool" / "trainer").glob("*.json"))
+    assert not list((tmp_path / "exp" / "t1" / "otlp-spool" / "trainer").glob("*.seg"))
 
 
 KILLED_WRITER = """

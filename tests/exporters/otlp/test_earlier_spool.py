@@ -33,7 +33,7 @@ def test_a_process_that_commits_nothing_sends_an_earlier_spool_and_says_so(tmp_p
             stats.close(5.0)
     assert [step_of(request) for request in receiver.requests] == [0, 1, 2, 3, 3]
     lines = [r.getMessage() for r in caplog.records if r.name == "exporters.otlp"]
-    points = sum(int(path.stem.split("-")[1]) for path in left)
+    points = sum(part.num_points for part in left)
     assert lines == [
         f"otlp: 5 requests ({points} points; steps 0-3) that an earlier process left in "
         f"{trainer} are sent first; if this process ends before they are, send them with: "

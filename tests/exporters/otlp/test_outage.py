@@ -17,12 +17,14 @@ import grpc
 import pytest
 
 from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
-from exporters.otlp.spool import Spool
+from exporters.otlp.spool import Part, Spool
 from exporters.queued import QueuedSink
 from rltel.logger import StatsLogger
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.distributed import free_port
 from tests.telemetry.otlp_receiver import Receiver, is_heartbeat_request, step_of
+
+from .spooled import held_under
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAINER = """
@@ -83,8 +85,8 @@ def wait_until(condition, timeout_s: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def entries(spool_dir: Path) -> list[Path]:
-    return sorted(spool_dir.rglob("*.json"))
+def entries(spool_dir: Path) -> list[Part]:
+    return held_under(spool_dir)
 
 
 def flush_cli(spool_dir: Path, endpoint: str, *extra: str) -> subprocess.CompletedProcess:
@@ -305,7 +307,7 @@ def test_rltel_spool_flush_delivers_a_spool_in_order_and_empties_it(tmp_path, co
     assert flushed.stdout.count("\n") == 1 and flushed.stderr == ""
     assert f"{count + 1} requests" in flushed.stdout  # the steps and the close marker
     assert steps(receiver) == [*range(count), count - 1]
-    assert not entries(spool_dir)
+    assert not entries(spool_dir) and not list(spool_dir.rglob("*.seg"))
 
 
 def test_rltel_spool_flush_with_the_collector_down_says_so_in_one_line_and_keeps_the_spool(

@@ -29,6 +29,8 @@ from telemetry.otlp.encode import Batch
 from telemetry.otlp.samples import decode_samples
 from tests.distributed import free_port
 
+from .spooled import held, kind
+
 WAIT_S = 60.0
 FAST = {"backoff_s": 0.02, "max_backoff_s": 0.1, "timeout_s": 2.0}
 SERVICES = {
@@ -149,11 +151,8 @@ def test_spans_and_samples_ride_the_spool_through_an_outage_in_order(tmp_path, t
             with tracer.start_as_current_span(f"step-{step}", attributes={"step": step}):
                 pass
         wait_until(lambda: len(spool) == 3 * steps and queued.depth() == 0, "not spooled")
-        names = sorted(path.name for path in spool.directory.glob("*.json"))
-        assert [name.split("-", 1)[1] for name in names] == [
-            kind
-            for _ in range(steps)
-            for kind in (f"{1 + HEALTH_POINTS}.json", "1.logs.json", "1.traces.json")
+        assert [kind(part) for part in held(spool.directory)] == [
+            count for _ in range(steps) for count in (f"{1 + HEALTH_POINTS}", "1.logs", "1.traces")
         ]  # a metric request (its point and the health points), its samples, the span
         receiver = Receiver(port)
         receiver.server.start()

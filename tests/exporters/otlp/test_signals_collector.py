@@ -6,6 +6,7 @@ metrics of the same steps."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -20,7 +21,14 @@ from telemetry.samples import log_sample
 from tests.collector.test_signals import Recording
 from tests.distributed import free_port
 
+from .spooled import held_under, kind
+
 WAIT_S = 60.0
+
+
+def signal_entries(directory) -> dict[str, int]:
+    """How many trace and logs entries the spool in ``directory`` holds, by count."""
+    return Counter(k for part in held_under(directory) if "." in (k := kind(part)))
 
 
 def wait_until(condition, what: str) -> None:
@@ -55,10 +63,7 @@ def test_spans_and_samples_cross_a_collector_outage_in_order(tmp_path):
         for n in range(4):  # nobody listens: spans, metrics and samples go to the spool
             step(n)
         wait_until(
-            lambda: (
-                len(list((spool / "trainer").glob("*.traces.json"))) == 4
-                and len(list((spool / "trainer").glob("*.logs.json"))) == 4
-            ),
+            lambda: signal_entries(spool / "trainer") == {"1.logs": 4, "1.traces": 4},
             "the outage's spans and samples were not spooled",
         )
         config = from_dict({"receiver": {"port": port}})
@@ -86,4 +91,4 @@ def test_spans_and_samples_cross_a_collector_outage_in_order(tmp_path):
     health = stats.otlp.health()
     assert health["spans_exported"] == 7 and health["log_records_exported"] == 7
     assert health["spans_dropped"] == health["log_records_dropped"] == 0
-    assert not list((spool / "trainer").glob("*.json"))
+    assert not list((spool / "trainer").glob("*.seg"))

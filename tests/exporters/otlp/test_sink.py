@@ -114,7 +114,7 @@ def test_full_queue_overflows_into_the_spool_and_replays_in_order(collector, tmp
     assert health["requests_exported"] == STEPS + 5
     assert health["points_spooled"] == STEPS * WIRE  # the later ones went straight through
     assert health["spool_points"] == health["points_dropped"] == health["points_failed"] == 0
-    assert len(spool) == 0 and not list((tmp_path / "spool").glob("*.json"))
+    assert len(spool) == 0 and not list((tmp_path / "spool").glob("*.seg"))
     stats = queued.stats()
     assert stats.dropped == stats.failed == 0 and not stats.degraded
 

@@ -171,7 +171,7 @@ def test_collector_down_then_up_every_step_once_in_order(tmp_path):
     assert steps(receiver) == list(range(60))
     health = transport.health()
     assert health["points_exported"] == 60 * WIRE and health["points_dropped"] == 0
-    assert len(spool) == 0 and not list((tmp_path / "spool").glob("*.json"))
+    assert len(spool) == 0 and not list((tmp_path / "spool").glob("*.seg"))
 
 
 def test_spool_limit_exceeded_drop_count_is_exact_and_the_rest_replays(tmp_path):

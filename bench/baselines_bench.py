@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 
 from collector.baselines import Baselines
-from telemetry.model.snapshot import Gauge, Snapshot
+from telemetry.model.snapshot import ScalarMean, Snapshot
 from telemetry.otlp.decode import Decoder
 from telemetry.otlp.encode import encode
 
@@ -43,7 +43,7 @@ def requests(workers: int, keys: int, steps: int) -> list[ExportMetricsServiceRe
     out = []
     for step in range(1, steps + 1):
         for w in range(workers):
-            points = tuple(Gauge(f"rollout/k{k}", 0.5 + k, 4 * step) for k in range(keys))
+            points = tuple(ScalarMean(f"rollout/k{k}", 0.5 + k, 4 * step) for k in range(keys))
             resource = (*RUN, ("rltel.worker_id", f"w{w}"))
             snapshot = Snapshot(points, None, resource, 10_000 + step, "rollout")
             (data,) = encode(

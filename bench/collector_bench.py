@@ -42,7 +42,7 @@ from collector.server import SERVICE, CollectorServer
 from collector.sinks import run_sink_factory
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean, Snapshot, Step
 from telemetry.otlp.decode import Decoder
 from telemetry.otlp.encode import encode
 
@@ -57,7 +57,7 @@ def training_request(step: int, n: int) -> bytes:
         if kind < 4:
             points.append(Histogram(f"ppo_actor/update/h{i}", 512, 256.0 + i, -1.0, 3.0))
         elif kind < 6:
-            points.append(Gauge(f"ppo_actor/scalar{i}", 0.5 + i, count=8))
+            points.append(ScalarMean(f"ppo_actor/scalar{i}", 0.5 + i, 8))
         elif kind < 9:
             points.append(Gauge(f"timeperf/g{i}", float(i), unit="s"))
         else:

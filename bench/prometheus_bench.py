@@ -29,7 +29,7 @@ from prometheus_client import Histogram as PHistogram
 
 from exporters.prometheus import PrometheusSink
 from telemetry.config import PrometheusConfig
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean, Snapshot, Step
 
 HISTOGRAMS, GAUGES, COUNTERS, LAYERS, EXPERTS, BUCKETS = 200, 400, 50, 48, 64, 16
 ITERATIONS, WARMUP = 20, 3
@@ -58,7 +58,7 @@ def make_snapshot(step: int) -> Snapshot:
         points.append(
             Histogram(f"ppo_actor/stat_{i}", total, 0.5 * total, -1.0, 1.0, bounds_of(i), counts)
         )
-    points += [Gauge(f"ppo_actor/scalar_{i}", float(i + step), count=4) for i in range(GAUGES)]
+    points += [ScalarMean(f"ppo_actor/scalar_{i}", float(i + step), 4) for i in range(GAUGES)]
     points += [Counter(f"train_perf/c_{i}", float(step * 100 + i)) for i in range(COUNTERS)]
     for layer in range(LAYERS):
         points.append(

@@ -43,7 +43,7 @@ from exporters.otlp.sink import OtlpSink
 from exporters.otlp.spool import Spool
 from exporters.queued import QueuedSink
 from telemetry.model.sample import Sample
-from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import ScalarMean, Snapshot, Step
 from telemetry.otlp.encode import Batch, encode, encode_batch
 
 
@@ -124,8 +124,8 @@ def snapshot(points: int, samples: int) -> Snapshot:
         )
         for i in range(samples)
     )
-    gauges = tuple(Gauge(f"ppo_actor/g{i}", float(i), count=1) for i in range(points))
-    return Snapshot(gauges, Step(0, 1, 1), (("rltel.role", "trainer"),), 1, samples=kept)
+    scalars = tuple(ScalarMean(f"ppo_actor/g{i}", float(i), 1) for i in range(points))
+    return Snapshot(scalars, Step(0, 1, 1), (("rltel.role", "trainer"),), 1, samples=kept)
 
 
 def encoded(sink: OtlpSink, snap: Snapshot) -> None:

@@ -5,14 +5,14 @@ cumulative series already turned into deltas by :mod:`telemetry.otlp.temporality
 key, ``sum(value * count) / sum(count)`` over all workers and windows since the last
 training step. Per point type:
 
-- scalar-stream ``Gauge`` (``count`` set): count-weighted mean, count = total count;
+- ``ScalarMean`` (a scalar stream): count-weighted mean, count = total count;
 - ``Histogram``: counts and sums added (so ``avg`` is count-weighted), min of mins, max of
   maxes, buckets added where every window has the same bounds;
 - a NaN in one worker's window makes that step's merged value NaN: a sum with NaN is NaN,
   and a NaN min or max wins whatever the workers' order, as in the DP reduction; the next
   step merges afresh;
 - ``Counter``: each worker's latest cumulative total, summed over workers;
-- ``Gauge`` without count: mean over the workers' latest values in the window.
+- ``Gauge``: mean over the workers' latest values in the window.
 
 A training snapshot with a new ``global_step`` (higher than any seen) closes the window:
 the merged points are emitted as one Snapshot per stream with that step, for the
@@ -46,6 +46,7 @@ from telemetry.model.snapshot import (
     Counter,
     Gauge,
     Histogram,
+    ScalarMean,
     Snapshot,
     StatReduce,
     Step,
@@ -253,7 +254,7 @@ class RolloutMerger:
         if w.kind == "scalar":
             if w.count <= 0:
                 return None
-            return Gauge(w.metric, w.sum / w.count, w.count, w.unit, w.attributes)
+            return ScalarMean(w.metric, w.sum / w.count, w.count, w.unit, w.attributes)
         if w.kind == "histogram":
             kept = w.buckets is not None
             return Histogram(
@@ -274,7 +275,7 @@ class RolloutMerger:
             value = sum(c.value for c in totals)
             return Counter(w.metric, value, w.unit, w.attributes, start)
         values = list(w.latest.values())
-        return Gauge(w.metric, sum(values) / len(values), None, w.unit, w.attributes)
+        return Gauge(w.metric, sum(values) / len(values), unit=w.unit, attributes=w.attributes)
 
 
 def _kind(point) -> str:
@@ -282,7 +283,9 @@ def _kind(point) -> str:
         return "histogram"
     if isinstance(point, Counter):
         return "counter"
-    return "scalar" if point.count is not None else "gauge"
+    if isinstance(point, ScalarMean):
+        return "scalar"
+    return "gauge"
 
 
 def _accumulate(window: _MergedKey, point, worker: Attributes) -> None:

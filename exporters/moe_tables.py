@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from telemetry.model.snapshot import Counter, Gauge, Point, Snapshot
+from telemetry.model.snapshot import Counter, Gauge, Point, ScalarMean, Snapshot
 
 MOE_PREFIX = "moe_balance/"
 EXPERT_COLUMNS = ("tokens", "load_percent")
@@ -47,7 +47,7 @@ def expert_loads(snapshot: Snapshot) -> list[ExpertLoad]:
     """The per-expert rows of ``snapshot``, sorted by (layer, expert); empty without MoE points."""
     cells: dict[tuple[int, int], dict[str, float]] = {}
     for point in snapshot.points:
-        if not is_expert_point(point) or not isinstance(point, (Gauge, Counter)):
+        if not is_expert_point(point) or not isinstance(point, (Gauge, ScalarMean, Counter)):
             continue
         column = point.metric[len(MOE_PREFIX) :]
         if column not in EXPERT_COLUMNS:

@@ -1,4 +1,4 @@
-"""The points of a committed dict: the export's typed points it still holds, gauges for the rest."""
+"""The points of a committed dict: the typed points of its export it still holds, then the rest."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ __all__ = ["stats_points"]
 
 
 def stats_points(stats: Stats) -> tuple[Point, ...]:
-    """The export's typed points the dict still holds unchanged, and gauges for every other
-    entry: a value changed, added or removed after the export (``stats[k] = v``,
-    ``stats.update(rollout_stats)``, ``del stats[k]``) logs as the dict holds it, as in AReaL."""
+    """The export's typed points the dict still holds unchanged, and a gauge or scalar mean
+    (:func:`points_from_flat`) for every other entry: a value changed, added or removed after
+    the export (``stats[k] = v``, ``stats.update(rollout_stats)``, ``del stats[k]``) logs as
+    the dict holds it, as in AReaL."""
     kept = [point for point in stats.points if holds(stats, point)]
     covered = set(flatten(kept, include_counts=True))
     return (*kept, *points_from_flat({k: v for k, v in stats.items() if k not in covered}))

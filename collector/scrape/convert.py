@@ -112,13 +112,13 @@ class Converter:
                 for sample in family.samples:
                     points.append(
                         Gauge(
-                            sample.name, float(sample.value), None, "", _attributes(sample.labels)
+                            sample.name, float(sample.value), attributes=_attributes(sample.labels)
                         )
                     )
             elif kind in _GAUGE_TYPES:
                 for sample in family.samples:
                     attrs = _attributes(sample.labels)
-                    points.append(Gauge(sample.name, float(sample.value), None, "", attrs))
+                    points.append(Gauge(sample.name, float(sample.value), attributes=attrs))
         self._totals, self._histograms = totals, histograms
         return Scraped(tuple(points), increases, windows)
 

@@ -114,7 +114,7 @@ def engine_figures(
             for suffix, q in QUANTILES:
                 out[f"{figure}_{suffix}"] = quantile(q, window)
     return tuple(
-        Gauge(PREFIX + figure, value, None, "", attributes)
+        Gauge(PREFIX + figure, value, attributes=attributes)
         for figure, value in out.items()
         if math.isfinite(value)
     )

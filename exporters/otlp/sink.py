@@ -50,7 +50,7 @@ from exporters.otlp.spool import Part, Spool
 from exporters.otlp.transport import OtlpSender
 from telemetry.config import OtlpTlsConfig
 from telemetry.model.errors import ConfigError
-from telemetry.model.snapshot import Counter, Gauge, Point, Snapshot
+from telemetry.model.snapshot import Counter, Gauge, Point, ScalarMean, Snapshot
 from telemetry.otlp.encode import Batch, count_nonfinite, split
 
 __all__ = ["HEALTH_COUNTERS", "HEALTH_POINTS", "OtlpSink"]
@@ -312,7 +312,7 @@ class OtlpSink(Sink):
         """
         points, skipped = [], 0
         for point in snapshot.points:
-            if isinstance(point, Gauge) and point.count is not None:
+            if isinstance(point, ScalarMean):
                 total, count = self._totals.get(point.key, (0.0, 0))
                 if not math.isfinite(point.value):
                     skipped += point.count > 0

@@ -36,7 +36,15 @@ from exporters.prometheus.naming import (
     unit_suffix,
 )
 from telemetry.model import names
-from telemetry.model.snapshot import Attributes, Counter, Gauge, Histogram, Snapshot, StatReduce
+from telemetry.model.snapshot import (
+    Attributes,
+    Counter,
+    Gauge,
+    Histogram,
+    ScalarMean,
+    Snapshot,
+    StatReduce,
+)
 from telemetry.otlp.wire import description
 
 SELF_PREFIX = "rltel_prometheus_"
@@ -316,7 +324,7 @@ def _key_of(point) -> MetricKey:
         return MetricKey(point.metric, "histogram", point.unit)
     if isinstance(point, Counter):
         return MetricKey(point.metric, "counter", point.unit)
-    if isinstance(point, Gauge):
+    if isinstance(point, (Gauge, ScalarMean)):
         return MetricKey(point.metric, "gauge", point.unit)
     raise TypeError(f"not a snapshot point: {type(point).__name__}")
 
@@ -324,6 +332,6 @@ def _key_of(point) -> MetricKey:
 def _help(point) -> str:
     if isinstance(point, Histogram):
         return f"{point.metric} ({description(point.reduce)})"
-    if isinstance(point, Gauge) and point.count is not None:
+    if isinstance(point, ScalarMean):
         return f"{point.metric} ({description(StatReduce.SCALAR)})"
     return point.metric

@@ -45,7 +45,7 @@ def snapshot_of(group: BeatGroup, closed: bool = False) -> Snapshot:
     for beat in group.beats:
         attributes = (("rank", str(beat.rank)), ("host", beat.host), ("phase", beat.phase))
         for name in VALUES:
-            points.append(Gauge(PREFIX + name, float(getattr(beat, name)), None, "", attributes))
+            points.append(Gauge(PREFIX + name, float(getattr(beat, name)), attributes=attributes))
     resource = (
         (names.EXPERIMENT, experiment),
         (names.TRIAL, trial),

@@ -30,7 +30,7 @@ class StatReduce(str, Enum):
     """A recorded key's reduce type: how its point appears in AReaL's flat dict.
 
     The one reduce-type enum; ``telemetry.record.stats_tracker.ReduceType`` is this enum under
-    AReaL's name. ``SCALAR`` is a scalar stream (a :class:`Gauge` with a count, its mean);
+    AReaL's name. ``SCALAR`` is a scalar stream (a :class:`ScalarMean`);
     the others are a :class:`Histogram`'s (``AVG_MIN_MAX``: ``/avg``, ``/min``, ``/max``).
     """
 
@@ -57,11 +57,33 @@ def flat_key(metric: str, attributes: Attributes = ()) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Gauge:
-    """A point-in-time value; ``count`` is set for scalar streams (count-weighted means)."""
+    """A point-in-time value: the level of a series when it was read.
+
+    ``unit`` and ``attributes`` are keyword-only: a positional third argument (the count
+    a scalar stream had before it was a :class:`ScalarMean`) raises ``TypeError``.
+    """
 
     metric: str
     value: float
-    count: int | None = None
+    unit: str = field(default="", kw_only=True)
+    attributes: Attributes = field(default=(), kw_only=True)
+
+    @property
+    def key(self) -> str:
+        return flat_key(self.metric, self.attributes)
+
+    def flat(self) -> Iterator[tuple[str, float]]:
+        yield self.key, self.value
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarMean:
+    """A scalar stream of one export (AReaL's ``stats_tracker`` scalar): the count-weighted
+    mean of the values recorded, and how many there were."""
+
+    metric: str
+    value: float
+    count: int
     unit: str = ""
     attributes: Attributes = ()
 
@@ -70,10 +92,9 @@ class Gauge:
         return flat_key(self.metric, self.attributes)
 
     def flat(self) -> Iterator[tuple[str, float]]:
-        """The flat entries: the value, and ``key__count`` (an int, as AReaL's) if counted."""
+        """The flat entries: the mean, and ``key__count`` (an int, as AReaL's)."""
         yield self.key, self.value
-        if self.count is not None:
-            yield self.key + COUNT_SUFFIX, int(self.count)
+        yield self.key + COUNT_SUFFIX, int(self.count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +137,7 @@ class Histogram:
 
     def __post_init__(self) -> None:
         if self.reduce is StatReduce.SCALAR:
-            raise ValueError(f"histogram {self.metric!r}: a scalar stream is a Gauge with a count")
+            raise ValueError(f"histogram {self.metric!r}: a scalar stream is a ScalarMean")
         if self.bounds and len(self.bucket_counts) != len(self.bounds) + 1:
             raise ValueError(
                 f"histogram {self.metric!r}: {len(self.bounds)} bounds need "
@@ -150,7 +171,7 @@ class Histogram:
             yield key, _or_nan(self.max)
 
 
-Point = Gauge | Counter | Histogram
+Point = Gauge | ScalarMean | Counter | Histogram
 
 
 def _or_nan(value: float | None) -> float:

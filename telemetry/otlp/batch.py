@@ -5,6 +5,10 @@ record of the collector's durable journal (:mod:`exporters.journal`).
 Plain data and ``json`` only, no OpenTelemetry: the journal under the generic queue reads
 and writes its records without loading the OTLP encoder. The step is written before the
 points, so a reader of an entry's head finds it (:meth:`exporters.otlp.spool.Spool.steps`).
+
+A ``ScalarMean`` is written as a ``gauge`` entry with its ``count`` (a ``Gauge``'s count is
+null), the form every earlier version wrote and reads: spools and journals stay readable
+both ways across an upgrade.
 """
 
 from __future__ import annotations
@@ -16,7 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import (
+    Counter,
+    Gauge,
+    Histogram,
+    Point,
+    ScalarMean,
+    Snapshot,
+    StatReduce,
+    Step,
+)
 
 __all__ = [
     "FORMAT",
@@ -136,9 +149,10 @@ def _point_to_dict(point: Point) -> dict[str, Any]:
         )
     elif isinstance(point, Counter):
         out.update(kind="counter", value=float(point.value), start=point.start_time_unix_nano)
+    elif isinstance(point, ScalarMean):
+        out.update(kind="gauge", value=float(point.value), count=int(point.count))
     else:
-        count = None if point.count is None else int(point.count)
-        out.update(kind="gauge", value=float(point.value), count=count)
+        out.update(kind="gauge", value=float(point.value), count=None)
     return out
 
 
@@ -162,6 +176,8 @@ def _point_from_dict(data: dict[str, Any]) -> Point:
         )
     if kind == "counter":
         return Counter(value=data["value"], start_time_unix_nano=data["start"], **common)
+    if kind == "gauge" and data["count"] is not None:
+        return ScalarMean(value=data["value"], count=data["count"], **common)
     if kind == "gauge":
-        return Gauge(value=data["value"], count=data["count"], **common)
+        return Gauge(value=data["value"], **common)
     raise ValueError(f"unknown point kind {kind!r}")

@@ -4,10 +4,10 @@ Mapping (one Snapshot becomes one or more ``MetricsData``, each one OTLP request
 
 - ``Histogram`` -> OTel Histogram, DELTA, count/sum/min/max (min/max unset when count is 0)
   and explicit bounds/bucket counts when present; description ``rltel.reduce=<reduce>``.
-- ``Gauge`` with ``count`` (a scalar stream) -> OTel Histogram without buckets, count and
+- ``ScalarMean`` (a scalar stream) -> OTel Histogram without buckets, count and
   ``sum = value * count``, description ``rltel.reduce=scalar``; DELTA for trainer exports,
   CUMULATIVE (running totals since the worker's start) for rollout/eval workers.
-- ``Gauge`` without count -> OTel Gauge. ``Counter`` -> monotonic CUMULATIVE Sum.
+- ``Gauge`` -> OTel Gauge. ``Counter`` -> monotonic CUMULATIVE Sum.
 - Every request carries the step as gauges ``train.step``, ``train.epoch``,
   ``train.epoch_step`` with the snapshot's timestamp; the step is never an attribute.
 - Resource = the snapshot's resource attributes plus ``rltel.stream``.
@@ -37,7 +37,15 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from telemetry.model import names
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Point, Snapshot, StatReduce
+from telemetry.model.snapshot import (
+    Counter,
+    Gauge,
+    Histogram,
+    Point,
+    ScalarMean,
+    Snapshot,
+    StatReduce,
+)
 from telemetry.otlp import wire
 from telemetry.otlp.batch import Batch, plain_attribute
 
@@ -143,7 +151,7 @@ def _data_point(point: Point, batch: Batch, now: int):
     if isinstance(point, Counter):
         start = int(point.start_time_unix_nano) or int(batch.start_unix_nano)
         return "sum", "", NumberDataPoint(attributes, start, now, float(point.value))
-    if isinstance(point, Gauge) and point.count is not None:
+    if isinstance(point, ScalarMean):
         count = int(point.count)
         start = batch.start_unix_nano if batch.cumulative_scalars else batch.window_start_unix_nano
         return (

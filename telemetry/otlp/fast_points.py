@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from telemetry.model.snapshot import Counter, Gauge, Histogram
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean
 
-__all__ = ["trusted_counter", "trusted_gauge", "trusted_histogram"]
+__all__ = ["trusted_counter", "trusted_gauge", "trusted_histogram", "trusted_scalar_mean"]
 
 # Trusted constructors for hot paths (the collector's decoder builds ~10^5 points/s). A
 # frozen dataclass' ``__init__`` sets each field through ``object.__setattr__``; these fill
@@ -20,10 +20,18 @@ __all__ = ["trusted_counter", "trusted_gauge", "trusted_histogram"]
 class _GaugeSlots:
     __slots__ = Gauge.__slots__
 
+    def __init__(self, metric, value, unit, attributes) -> None:
+        self.metric, self.value, self.unit, self.attributes = metric, value, unit, attributes
+        self.__class__ = Gauge  # type: ignore[assignment]
+
+
+class _ScalarMeanSlots:
+    __slots__ = ScalarMean.__slots__
+
     def __init__(self, metric, value, count, unit, attributes) -> None:
         self.metric, self.value, self.count = metric, value, count
         self.unit, self.attributes = unit, attributes
-        self.__class__ = Gauge  # type: ignore[assignment]
+        self.__class__ = ScalarMean  # type: ignore[assignment]
 
 
 class _CounterSlots:
@@ -48,7 +56,9 @@ class _HistogramSlots:
 
 
 trusted_gauge: Callable[..., Gauge] = _GaugeSlots  # type: ignore[assignment]
-"""``Gauge(metric, value, count, unit, attributes)``: every field positional."""
+"""``Gauge(metric, value, unit=unit, attributes=attributes)``, all four positional."""
+trusted_scalar_mean: Callable[..., ScalarMean] = _ScalarMeanSlots  # type: ignore[assignment]
+"""``ScalarMean(metric, value, count, unit, attributes)``: every field positional."""
 trusted_counter: Callable[..., Counter] = _CounterSlots  # type: ignore[assignment]
 """``Counter(metric, value, unit, attributes, start_time_unix_nano)``: every field positional."""
 trusted_histogram: Callable[..., Histogram] = _HistogramSlots  # type: ignore[assignment]

@@ -16,7 +16,7 @@ Summary                                ``Gauge`` per quantile (attribute ``quant
 
 rltel's wire contract on top (:mod:`telemetry.otlp.wire`): a description
 ``rltel.reduce=<type>`` restores a histogram's reduce type, and ``rltel.reduce=scalar``
-turns the window into a scalar-stream ``Gauge`` (value = sum/count, count); the step
+turns the window into a ``ScalarMean`` (value = sum/count, count); the step
 gauges fill the step instead of becoming points.
 """
 
@@ -25,8 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from telemetry.model.snapshot import Counter, Gauge, Histogram, StatReduce
-from telemetry.otlp.fast_points import trusted_counter, trusted_gauge, trusted_histogram
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean, StatReduce
+from telemetry.otlp.fast_points import (
+    trusted_counter,
+    trusted_gauge,
+    trusted_histogram,
+    trusted_scalar_mean,
+)
 from telemetry.otlp.series import SeriesTable
 from telemetry.otlp.temporality import SumState, histogram_window
 from telemetry.otlp.values import (
@@ -81,7 +86,7 @@ class PointMapper:
             return
         kvs = point.attributes
         attrs = attributes(kvs, self.label_limits) if kvs else ()
-        out.append(trusted_gauge(name, value, None, metric.unit, attrs))
+        out.append(trusted_gauge(name, value, metric.unit, attrs))
 
     def _sum(self, metric, name: str, data, point, out: list, step: dict, resource) -> None:
         value = number(point)
@@ -101,7 +106,7 @@ class PointMapper:
         else:
             start = point.start_time_unix_nano
         if not monotonic:
-            out.append(trusted_gauge(name, value, None, metric.unit, attrs))
+            out.append(trusted_gauge(name, value, metric.unit, attrs))
             return
         if not math.isfinite(value) or value < 0:
             raise Rejected(f"monotonic sum value {value!r} is not a finite total >= 0")
@@ -119,7 +124,7 @@ class PointMapper:
         count, total = point.count, point.sum  # a non-finite sum is the sender's value
         if reduce is SCALAR:
             if count > 0:
-                out.append(trusted_gauge(name, total / count, count, metric.unit, attrs))
+                out.append(trusted_scalar_mean(name, total / count, count, metric.unit, attrs))
             return
         if count == 0:
             out.append(
@@ -163,7 +168,7 @@ class PointMapper:
         if reduce is SCALAR:
             if current.count > 0:
                 value = current.sum / current.count
-                out.append(Gauge(name, value, current.count, metric.unit, attrs))
+                out.append(ScalarMean(name, value, current.count, metric.unit, attrs))
             return
         out.append(
             Histogram(
@@ -184,7 +189,7 @@ class PointMapper:
         attrs = attributes(point.attributes, self.label_limits)
         for quantile in point.quantile_values:
             labels = (*attrs, ("quantile", repr(float(quantile.quantile))))
-            out.append(Gauge(name, quantile.value, None, metric.unit, labels))
+            out.append(Gauge(name, quantile.value, unit=metric.unit, attributes=labels))
         start = point.start_time_unix_nano
         out.append(Counter(name + "_count", float(point.count), "", attrs, start))
         if math.isfinite(point.sum) and point.sum >= 0:

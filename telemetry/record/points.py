@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from telemetry.model.snapshot import Gauge, Histogram, Point
+from telemetry.model.snapshot import Gauge, Histogram, Point, ScalarMean
 from telemetry.model.units import key_unit
 from telemetry.record.layout import Reduced, StateKind, StateLayout
 
@@ -42,7 +42,7 @@ def point_for(
     total, count, low, negated_high = (float(v) for v in values[:4])
     n = int(count)
     if layout.kind is StateKind.SCALAR:
-        return Gauge(key, total / count, n, unit=key_unit(key)) if n > 0 else None
+        return ScalarMean(key, total / count, n, key_unit(key)) if n > 0 else None
     buckets = tuple(int(c) for c in values[4:])
     if buckets and len(bounds) + 1 != len(buckets):  # bounds set on other ranks only
         if key not in _warned_bounds:

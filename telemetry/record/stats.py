@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from telemetry.model.errors import InvalidValueError
-from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, flatten
+from telemetry.model.snapshot import COUNT_SUFFIX, Gauge, Point, ScalarMean, flatten
 from telemetry.model.units import key_unit
 
 __all__ = ["Stats", "holds", "points_from_flat"]
@@ -57,15 +57,18 @@ def holds(data: Mapping[str, Any], point: Point) -> bool:
     return True
 
 
-def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge]:
-    """Gauges for AReaL's plain dict: ``k__count`` entries become the count of ``k``, and
-    each gauge has its key's unit (:func:`key_unit`), as the tracker exports it."""
+def points_from_flat(data: Mapping[str, float]) -> Iterator[Gauge | ScalarMean]:
+    """Points for AReaL's plain dict: a key with a ``k__count`` entry is a scalar stream (a
+    :class:`ScalarMean` of that count), any other a :class:`Gauge`; each has its key's unit
+    (:func:`key_unit`), as the tracker exports it."""
     for key, value in data.items():
         if key.endswith(COUNT_SUFFIX):
             continue
         count = data.get(key + COUNT_SUFFIX)
-        n = None if count is None else int(count)
-        yield Gauge(key, _as_float(key, value), n, key_unit(key))
+        if count is None:
+            yield Gauge(key, _as_float(key, value), unit=key_unit(key))
+        else:
+            yield ScalarMean(key, _as_float(key, value), int(count), key_unit(key))
 
 
 def _as_float(key: str, value: object) -> float:

@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("tensorboard")
 
 from rltel.logger import StatsLogger
-from telemetry.model.snapshot import Counter, Gauge, Histogram
+from telemetry.model.snapshot import Counter, Histogram, ScalarMean
 from telemetry.record.stats import Stats
 
 from .test_integration import METHOD, CollectorProcess, assert_each_step_once, train_request
@@ -49,7 +49,7 @@ def window(worker: int, step: int) -> Stats:
     tokens = sum(lengths(worker, s).sum() for s in range(1, step + 1))
     return Stats(
         (
-            Gauge("rollout/reward", float(r.mean()), len(r)),
+            ScalarMean("rollout/reward", float(r.mean()), len(r)),
             Histogram("rollout/len", len(n), float(n.sum()), float(n.min()), float(n.max())),
             Counter("rollout/tokens", float(tokens)),
         )

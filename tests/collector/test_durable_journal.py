@@ -15,12 +15,12 @@ from exporters import record_log
 from exporters.base import ExportResult, InMemorySink
 from exporters.journal import Checkpoints, Journal
 from exporters.queued import QueuedSink
-from telemetry.model.snapshot import Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import Gauge, Histogram, ScalarMean, Snapshot, StatReduce, Step
 
 
 def snap(step: int) -> Snapshot:
     points = (
-        Gauge("train/loss", step + 0.5, count=3),
+        ScalarMean("train/loss", step + 0.5, count=3),
         Histogram("train/len", 4, 10.0, 1.0, 4.0, (2.0,), (1, 3), StatReduce.AVG_MIN_MAX),
     )
     return Snapshot(points, Step(0, step, step), (("rltel.experiment", "e"),), 7, "train")

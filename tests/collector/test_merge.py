@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from collector.merge import RolloutMerger
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import (
+    Counter,
+    Gauge,
+    Histogram,
+    ScalarMean,
+    Snapshot,
+    StatReduce,
+    Step,
+)
 
 RUN = (("rltel.experiment", "e"), ("rltel.trial", "t"))
 
@@ -55,8 +63,8 @@ def test_scalar_streams_merge_count_weighted_like_the_rollout_controller():
                 worker(
                     i,
                     [
-                        Gauge("rollout/reward", float(rewards.mean()), len(rewards)),
-                        Gauge("rollout/turns", float(turns.mean()), len(turns)),
+                        ScalarMean("rollout/reward", float(rewards.mean()), len(rewards)),
+                        ScalarMean("rollout/turns", float(turns.mean()), len(turns)),
                     ],
                 )
             )
@@ -76,17 +84,17 @@ def test_scalar_streams_merge_count_weighted_like_the_rollout_controller():
 
 def test_windows_are_released_once_per_new_step_and_per_stream():
     merger = RolloutMerger()
-    merger.add(worker(0, [Gauge("r", 1.0, 1), Gauge("rltel/otlp/queue_depth", 3.0)]))
-    merger.add(worker(1, [Gauge("r", 4.0, 3)], stream="eval"))
+    merger.add(worker(0, [ScalarMean("r", 1.0, 1), Gauge("rltel/otlp/queue_depth", 3.0)]))
+    merger.add(worker(1, [ScalarMean("r", 4.0, 3)], stream="eval"))
     released = {s.stream: s for s in merger.on_train(train(1))}
     assert released["rollout"].flat() == {"r": 1.0}
     assert released["eval"].flat() == {"r": 4.0}
-    merger.add(worker(0, [Gauge("r", 2.0, 1)]))
+    merger.add(worker(0, [ScalarMean("r", 2.0, 1)]))
     assert merger.on_train(train(1)) == []  # the same step again (another rank): held
     assert merger.on_train(train(0)) == []  # an older step: held
     (later,) = merger.on_train(train(2))
     assert later.flat() == {"r": 2.0} and later.step.global_step == 2
-    merger.add(worker(0, [Gauge("r", 3.0, 2)]))
+    merger.add(worker(0, [ScalarMean("r", 3.0, 2)]))
     (pending,) = merger.flush()
     assert pending.step.global_step == 2 and pending.flat() == {"r": 3.0}
     assert merger.flush() == []
@@ -162,14 +170,14 @@ def test_same_bounds_keep_bounds_and_buckets_and_the_run_resource():
 
 def test_a_senders_own_health_points_are_not_merged_but_the_rest_of_its_snapshot_is():
     merger = RolloutMerger()
-    merger.add(worker(0, [Gauge("rltel/otlp/queue_depth", 3.0), Gauge("reward", 1.0, 2)]))
+    merger.add(worker(0, [Gauge("rltel/otlp/queue_depth", 3.0), ScalarMean("reward", 1.0, 2)]))
     (merged,) = merger.on_train(train(1))
     assert merged.flat() == {"reward": 1.0}
 
 
 def test_an_empty_scalar_window_is_left_out():
     merger = RolloutMerger()
-    merger.add(worker(0, [Gauge("reward", float("nan"), 0), Gauge("len", 3.0, 1)]))
+    merger.add(worker(0, [ScalarMean("reward", float("nan"), 0), ScalarMean("len", 3.0, 1)]))
     (merged,) = merger.on_train(train(1))
     assert merged.flat() == {"len": 3.0}
 
@@ -184,13 +192,13 @@ def test_step_is_the_highest_training_step_seen():
 
 def test_the_released_time_is_the_latest_worker_time():
     merger = RolloutMerger()
-    merger.add(worker(0, [Gauge("r", 1.0, 1)]))  # time 100
-    merger.add(worker(3, [Gauge("r", 2.0, 1)]))  # time 103
-    merger.add(worker(1, [Gauge("r", 3.0, 1)]))  # time 101
+    merger.add(worker(0, [ScalarMean("r", 1.0, 1)]))  # time 100
+    merger.add(worker(3, [ScalarMean("r", 2.0, 1)]))  # time 103
+    merger.add(worker(1, [ScalarMean("r", 3.0, 1)]))  # time 101
     (merged,) = merger.on_train(train(1))
     assert merged.time_unix_nano == 103
     untimed = RolloutMerger()  # senders that set no time (0): the merged window has none
-    untimed.add(Snapshot((Gauge("r", 1.0, 1),), None, RUN, stream="rollout"))
+    untimed.add(Snapshot((ScalarMean("r", 1.0, 1),), None, RUN, stream="rollout"))
     (merged,) = untimed.on_train(train(1))
     assert merged.time_unix_nano == 0
 
@@ -198,12 +206,14 @@ def test_the_released_time_is_the_latest_worker_time():
 def test_the_run_resource_comes_from_whichever_process_reported_first():
     bare_train = Snapshot((), Step(0, 1, 1), (("rltel.rank", 0),), 1001)
     merger = RolloutMerger()
-    merger.add(worker(0, [Gauge("r", 1.0, 1)]))  # names the run
+    merger.add(worker(0, [ScalarMean("r", 1.0, 1)]))  # names the run
     (merged,) = merger.on_train(bare_train)  # names no run: the worker's names are kept
     assert merged.resource[:2] == RUN
     merger = RolloutMerger()
     merger.on_train(train(1))  # the trainer names the run first
-    bare_worker = Snapshot((Gauge("r", 1.0, 1),), None, (("rltel.worker_id", "w0"),), 5, "rollout")
+    bare_worker = Snapshot(
+        (ScalarMean("r", 1.0, 1),), None, (("rltel.worker_id", "w0"),), 5, "rollout"
+    )
     merger.add(bare_worker)
     (merged,) = merger.on_train(train(2))
     assert merged.resource == (*RUN, ("rltel.role", "rollout"), ("rltel.stream", "rollout"))
@@ -246,7 +256,7 @@ def test_a_nan_in_one_workers_window_makes_that_steps_merge_nan_and_the_next_ste
     values[nan_worker] = np.array([0.5, np.nan])
     for i, v in enumerate(values):
         reward = float("nan") if i == nan_worker else 1.5
-        merger.add(worker(i, [stat_window(v), Gauge("reward", reward, 2)]))
+        merger.add(worker(i, [stat_window(v), ScalarMean("reward", reward, 2)]))
     (merged,) = merger.on_train(train(1))
     by_key = {p.key: p for p in merged.points}
     every = np.concatenate(values)
@@ -258,7 +268,7 @@ def test_a_nan_in_one_workers_window_makes_that_steps_merge_nan_and_the_next_ste
     for i, v in enumerate(later):
         merger.add(
             Snapshot(
-                (stat_window(v), Gauge("reward", 1.0 + i, 1)),
+                (stat_window(v), ScalarMean("reward", 1.0 + i, 1)),
                 None,
                 worker(i, ()).resource,
                 200 + i,
@@ -276,9 +286,9 @@ def test_a_nan_in_one_workers_window_makes_that_steps_merge_nan_and_the_next_ste
 
 def test_a_retried_window_holding_a_nan_is_a_duplicate():
     merger = RolloutMerger()
-    window = worker(0, [stat_window(np.array([1.0, np.nan])), Gauge("reward", 1.0, 1)])
+    window = worker(0, [stat_window(np.array([1.0, np.nan])), ScalarMean("reward", 1.0, 1)])
     assert merger.add(window)
-    retried = worker(0, [stat_window(np.array([1.0, np.nan])), Gauge("reward", 1.0, 1)])
+    retried = worker(0, [stat_window(np.array([1.0, np.nan])), ScalarMean("reward", 1.0, 1)])
     assert not merger.add(retried)  # decoded again: NaN objects that are not equal
     assert merger.duplicates == 1
     (merged,) = merger.on_train(train(1))

@@ -20,9 +20,9 @@ import pytest
 from exporters import registry
 from exporters.base import ExportResult, InMemorySink, RunSink, Sink
 from exporters.fanout import FanOut
-from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import ScalarMean, Snapshot, Step
 
-SNAPSHOT = Snapshot((Gauge("loss", 0.5, 2),), Step(0, 0, 3))
+SNAPSHOT = Snapshot((ScalarMean("loss", 0.5, 2),), Step(0, 0, 3))
 
 
 def contract_config(name: str):

@@ -11,7 +11,7 @@ from exporters.base import ExportResult
 from exporters.console import ConsoleSink, format_table
 from exporters.factory import BuildContext
 from telemetry.config import ConsoleConfig, StatsLoggerConfig
-from telemetry.model.snapshot import Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Gauge, Histogram, ScalarMean, Snapshot, Step
 
 RESOURCE = (("rltel.experiment", "exp"), ("rltel.trial", "t"), ("rltel.role", "trainer"))
 
@@ -36,7 +36,7 @@ def cells(text: str) -> dict[str, str]:
 
 
 def test_table_fits_the_width_and_shows_every_key_once():
-    points = [Gauge(f"ppo_actor/update/k{i:02d}", i * 0.125, count=i + 1) for i in range(30)]
+    points = [ScalarMean(f"ppo_actor/update/k{i:02d}", i * 0.125, count=i + 1) for i in range(30)]
     for width in (60, 100, 160):
         text = format_table(snapshot(points), width)
         lines = text.splitlines()

@@ -24,7 +24,15 @@ from exporters.prometheus import PrometheusSink, QueueMetrics
 from rltel.logger import StatsLogger
 from telemetry.config import PrometheusConfig, StatsLoggerConfig
 from telemetry.model.errors import ConfigError
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import (
+    Counter,
+    Gauge,
+    Histogram,
+    ScalarMean,
+    Snapshot,
+    StatReduce,
+    Step,
+)
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 RESOURCE = (
@@ -130,7 +138,7 @@ def test_names_types_labels_and_target_info(make_sink):
     loss = rng.normal(size=50)
     points = (
         window("ppo_actor/update/loss", loss, (-1.0, 0.0, 1.0)),
-        Gauge("timeperf/train_step", 2.5, count=1, unit="s"),
+        ScalarMean("timeperf/train_step", 2.5, count=1, unit="s"),
         Counter("train_perf/tokens", 4096.0, unit="{token}"),
         Counter("train_perf/time", 12.5, unit="s"),
         Gauge("moe_balance/max_over_ideal", 1.25, unit="1", attributes=(("layer", 3),)),

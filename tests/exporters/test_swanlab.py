@@ -19,7 +19,7 @@ from exporters.base import ExportResult
 from exporters.factory import BuildContext
 from exporters.swanlab import SwanlabProcessSink, SwanlabSink
 from telemetry.config import StatsLoggerConfig, SwanlabConfig
-from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Gauge, ScalarMean, Snapshot, Step
 from tests.exporters.train_steps import train_snapshot
 from tests.fresh_python import run_python
 
@@ -76,7 +76,7 @@ def test_keys_steps_moe_experts_and_streams(tmp_path):
     streams = [("rollout", 9, 0.9), ("rollout", 1, 0.1), ("eval", 0, 0.5), ("rollout", None, 0.4)]
     for stream, step, value in streams:
         snap = Snapshot(
-            (Gauge(f"{stream}/reward", value, count=4),),
+            (ScalarMean(f"{stream}/reward", value, count=4),),
             step=None if step is None else Step(0, step, step),
             stream=stream,
         )

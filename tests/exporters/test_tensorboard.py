@@ -13,7 +13,7 @@ from exporters.base import ExportResult
 from exporters.factory import BuildContext
 from exporters.tensorboard import TensorBoardSink
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean, Snapshot, Step
 from tests.fresh_python import run_python
 
 BOUNDS = (-8.0, -4.0, -2.0, -1.0, -0.5, 0.0)  # logprob-like: every bound negative or zero
@@ -64,7 +64,7 @@ def test_scalars_histograms_and_moe_summary(tmp_path):
         tokens = rng.integers(1, 50, size=3).astype(float)
         points = [
             logprob_histogram(logprobs),
-            Gauge("ppo_actor/update/lr", 2e-5 * step, count=8),
+            ScalarMean("ppo_actor/update/lr", 2e-5 * step, count=8),
             Counter("train_perf/tokens", 512.0 * step),
             Gauge(
                 "moe_balance/max_over_ideal",
@@ -120,7 +120,7 @@ def test_streams_keep_out_of_order_steps(tmp_path):
     sink.export(Snapshot((Gauge("train/x", 1.0),), step=Step(0, 10, 10)))
     for stream, step, value in sent:
         snap = Snapshot(
-            (Gauge(f"{stream}/reward", value, count=2),),
+            (ScalarMean(f"{stream}/reward", value, count=2),),
             step=None if step is None else Step(0, step, step),
             stream=stream,
         )

@@ -14,7 +14,7 @@ from exporters.factory import BuildContext
 from exporters.trackio import TrackioProcessSink, data_dir
 from telemetry.config import StatsLoggerConfig, TrackioConfig
 from telemetry.model.sample import Sample
-from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Gauge, ScalarMean, Snapshot, Step
 from tests.exporters.train_steps import train_snapshot
 from tests.fresh_python import run_python
 from tests.trackio_log import series, trackio_run
@@ -57,7 +57,7 @@ def test_every_key_at_its_step_moe_experts_streams_and_samples(tmp_path):
     streams = [("rollout", 9, 0.9), ("rollout", 1, 0.1), ("eval", 0, 0.5), ("rollout", None, 0.4)]
     for stream, step, value in streams:
         snap = Snapshot(
-            (Gauge(f"{stream}/reward", value, count=4),),
+            (ScalarMean(f"{stream}/reward", value, count=4),),
             step=None if step is None else Step(0, step, step),
             stream=stream,
         )

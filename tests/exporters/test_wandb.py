@@ -18,7 +18,7 @@ from exporters.base import ExportResult
 from exporters.factory import BuildContext
 from exporters.wandb import TABLE_KEY, WandbSink
 from telemetry.config import StatsLoggerConfig, WandBConfig
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean, Snapshot, Step
 from tests.fresh_python import run_python
 
 
@@ -79,7 +79,7 @@ def train_snapshot(
         float(kept.min()),
         float(kept.max()),
     )
-    lr = Gauge("ppo_actor/update/lr", 1e-5 * step, count=4)
+    lr = ScalarMean("ppo_actor/update/lr", 1e-5 * step, count=4)
     tokens_total = Counter("train_perf/tokens", 1000.0 * step, unit="{token}")
     points = (hist, lr, tokens_total, *moe_points(tokens))
     expected = {
@@ -151,7 +151,7 @@ def test_out_of_order_stream_steps_are_kept(tmp_path):
 
     def stream(name: str, step: int | None, value: float) -> None:
         snap = Snapshot(
-            (Gauge(f"{name}/reward", value, count=3),),
+            (ScalarMean(f"{name}/reward", value, count=3),),
             step=None if step is None else Step(0, step, step),
             stream=name,
         )

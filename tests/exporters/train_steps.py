@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean, Snapshot, Step
 
 
 def train_snapshot(rng: np.random.Generator, step: int) -> tuple[Snapshot, dict[str, float]]:
@@ -21,7 +21,7 @@ def train_snapshot(rng: np.random.Generator, step: int) -> tuple[Snapshot, dict[
             float(values.min()),
             float(values.max()),
         ),
-        Gauge("ppo_actor/update/lr", 3e-6 * step, count=5),
+        ScalarMean("ppo_actor/update/lr", 3e-6 * step, count=5),
         Counter("train_perf/tokens", 64.0 * step),
     ]
     want = {

@@ -18,7 +18,7 @@ from exporters.console import ConsoleSink
 from rltel.commit_points import stats_points
 from rltel.logger import CLOSED_METRIC, STEP_METRIC, StatsLogger
 from telemetry.config import ConfigError
-from telemetry.model.snapshot import Counter, Gauge, Histogram, StatReduce
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean, StatReduce
 from telemetry.record.stats import Stats
 from tests.distributed import run_ranks
 from tests.telemetry.otlp_receiver import Receiver, metrics_of, resource_of, step_of
@@ -54,7 +54,7 @@ def test_embedded_default_hands_snapshots_to_sinks(tmp_path):
     assert snapshot.flat() == {"loss/avg": 0.5, "reward": 2.0, "lr": 1e-5, STEP_METRIC: 13.0}
     assert snapshot.flat(include_counts=True)["reward__count"] == 8.0
     reward = next(p for p in snapshot.points if p.metric == "reward")
-    assert isinstance(reward, Gauge) and reward.count == 8
+    assert isinstance(reward, ScalarMean) and reward.count == 8
     resource = dict(snapshot.resource)
     assert resource["rltel.role"] == "trainer" and resource["rltel.experiment"] == "exp"
     assert snapshot.stream == "train" and snapshot.run_id == "exp_t1"
@@ -161,7 +161,7 @@ def test_rollout_worker_sends_cumulative_scalar_totals(tmp_path):
         )
         for step, (value, count) in enumerate(windows):
             hist = Histogram("rollout/len", count=2, sum=float(step), min=0.0, max=float(step))
-            stats.commit(0, step, step, Stats([Gauge("rollout/reward", value, count), hist]))
+            stats.commit(0, step, step, Stats([ScalarMean("rollout/reward", value, count), hist]))
         stats.close()
     sums, counts = [], []
     for request in receiver.requests:
@@ -356,7 +356,7 @@ def test_trainer_exports_carry_the_step_heartbeat(tmp_path):
     trainer.close()
     rollout.close()
     beats = [next(p for p in s.points if p.metric == STEP_METRIC) for s in trainer_sink.snapshots]
-    assert [(b.value, b.count, type(b)) for b in beats] == [(7.0, None, Gauge), (8.0, None, Gauge)]
+    assert [(b.value, type(b)) for b in beats] == [(7.0, Gauge), (8.0, Gauge)]
     assert len(trainer_sink.snapshots) == 2  # embedded: no close marker (the endpoint goes away)
     assert not any(p.metric.startswith("rltel/") for s in rollout_sink.snapshots for p in s.points)
 

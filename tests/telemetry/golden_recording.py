@@ -26,7 +26,7 @@ from telemetry.metrics.moe import MoEBalance
 from telemetry.metrics.train_infer import record_train_infer
 from telemetry.metrics.train_perf import TrainPerf
 from telemetry.metrics.twinkle import Accuracy, GRPOMetric, LossMetric
-from telemetry.model.snapshot import Counter, Gauge, Snapshot, Step
+from telemetry.model.snapshot import Counter, Gauge, ScalarMean, Snapshot, Step
 from telemetry.otlp.encode import encode
 
 GOLDEN = Path(__file__).with_name("golden_points.txtpb")
@@ -137,7 +137,7 @@ def recording() -> Snapshot:
     extra = (
         Counter("rollout/samples", 42.0, "{sample}", start_time_unix_nano=START),
         Gauge("eval/score", 0.5, attributes=(("task", "gsm8k"), ("shot", 4))),
-        Gauge("rollout/latency", 0.2, count=8, unit="s"),
+        ScalarMean("rollout/latency", 0.2, count=8, unit="s"),
     )
     return Snapshot(stats.points + extra, Step(3, 1, 2), RESOURCE, TIME, "train")
 

@@ -11,7 +11,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
 
-from telemetry.model.snapshot import Counter, Gauge, Histogram, StatReduce
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean, StatReduce
 from telemetry.otlp.decode import Decoder
 from telemetry.otlp.encode import encode
 from tests.telemetry import golden_recording as golden
@@ -32,8 +32,8 @@ def test_the_recording_covers_every_point_kind():
     reduces = {p.reduce for p in points if isinstance(p, Histogram)}
     assert reduces == set(StatReduce) - {StatReduce.SCALAR}
     assert any(isinstance(p, Histogram) and p.bucket_counts for p in points)
-    assert any(isinstance(p, Gauge) and p.count is not None for p in points)
-    assert any(isinstance(p, Gauge) and p.count is None and p.attributes for p in points)
+    assert any(isinstance(p, ScalarMean) for p in points)
+    assert any(isinstance(p, Gauge) and p.attributes for p in points)
     assert any(isinstance(p, Counter) for p in points)
     keys = {p.metric for p in points}
     for producer in ("moe_balance/", "train_perf/", "twinkle/", "rollout/", "train_infer/"):

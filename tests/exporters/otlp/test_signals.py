@@ -24,7 +24,7 @@ from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool, batch_to_json
 from exporters.queued import QueuedSink
 from telemetry.model.sample import TRUNCATION_MARK, Sample
-from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import ScalarMean, Snapshot, Step
 from telemetry.otlp.encode import Batch
 from telemetry.otlp.samples import decode_samples
 from tests.distributed import free_port
@@ -101,7 +101,7 @@ def snapshot(step: int) -> Snapshot:
         truncated=("completion",),
     )
     return Snapshot(
-        (Gauge("g", float(step), count=1),),
+        (ScalarMean("g", float(step), count=1),),
         Step(0, step, step),
         (("rltel.role", "trainer"),),
         1_000 + step,

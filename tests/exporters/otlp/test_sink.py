@@ -16,7 +16,7 @@ from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool
 from exporters.queued import QueuedSink
 from telemetry.config import OtlpConfig, StatsLoggerConfig
-from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import ScalarMean, Snapshot, Step
 from tests.distributed import free_port
 
 FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05, "timeout_s": 2.0}
@@ -36,7 +36,7 @@ def contract_config(tmp_path, stack):
 
 
 def snapshot(step: int) -> Snapshot:
-    points = tuple(Gauge(f"g/{i}", float(step * 10 + i), count=1) for i in range(USER))
+    points = tuple(ScalarMean(f"g/{i}", float(step * 10 + i), count=1) for i in range(USER))
     return Snapshot(points, Step(0, step, step), (("rltel.role", "trainer"),), 10 + step)
 
 

@@ -11,12 +11,20 @@ import pytest
 from exporters.otlp import spool as spool_module
 from exporters.otlp.spool import Spool, batch_from_json, batch_to_json
 from exporters.record_log import HEADER
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import (
+    Counter,
+    Gauge,
+    Histogram,
+    ScalarMean,
+    Snapshot,
+    StatReduce,
+    Step,
+)
 from telemetry.otlp.encode import Batch
 
 
 def batch(step: int, n: int = 3) -> Batch:
-    points = tuple(Gauge(f"g/{i}", float(step * 100 + i), count=i + 1) for i in range(n))
+    points = tuple(ScalarMean(f"g/{i}", float(step * 100 + i), count=i + 1) for i in range(n))
     snapshot = Snapshot(points, Step(0, step, step), (("rltel.role", "trainer"),), step, "train")
     return Batch(snapshot, window_start_unix_nano=step - 1, start_unix_nano=1)
 
@@ -42,8 +50,8 @@ def test_round_trip_keeps_every_field():
                 attributes=(("layer", 2), ("kind", "x"), ("flag", True), ("w", 0.5)),
             ),
             Histogram("empty", count=0, sum=0.0),
-            Gauge("g", math.nan, count=None, unit="1"),
-            Gauge("s", 0.25, count=8),
+            Gauge("g", math.nan, unit="1"),
+            ScalarMean("s", 0.25, count=8),
             Counter("c", 1e12, unit="{token}", start_time_unix_nano=42),
         ),
         step=Step(1, 2, 3),

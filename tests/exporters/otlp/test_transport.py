@@ -19,7 +19,7 @@ from exporters.otlp.sink import HEALTH_POINTS, OtlpSink
 from exporters.otlp.spool import Spool, batch_to_json
 from exporters.otlp.transport import OtlpSender
 from exporters.queued import QueuedSink
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, Step
+from telemetry.model.snapshot import Counter, Histogram, ScalarMean, Snapshot, Step
 from telemetry.otlp.encode import Batch
 from tests.exporters.otlp.test_outage import wait_until
 from tests.telemetry.otlp_receiver import Receiver, metrics_of, point_count, step_of
@@ -29,7 +29,7 @@ WIRE = 3 + HEALTH_POINTS  # points per request of batch(step): 3 gauges, the sen
 
 
 def batch(step: int, n: int = 3) -> Snapshot:
-    points = tuple(Gauge(f"g/{i}", float(step), count=1) for i in range(n))
+    points = tuple(ScalarMean(f"g/{i}", float(step), count=1) for i in range(n))
     return Snapshot(points, Step(0, step, step), (("rltel.role", "trainer"),), 10 + step)
 
 

@@ -17,7 +17,15 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation, View
 
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import (
+    Counter,
+    Gauge,
+    Histogram,
+    ScalarMean,
+    Snapshot,
+    StatReduce,
+    Step,
+)
 from telemetry.otlp.decode import Decoder
 from telemetry.otlp.encode import encode
 from telemetry.otlp.values import LabelLimits
@@ -56,7 +64,7 @@ def test_rltel_round_trip_restores_reduce_types_scalars_and_step():
         Histogram("ppo_actor/entropy", 4, 8.0, 1.0, 3.0, reduce=StatReduce.AVG),
         Histogram("ppo_actor/n_tokens", 4, 100.0, 1.0, 50.0, reduce=StatReduce.SUM),
         Histogram("ppo_actor/empty", 0, 0.0),
-        Gauge("grad_norm", 1.5, count=3),
+        ScalarMean("grad_norm", 1.5, count=3),
         Gauge("lr", 0.001),
         Counter("train_perf/tokens", 1234.0, "{token}", start_time_unix_nano=5),
         Gauge("moe_balance/max_over_ideal", 1.25, attributes=(("layer", 3),)),
@@ -73,7 +81,7 @@ def test_rltel_round_trip_restores_reduce_types_scalars_and_step():
     by_key = {p.key: p for p in got.points}
     assert by_key["ppo_actor/update/loss"] == points[0]
     assert by_key["ppo_actor/n_tokens"].reduce is StatReduce.SUM
-    assert by_key["grad_norm"] == Gauge("grad_norm", 1.5, 3)
+    assert by_key["grad_norm"] == ScalarMean("grad_norm", 1.5, 3)
     assert by_key["train_perf/tokens"] == points[6]
     assert by_key["moe_balance/layer_3/max_over_ideal"].value == 1.25
 
@@ -87,7 +95,7 @@ def test_rollout_cumulative_scalars_become_windows_with_restart_as_reset():
         total += sum(batch)
         count += len(batch)
         snap = Snapshot(
-            (Gauge("rollout/reward", total / count, count),), None, res, 1000 + i, "rollout"
+            (ScalarMean("rollout/reward", total / count, count),), None, res, 1000 + i, "rollout"
         )
         req = request_of(snap, start_unix_nano=200, cumulative_scalars=True)
         got.extend(decoder.decode(req).snapshots)
@@ -95,7 +103,7 @@ def test_rollout_cumulative_scalars_become_windows_with_restart_as_reset():
     assert [s.points[0].value for s in got] == pytest.approx([np.mean(b) for b in rewards])
     assert [s.points[0].count for s in got] == [len(b) for b in rewards]
     # the worker restarts: new start time, smaller totals -> a window of its own
-    snap = Snapshot((Gauge("rollout/reward", 0.25, 2),), None, res, 2000, "rollout")
+    snap = Snapshot((ScalarMean("rollout/reward", 0.25, 2),), None, res, 2000, "rollout")
     (after,) = decoder.decode(
         request_of(snap, start_unix_nano=300, cumulative_scalars=True)
     ).snapshots
@@ -105,12 +113,14 @@ def test_rollout_cumulative_scalars_become_windows_with_restart_as_reset():
 def test_first_cumulative_point_older_than_collector_is_only_a_baseline():
     decoder = Decoder(started_ns=10**9)
     res = (*RES[:2], ("rltel.role", "rollout"))
-    snap = Snapshot((Gauge("r", 1.0, 4),), None, res, 2 * 10**9, "rollout")
+    snap = Snapshot((ScalarMean("r", 1.0, 4),), None, res, 2 * 10**9, "rollout")
     first = decoder.decode(request_of(snap, start_unix_nano=5, cumulative_scalars=True))
     assert first.accepted == 1 and first.snapshots[0].points == ()
-    snap = Snapshot((Gauge("r", 2.0, 6),), None, res, 3 * 10**9, "rollout")  # sum 12 = 4 + 8 over 2
+    snap = Snapshot(
+        (ScalarMean("r", 2.0, 6),), None, res, 3 * 10**9, "rollout"
+    )  # sum 12 = 4 + 8 over 2
     second = decoder.decode(request_of(snap, start_unix_nano=5, cumulative_scalars=True))
-    assert second.snapshots[0].points == (Gauge("r", 4.0, 2),)
+    assert second.snapshots[0].points == (ScalarMean("r", 4.0, 2),)
 
 
 def number_metric(name, kind, values, *, monotonic=True, temporality=2, as_int=False, start=1):
@@ -245,7 +255,7 @@ def test_unmappable_points_are_counted_as_partial_success():
     assert (result.accepted, result.rejected) == (1, 5)
     assert "'h'" in result.message and "'c'" in result.message
     assert "'h2': histogram bounds are not finite" in result.message
-    assert result.snapshots[0].points == (Gauge("ok", 1.0, None, "1", (("host", "a"),)),)
+    assert result.snapshots[0].points == (Gauge("ok", 1.0, unit="1", attributes=(("host", "a"),)),)
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])

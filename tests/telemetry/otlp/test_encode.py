@@ -12,7 +12,15 @@ from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metr
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics.export import MetricExportResult
 
-from telemetry.model.snapshot import Counter, Gauge, Histogram, Snapshot, StatReduce, Step
+from telemetry.model.snapshot import (
+    Counter,
+    Gauge,
+    Histogram,
+    ScalarMean,
+    Snapshot,
+    StatReduce,
+    Step,
+)
 from telemetry.otlp.encode import Batch, count_nonfinite, encode, plain_attribute, split
 from tests.telemetry.otlp_receiver import (
     Receiver,
@@ -79,7 +87,7 @@ def test_every_point_kind_arrives_as_the_wire_contract_says():
         points=(
             hist,
             Histogram("ppo_actor/update/empty", count=0, sum=0.0, reduce=StatReduce.AVG),
-            Gauge("ppo_actor/task_reward", np.float32(0.75), count=np.int64(12)),
+            ScalarMean("ppo_actor/task_reward", np.float32(0.75), count=np.int64(12)),
             Gauge("train_perf/throughput", 1234.5, unit="{token}/s"),
             Counter("train_perf/tokens", 1e6, unit="{token}", start_time_unix_nano=7),
             Counter("train_perf/seconds", 30.0, unit="s"),
@@ -151,7 +159,7 @@ def test_every_point_kind_arrives_as_the_wire_contract_says():
 
 def test_cumulative_scalars_for_rollout_workers():
     snapshot = Snapshot(
-        (Gauge("rollout/reward", 0.5, count=40),),
+        (ScalarMean("rollout/reward", 0.5, count=40),),
         resource=(("rltel.role", "rollout"), ("rltel.worker_id", "w3")),
         time_unix_nano=9_000,
         stream="rollout",
@@ -231,7 +239,7 @@ def test_plain_attribute_casts_numpy_and_torch_scalars():
 def test_nonfinite_values_are_sent_as_they_are_and_counted():
     points = (
         Gauge("a", math.nan),
-        Gauge("b", math.inf, count=3),
+        ScalarMean("b", math.inf, count=3),
         Counter("c", 1.0),
         Histogram("d", count=2, sum=-math.inf, min=-math.inf, max=1.0),
     )

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from telemetry import stats_tracker
-from telemetry.model.snapshot import Gauge, Point
+from telemetry.model.snapshot import Gauge, Point, ScalarMean
 from telemetry.record.declared import DeclaredStates
 from telemetry.record.layout import PerRank, Reduced, ReduceOp, StateKind
 from telemetry.record.source import Collected, StateSource
@@ -103,7 +103,7 @@ def _custom_source_and_a_tracker_on_one_rank(rank: int, world: int) -> dict:
         named.scalar(reward=0.5)
         sources.append(named)
     stats = stats_tracker.export_sources(sources, reduce_group=dist.group.WORLD)
-    return {p.key: (p.value, p.unit) for p in stats.points if isinstance(p, Gauge)}
+    return {p.key: (p.value, p.unit) for p in stats.points if isinstance(p, (Gauge, ScalarMean))}
 
 
 def test_a_custom_source_reduces_with_the_trackers_and_a_tracker_of_one_rank_is_reported():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from telemetry.model.snapshot import Counter, Gauge
+from telemetry.model.snapshot import Counter, Gauge, ScalarMean
 from telemetry.model.units import key_unit
 from telemetry.record.layout import SCALAR_LAYOUT
 from telemetry.record.points import point_for
@@ -24,9 +24,9 @@ from telemetry.record.stats import holds, points_from_flat
 )
 def test_timeperf_keys_are_in_seconds_both_ways(key: str, unit: str):
     assert key_unit(key) == unit
-    assert list(points_from_flat({key: 0.5, f"{key}__count": 2})) == [Gauge(key, 0.5, 2, unit)]
+    assert list(points_from_flat({key: 0.5, f"{key}__count": 2})) == [ScalarMean(key, 0.5, 2, unit)]
     values = np.array([1.0, 2.0, 0.5, -0.5])  # [sum, count, min, -max]
-    assert point_for(key, SCALAR_LAYOUT, values, ()) == Gauge(key, 0.5, 2, unit)
+    assert point_for(key, SCALAR_LAYOUT, values, ()) == ScalarMean(key, 0.5, 2, unit)
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def test_the_report_axis_follows_the_same_unit_rule(key: str, label: str):
     assert unit_of(key) == label
 
 
-SCALAR = Gauge("loss", 0.25, 4)
+SCALAR = ScalarMean("loss", 0.25, 4)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from rltel.logger import STEP_METRIC, StatsLogger
 from telemetry import stats_tracker
 from telemetry.config import PrometheusConfig
 from telemetry.metrics.train_perf import TrainPerf
-from telemetry.model.snapshot import Counter, Gauge, Histogram
+from telemetry.model.snapshot import Counter, Gauge, Histogram, ScalarMean
 from telemetry.record import typed_keys
 
 
@@ -102,7 +102,7 @@ def test_a_changed_value_is_committed_as_the_users_gauge(tmp_path):
 
 
 def test_nan_values_still_match_their_point():
-    typed_keys.remember([Gauge("x", math.nan, 2)])
+    typed_keys.remember([ScalarMean("x", math.nan, 2)])
     (point,) = typed_keys.points_for({"x": math.nan, "x__count": 2})
     assert point.count == 2
 

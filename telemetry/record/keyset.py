@@ -34,6 +34,7 @@ import torch.distributed as dist
 from telemetry.model.errors import KeyMismatchError
 from telemetry.record.comm import Comm
 from telemetry.record.layout import StateLayout
+from telemetry.record.source_key import Key, key_name, spelling
 
 __all__ = ["CACHED_UNIONS", "KeySet", "agree"]
 
@@ -53,19 +54,19 @@ class KeySet:
     may be held by no rank this time (the reduction counts holders to drop them).
     """
 
-    keys: tuple[str, ...]
-    layouts: Mapping[str, StateLayout]
+    keys: tuple[Key, ...]
+    layouts: Mapping[Key, StateLayout]
     digest: int
     held_by_all: bool = True
 
     @staticmethod
-    def of(layouts: Mapping[str, StateLayout], held_by_all: bool = True) -> KeySet:
+    def of(layouts: Mapping[Key, StateLayout], held_by_all: bool = True) -> KeySet:
         keys = tuple(sorted(layouts))
-        text = "\n".join(f"{key}\t{layouts[key].description}" for key in keys).encode()
-        digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
-        return KeySet(keys, {key: layouts[key] for key in keys}, digest, held_by_all)
+        text = "\n".join(f"{spelling(key)}\t{layouts[key].description}" for key in keys)
+        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        return KeySet(keys, {key: layouts[key] for key in keys}, digest >> 1, held_by_all)
 
-    def covers(self, layouts: Mapping[str, StateLayout]) -> bool:
+    def covers(self, layouts: Mapping[Key, StateLayout]) -> bool:
         """Whether every key of ``layouts`` is here with the same layout."""
         mine = self.layouts
         return all(
@@ -75,7 +76,7 @@ class KeySet:
 
 
 def agree(
-    comm: Comm, layouts: Mapping[str, StateLayout], vote: bool = False
+    comm: Comm, layouts: Mapping[Key, StateLayout], vote: bool = False
 ) -> tuple[KeySet, bool]:
     """The key set every rank of ``comm`` reduces over (see the module docstring), and
     whether any rank passed ``vote=True`` (the same answer on every rank).
@@ -113,10 +114,10 @@ def _remember(group_key: int, union: KeySet) -> None:
             del _unions[next(iter(_unions))]
 
 
-def _union(all_layouts: list[dict[str, StateLayout]]) -> dict[str, StateLayout]:
+def _union(all_layouts: list[dict[Key, StateLayout]]) -> dict[Key, StateLayout]:
     """The union of every rank's layouts; a key with different layouts raises."""
-    union: dict[str, StateLayout] = {}
-    conflicts: dict[str, set[str]] = {}
+    union: dict[Key, StateLayout] = {}
+    conflicts: dict[Key, set[str]] = {}
     for layouts in all_layouts:
         for key, layout in layouts.items():
             seen = union.setdefault(key, layout)
@@ -124,7 +125,8 @@ def _union(all_layouts: list[dict[str, StateLayout]]) -> dict[str, StateLayout]:
                 conflicts.setdefault(key, {seen.description}).add(layout.description)
     if conflicts:
         details = "; ".join(
-            f"{key!r}: {' vs '.join(sorted(descs))}" for key, descs in sorted(conflicts.items())
+            f"{key_name(key)}: {' vs '.join(sorted(descs))}"
+            for key, descs in sorted(conflicts.items())
         )
         raise KeyMismatchError(f"ranks recorded keys with different layouts: {details}")
     return union

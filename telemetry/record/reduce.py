@@ -41,8 +41,9 @@ import torch.distributed as dist
 from telemetry.model.errors import KeyMismatchError
 from telemetry.record import keyset
 from telemetry.record.comm import Comm, collectives_issued
-from telemetry.record.layout import Reduced, ReduceOp, State
+from telemetry.record.layout import ReduceOp, State, StateLayout
 from telemetry.record.ordered import decode, encode
+from telemetry.record.source_key import Key, key_name
 from telemetry.record.stragglers import RankSpread, Stragglers, quantities
 
 __all__ = [
@@ -53,7 +54,8 @@ __all__ = [
     "reduce_with_spread",
 ]
 
-Spreads = dict[str, dict[str, RankSpread]]
+ReducedStates = dict[Key, tuple[StateLayout, np.ndarray]]
+Spreads = dict[Key, dict[str, RankSpread]]
 _PLANS = 16  # element plans cached, by digest of the key specs
 
 
@@ -61,7 +63,7 @@ _PLANS = 16  # element plans cached, by digest of the key specs
 class _Plan:
     """Where each key starts in the flat vector, and which elements each op reduces."""
 
-    offsets: dict[str, int]
+    offsets: dict[Key, int]
     n: int
     index: dict[ReduceOp, torch.Tensor]
     on_device: dict[torch.device, dict[ReduceOp, torch.Tensor]] = field(default_factory=dict)
@@ -94,19 +96,21 @@ def _plan(keys: keyset.KeySet) -> _Plan:
     return plan
 
 
-def reduce_states(states: Mapping[str, State], group: dist.ProcessGroup | None = None) -> Reduced:
+def reduce_states(
+    states: Mapping[Key, State], group: dist.ProcessGroup | None = None
+) -> ReducedStates:
     """Reduce every state across ``group``; return ``key -> (layout, float64 array)`` on
     the host (:func:`reduce_with_spread` without the straggler view)."""
     return reduce_with_spread(states, group)[0]
 
 
 def reduce_with_spread(
-    states: Mapping[str, State],
+    states: Mapping[Key, State],
     group: dist.ProcessGroup | None = None,
-    spread: Callable[[str], bool] = lambda key: False,
+    spread: Callable[[Key], bool] = lambda key: False,
     *,
-    series: Callable[[str], bool] = lambda key: False,
-) -> tuple[Reduced, Spreads]:
+    series: Callable[[Key], bool] = lambda key: False,
+) -> tuple[ReducedStates, Spreads]:
     """Reduce every state across ``group``, with the straggler view of chosen keys
     (:func:`reduce_and_vote` without a vote)."""
     reduced, spreads, _ = reduce_and_vote(states, group, spread, series=series)
@@ -114,13 +118,13 @@ def reduce_with_spread(
 
 
 def reduce_and_vote(
-    states: Mapping[str, State],
+    states: Mapping[Key, State],
     group: dist.ProcessGroup | None = None,
-    spread: Callable[[str], bool] = lambda key: False,
+    spread: Callable[[Key], bool] = lambda key: False,
     *,
-    series: Callable[[str], bool] = lambda key: False,
+    series: Callable[[Key], bool] = lambda key: False,
     vote: bool = False,
-) -> tuple[Reduced, Spreads, bool]:
+) -> tuple[ReducedStates, Spreads, bool]:
     """Reduce every state across ``group``, with the straggler view of chosen keys, and
     learn whether any rank voted yes (carried in the key-set check, no collective more).
 
@@ -143,8 +147,8 @@ def reduce_and_vote(
     for key, (layout, tensor) in states.items():
         if tensor.numel() != len(layout.ops):
             raise KeyMismatchError(
-                f"{key!r}: state has {tensor.numel()} elements, layout {layout.description} "
-                f"has {len(layout.ops)}"
+                f"{key_name(key)}: state has {tensor.numel()} elements, "
+                f"layout {layout.description} has {len(layout.ops)}"
             )
     comm = Comm(group)
     keys, voted = keyset.agree(comm, {k: layout for k, (layout, _) in states.items()}, vote)
@@ -192,11 +196,11 @@ def _take(array: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return array[:n], array[n:]
 
 
-def _held(keys: tuple[str, ...], counts: np.ndarray) -> set[str]:
+def _held(keys: tuple[Key, ...], counts: np.ndarray) -> set[Key]:
     return {key for key, count in zip(keys, counts) if count > 0}
 
 
-def _flat_payload(keys: keyset.KeySet, states: Mapping[str, State], device: torch.device):
+def _flat_payload(keys: keyset.KeySet, states: Mapping[Key, State], device: torch.device):
     """One float64 vector of every state (the identity where this rank has none), with one
     copy per source device."""
     by_device: dict[torch.device, list[torch.Tensor]] = {}

@@ -11,6 +11,8 @@ import threading
 from collections import Counter, deque
 from dataclasses import dataclass, replace
 
+from telemetry.record.source_key import Key
+
 __all__ = ["Settings", "chronic", "configure", "settings"]
 
 
@@ -43,7 +45,7 @@ class Settings:
 
 _lock = threading.Lock()
 _settings = Settings()
-_history: dict[tuple[str, str], deque[tuple[int, ...]]] = {}
+_history: dict[tuple[Key, str], deque[tuple[int, ...]]] = {}
 
 
 def settings() -> Settings:
@@ -68,7 +70,7 @@ def configure(**changes: int) -> Settings:
 
 
 def chronic(
-    key: tuple[str, str], top: tuple[int, ...], current: Settings
+    key: tuple[Key, str], top: tuple[int, ...], current: Settings
 ) -> tuple[tuple[tuple[int, int], ...], int]:
     """Record this export's top-k ranks of ``key``; return the ``top_k`` ranks most often in
     the top k over the last ``history`` exports (most first, lowest rank on ties) with how

@@ -34,11 +34,12 @@ from telemetry.record import straggler_settings
 from telemetry.record.comm import Comm
 from telemetry.record.layout import StateLayout
 from telemetry.record.ordered import decode, encode
+from telemetry.record.source_key import Key
 
 __all__ = ["RankSpread", "Stragglers", "quantities"]
 
 _log = logging.getLogger(__name__)
-_warned: set[str] = set()
+_warned: set[Key] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class Quantity:
     """A tracked quantity: element indices into the flat state vector, where index ``n``
     (one past the end) holds 1.0 for a quantity without denominator or presence flag."""
 
-    key: str
+    key: Key
     suffix: str
     numerator: int
     denominator: int
@@ -74,12 +75,12 @@ class Quantity:
 
 
 def quantities(
-    keys: Sequence[str],
-    layouts: Mapping[str, StateLayout],
-    offsets: Mapping[str, int],
+    keys: Sequence[Key],
+    layouts: Mapping[Key, StateLayout],
+    offsets: Mapping[Key, int],
     n: int,
-    spread: Callable[[str], bool],
-    series: Callable[[str], bool],
+    spread: Callable[[Key], bool],
+    series: Callable[[Key], bool],
 ) -> list[Quantity]:
     """The per-rank quantities of the keys ``spread`` picks, in key order."""
     out = []
@@ -126,8 +127,8 @@ class Stragglers:
         counts: np.ndarray,
         mins: np.ndarray,
         values: np.ndarray,
-        held: Callable[[str], bool],
-    ) -> dict[str, dict[str, RankSpread]]:
+        held: Callable[[Key], bool],
+    ) -> dict[Key, dict[str, RankSpread]]:
         """The spreads from the reduced parts (host arrays: :meth:`sum_part`'s counts, the
         decoded :meth:`min_part`, this rank's values) for the keys some rank ``held``,
         with the rounds they still need."""
@@ -139,7 +140,7 @@ class Stragglers:
         else:
             tops = _Rounds(self, values, {i: slot_max[i] for i in live}).run()
         series = self._series(live)
-        out: dict[str, dict[str, RankSpread]] = {}
+        out: dict[Key, dict[str, RankSpread]] = {}
         for i in live:
             quantity, top = self.qs[i], tops[i]
             (slowest, high), extra = top[0], {}

@@ -1,0 +1,63 @@
+"""The keys of the export's merged reduction: a source and one of its keys, kept apart.
+
+The export reduces the states of every source together, so two sources may hold the same
+key name (two MoE balances, a tracker and a Twinkle metric). Each state is keyed there by a
+:class:`SourceKey`: the :class:`SourceRef` of its source (``source_id`` and which of the
+sources sharing it) and the source's own key. Both are tuples: equal, hashed and sorted by
+value, the same on every rank, and pickled as their fields when ranks exchange layouts.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from telemetry.record.source import TRACKER_ID
+
+__all__ = ["Key", "SourceKey", "SourceRef", "key_name", "spelling"]
+
+
+class SourceRef(NamedTuple):
+    """One source of an export: its ``source_id`` and, among the sources sharing it, which
+    one (0 for trackers, which are unique by name)."""
+
+    source_id: str
+    nth: int = 0
+
+    @property
+    def is_tracker(self) -> bool:
+        return self.source_id.startswith(TRACKER_ID)
+
+    def __str__(self) -> str:
+        if self.is_tracker:
+            name = self.source_id[len(TRACKER_ID) :]
+            return f"tracker {name!r}" if name else "the default tracker"
+        number = f" #{self.nth + 1}" if self.nth else ""
+        return f"source {self.source_id!r}{number}"
+
+
+class SourceKey(NamedTuple):
+    """A key of one source: ``source`` and the name it has there (``key``)."""
+
+    source: SourceRef
+    key: str
+
+    def __str__(self) -> str:
+        return f"key {self.key!r} of {self.source}"
+
+
+Key = str | SourceKey
+"""A key of a reduction: a plain name, or a source's key in the export's merged one."""
+
+
+def key_name(key: Key) -> str:
+    """How messages name ``key``: a plain name quoted, a source's key with its source."""
+    return str(key) if isinstance(key, SourceKey) else repr(key)
+
+
+def spelling(key: Key) -> str:
+    """``key`` as key-set digests spell it: one text per key, the same on every rank (a
+    plain name's ``repr``; a source's key by its fields, cheaper than the tuple's ``repr``)."""
+    if isinstance(key, str):
+        return repr(key)
+    source = key.source
+    return f"{source.source_id!r} {source.nth} {key.key!r}"

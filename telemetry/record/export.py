@@ -9,20 +9,19 @@ Sources registered here (:func:`register_source`, :class:`RegisteredSource`) joi
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterable, Sequence
 
 import torch.distributed as dist
 
-from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import Point
 from telemetry.record import rank_spread, typed_keys
 from telemetry.record.gather import gather_to_first, wants_gather
 from telemetry.record.layout import State
 from telemetry.record.points import tracker_points
-from telemetry.record.reduce import reduce_and_vote
+from telemetry.record.reduce import ReducedStates, Spreads, reduce_and_vote
 from telemetry.record.source import TRACKER_ID, StateSource
+from telemetry.record.source_key import SourceKey, SourceRef
 from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
 
@@ -34,7 +33,6 @@ __all__ = [
     "unregister_source",
 ]
 
-_TAG = re.compile(r"'(?:tracker|source):[^|']*\|")
 _lock = threading.Lock()
 _sources: list[StateSource] = []
 
@@ -84,19 +82,19 @@ class RegisteredSource:
             self._registered = False
 
 
-def _tags(sources: Sequence[StateSource]) -> list[str]:
-    """Stable per-process tags, equal across ranks that hold sources in the same order:
-    a tracker's id (unique by name), else ``source:<id>:<n>``."""
+def _refs(sources: Sequence[StateSource]) -> list[SourceRef]:
+    """Each source's reference, equal across ranks that hold sources in the same order:
+    trackers are unique by name, other sources sharing a ``source_id`` are counted."""
     seen: dict[str, int] = {}
-    tags = []
+    refs = []
     for source in sources:
-        base = source.source_id
-        if base.startswith(TRACKER_ID):
-            tags.append(base)
+        source_id = source.source_id
+        if source_id.startswith(TRACKER_ID):
+            refs.append(SourceRef(source_id))
             continue
-        seen[base] = seen.get(base, -1) + 1
-        tags.append(f"source:{base}:{seen[base]}")
-    return tags
+        seen[source_id] = seen.get(source_id, -1) + 1
+        refs.append(SourceRef(source_id, seen[source_id]))
+    return refs
 
 
 def export_sources(
@@ -124,45 +122,45 @@ def export_sources(
             key is reduced over its own group. One more coalesced reduction per group.
     """
     sources = list(sources)
-    tags = _tags(sources)
-    merged: dict[str, State] = {}
-    key_groups: dict[str, object] = {}
-    for tag, source in zip(tags, sources):
+    refs = _refs(sources)
+    merged: dict[SourceKey, State] = {}
+    key_groups: dict[SourceKey, object] = {}
+    for ref, source in zip(refs, sources):
         states, groups = source.collect(key, reset)
-        key_groups.update((f"{tag}|{name}", group) for name, group in groups.items())
-        merged.update((f"{tag}|{name}", state) for name, state in states.items())
-    reduced: dict = {}
-    spreads: dict = {}
+        key_groups.update((SourceKey(ref, name), group) for name, group in groups.items())
+        merged.update((SourceKey(ref, name), state) for name, state in states.items())
+    reduced: ReducedStates = {}
+    spreads: Spreads = {}
     vote = reset and wants_gather(reduce_group, default_buffer())
     gather = False
     for group, states in _reductions(merged, key_groups, reduce_group, key_sync_group):
-        try:  # the first reduction is over reduce_group: it carries the samples' vote
-            done, spread, voted = reduce_and_vote(
-                states,
-                group,
-                lambda tagged: rank_spread.tracked(tagged.partition("|")[2]),
-                series=lambda tagged: rank_spread.series(tagged.partition("|")[2]),
-                vote=vote,
-            )
-        except KeyMismatchError as exc:  # name user keys, not internal source tags
-            raise KeyMismatchError(_TAG.sub("'", str(exc))) from None
+        # the first reduction is over reduce_group: it carries the samples' vote
+        done, spread, voted = reduce_and_vote(
+            states,
+            group,
+            lambda source_key: rank_spread.tracked(source_key.key),
+            series=lambda source_key: rank_spread.series(source_key.key),
+            vote=vote,
+        )
         gather, vote = gather or voted, False
         reduced.update(done)
         spreads.update(spread)
-    by_tag: dict[str, dict] = {tag: {} for tag in tags}
-    for tagged, entry in reduced.items():
-        tag, _, name = tagged.partition("|")
-        if tag in by_tag or tag.startswith(TRACKER_ID):
-            by_tag.setdefault(tag, {})[name] = entry
+    by_source: dict[SourceRef, dict] = {ref: {} for ref in refs}
+    for (ref, name), entry in reduced.items():
+        if ref in by_source or ref.is_tracker:
+            by_source.setdefault(ref, {})[name] = entry
     points: list[Point] = []
-    for tag, source in zip(tags, sources):
-        if by_tag[tag] or tag.startswith(TRACKER_ID):
-            points.extend(source.build_points(by_tag[tag]))
-    for tag in list(by_tag)[len(tags) :]:  # trackers that only other ranks used
-        points.extend(tracker_points(by_tag[tag], {}))
-    for tagged, by_quantity in sorted(spreads.items()):
-        name, layout = tagged.partition("|")[2], reduced[tagged][0]
-        points.extend(rank_spread.spread_points(name, by_quantity, layout))
+    for ref, source in zip(refs, sources):
+        if by_source[ref] or ref.is_tracker:
+            points.extend(source.build_points(by_source[ref]))
+    local = set(refs)
+    for ref, states_of_ref in by_source.items():
+        if ref not in local:  # a tracker that only other ranks used
+            points.extend(tracker_points(states_of_ref, {}))
+    # the straggler views of other sources first, then of trackers
+    for source_key in sorted(spreads, key=lambda k: (k.source.is_tracker, k)):
+        layout = reduced[source_key][0]
+        points.extend(rank_spread.spread_points(source_key.key, spreads[source_key], layout))
     typed_keys.remember(points)
     if gather:
         gather_to_first(reduce_group, default_buffer())
@@ -170,27 +168,27 @@ def export_sources(
 
 
 def _reductions(
-    merged: dict[str, State],
-    key_groups: dict[str, object],
+    merged: dict[SourceKey, State],
+    key_groups: dict[SourceKey, object],
     reduce_group: dist.ProcessGroup | None,
     key_sync_group: dist.ProcessGroup | None,
-) -> list[tuple[object, dict[str, State]]]:
+) -> list[tuple[object, dict[SourceKey, State]]]:
     """The reductions of one export: the export's group, then the per-key overrides.
 
     With ``key_sync_group`` every rank reduces its override keys (maybe none) over it, so
     ranks without such keys still join; without it, one reduction per override group, in
     the order of each group's first key (the same on every rank that holds the keys).
     """
-    plan: list[tuple[object, dict[str, State]]] = [
+    plan: list[tuple[object, dict[SourceKey, State]]] = [
         (reduce_group, {k: s for k, s in merged.items() if k not in key_groups})
     ]
     overrides = {k: merged[k] for k in sorted(key_groups) if k in merged}
     if key_sync_group is not None:
         plan.append((key_sync_group, overrides))
         return plan
-    by_group: dict[int, tuple[object, dict[str, State]]] = {}
-    for tagged, state in overrides.items():
-        group = key_groups[tagged]
-        by_group.setdefault(id(group), (group, {}))[1][tagged] = state
+    by_group: dict[int, tuple[object, dict[SourceKey, State]]] = {}
+    for source_key, state in overrides.items():
+        group = key_groups[source_key]
+        by_group.setdefault(id(group), (group, {}))[1][source_key] = state
     plan.extend(by_group.values())
     return plan

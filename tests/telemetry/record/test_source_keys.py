@@ -1,0 +1,123 @@
+"""The export's merged reduction keys each state by its source and key: sources holding
+the same key name reduce apart, and errors name the user's key and its source."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from telemetry import stats_tracker
+from telemetry.model.errors import KeyMismatchError
+from telemetry.model.snapshot import Gauge, Point
+from telemetry.record.declared import DeclaredStates
+from telemetry.record.layout import Reduced, ReduceOp
+from telemetry.record.source import Collected
+from telemetry.record.source_key import SourceKey, SourceRef, key_name
+from tests.distributed import run_ranks
+
+
+class Depth:
+    """A producer sharing ``source_id`` and state key ``queue/depth`` with every other one;
+    its points are named by ``label``."""
+
+    source_id = "queue"
+
+    def __init__(self, label: str, depth: float, size: int = 1) -> None:
+        self.label, self.depth, self.size = label, depth, size
+        self.states = DeclaredStates("queue/")
+        self.states.add_state("depth", ReduceOp.SUM, size=size)
+
+    def collect(self, key: str | None, reset: bool) -> Collected:
+        values = torch.full((self.size,), self.depth, dtype=torch.float64)
+        return Collected(self.states.states({"depth": values}))
+
+    def build_points(self, reduced: Reduced) -> list[Point]:
+        (total, *_) = self.states.values(reduced)["depth"]
+        return [Gauge(f"{self.label}/total", float(total))]
+
+
+def test_a_source_key_names_the_key_and_its_source():
+    assert str(SourceKey(SourceRef("tracker:rollout"), "rollout/loss")) == (
+        "key 'rollout/loss' of tracker 'rollout'"
+    )
+    assert str(SourceKey(SourceRef("tracker:"), "loss")) == "key 'loss' of the default tracker"
+    assert (
+        str(SourceKey(SourceRef("queue"), "queue/depth")) == "key 'queue/depth' of source 'queue'"
+    )
+    assert str(SourceKey(SourceRef("queue", 1), "queue/depth")) == (
+        "key 'queue/depth' of source 'queue' #2"
+    )
+    assert key_name("loss") == "'loss'"  # a plain reduction's key, as before
+
+
+def test_a_state_of_the_wrong_size_names_the_key_and_its_source():
+    class Wrong(Depth):
+        def collect(self, key: str | None, reset: bool) -> Collected:
+            layout, _ = super().collect(key, reset).states["queue/depth"]
+            return Collected({"queue/depth": (layout, torch.zeros(3, dtype=torch.float64))})
+
+    with pytest.raises(KeyMismatchError) as raised:
+        stats_tracker.export_sources([Depth("a", 1.0), Wrong("b", 1.0)])
+    message = str(raised.value)
+    assert message.startswith("key 'queue/depth' of source 'queue' #2: state has 3 elements")
+    assert "SourceKey" not in message and "SourceRef" not in message
+
+
+def _same_key_in_three_sources(rank: int, world: int) -> dict:
+    tracker = stats_tracker.DistributedStatsTracker()
+    tracker.scalar(**{"queue/depth": 100.0 + rank})
+    sources = [tracker, Depth("first", 1.0 + rank), Depth("second", 10.0 * (rank + 1))]
+    stats = stats_tracker.export_sources(sources, reduce_group=dist.group.WORLD)
+    return dict(stats)
+
+
+def test_sources_with_the_same_key_name_reduce_apart():
+    for out in run_ranks(_same_key_in_three_sources, 2):
+        assert out["first/total"] == 1.0 + 2.0
+        assert out["second/total"] == 10.0 + 20.0
+        assert out["queue/depth"] == 100.5  # the tracker's scalar: the mean of both ranks
+        assert out["queue/depth__count"] == 2
+
+
+def _mismatches(rank: int, world: int) -> list[str]:
+    """Three exports whose key sets differ between the ranks with one key's layout in
+    conflict: in a named tracker, in the default tracker, in the second of two sources."""
+    named = stats_tracker.DistributedStatsTracker("rollout")
+    default = stats_tracker.DistributedStatsTracker()
+    for tracker in (named, default):
+        tracker.scalar(fine=1.0)
+        if rank == 0:
+            tracker.scalar(loss=1.0)
+        else:
+            tracker.denominator(valid=torch.ones(2, dtype=torch.bool))
+            tracker.stat(loss=torch.ones(2), denominator="valid")
+    cases = (
+        [named],
+        [default],
+        [Depth("a", 1.0), Depth("b", 1.0, size=1 + rank)],
+    )
+    messages = []
+    for sources in cases:
+        with pytest.raises(KeyMismatchError) as raised:
+            stats_tracker.export_sources(sources, reduce_group=dist.group.WORLD)
+        messages.append(str(raised.value))
+    return messages
+
+
+def test_a_key_mismatch_between_ranks_names_the_users_key_and_its_source():
+    for named, default, second in run_ranks(_mismatches, 2):
+        assert named == (
+            "ranks recorded keys with different layouts: key 'rollout/loss' of tracker "
+            "'rollout': scalar vs stat(reduce=avg_min_max, buckets=0)"
+        )
+        assert default.endswith(
+            ": key 'loss' of the default tracker: scalar vs stat(reduce=avg_min_max, buckets=0)"
+        )
+        assert second.endswith(
+            ": key 'queue/depth' of source 'queue' #2: custom[sum,sum] vs custom[sum]"
+        )
+        for message in (named, default, second):
+            assert "'tracker:" not in message and "source:" not in message  # the old tags
+            assert "|" not in message and "SourceKey" not in message
+            assert "fine" not in message and "valid" not in message

@@ -43,6 +43,7 @@ HEADER = struct.Struct("<IIQ")
 SEGMENT_BYTES = 4 * 1024 * 1024
 """A segment takes records until it holds this many bytes; then a new one starts."""
 _ACKED = "acked"
+_ACK_WIDTH = 20  # digits of the acked sequence number on disk, space-padded (int64 fits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,7 @@ class RecordLog:
         self._written = 0  # bytes in the open segment
         self._dirty = False
         self._ack_failing = False  # the last ack could not be recorded (logged once)
+        self._ack_fd: int | None = None  # ``acked``, kept open while acks are written
         self.unreadable = 0
         self._load()
 
@@ -294,10 +296,8 @@ class RecordLog:
             self._acked = seq
             while self._held and self._held[0].seq <= seq:
                 self._held_bytes -= self._held.popleft().bytes
-            tmp = self.directory / f"{_ACKED}.tmp"
             try:
-                tmp.write_text(str(seq))
-                os.replace(tmp, self.directory / _ACKED)
+                self._record_ack(seq)
             except OSError as exc:
                 if not self._ack_failing:
                     logger.warning("log %s: cannot record ack %d: %s", self.directory, seq, exc)
@@ -305,6 +305,20 @@ class RecordLog:
             else:
                 self._ack_failing = False
             self._delete_acked(keep_last=self._fd is not None)
+
+    def _record_ack(self, seq: int) -> None:
+        """Write ``seq`` over ``acked`` in place: one ``pwrite`` of a fixed-width line into
+        the file kept open (a rename per ack cost more than the append it acknowledges), so
+        a killed process leaves the old number or the new one, never a mix. The file is
+        opened again when it was removed from under the log."""
+        fd = self._ack_fd
+        if fd is None or os.fstat(fd).st_nlink == 0:
+            if fd is not None:
+                os.close(fd)
+            self._ack_fd = None
+            fd = os.open(self.directory / _ACKED, os.O_WRONLY | os.O_CREAT, 0o644)
+            self._ack_fd = fd
+        os.pwrite(fd, f"{seq:>{_ACK_WIDTH}}\n".encode(), 0)
 
     def _delete_acked(self, keep_last: bool) -> None:
         """Remove every segment whose records are all acknowledged (not the open one)."""
@@ -331,6 +345,9 @@ class RecordLog:
         with self._lock:
             self._dirty = False
             self._delete_acked(keep_last=False)
+            ack_fd, self._ack_fd = self._ack_fd, None
+        if ack_fd is not None:
+            os.close(ack_fd)
 
 
 def _scan(data: bytes, segment: Path) -> tuple[list[Record], int, int]:

@@ -155,8 +155,9 @@ def _state_seq(directory) -> int:
 
 def _kill_between_state_and_ack(directory) -> None:
     """Every later ack of the log fails (as a kill after ``state.json``'s rename would leave
-    it): ``acked.tmp`` is a directory."""
-    (directory / "acked.tmp").mkdir()
+    it): ``acked`` is a directory."""
+    (directory / "acked").unlink(missing_ok=True)
+    (directory / "acked").mkdir()
 
 
 @pytest.mark.parametrize("after", [0, 1], ids=["killed-at-the-fold", "one-request-later"])
@@ -173,7 +174,7 @@ def test_log_records_the_state_holds_are_not_replayed_over_it(tmp_path, monkeypa
     assert _state_seq(tmp_path) == 2
     monkeypatch.setattr(baselines, "COMPACT_BYTES", 1 << 30)
     got += [decoded(first, i) for i in range(3, 3 + after)]
-    (tmp_path / "acked.tmp").rmdir()  # killed: the log still holds records 0 to 2
+    (tmp_path / "acked").rmdir()  # killed: the log still holds records 0 to 2
     second = Decoder()
     Baselines(tmp_path, second, fsync=False)
     got += [decoded(second, i) for i in range(3 + after, REQUESTS)]

@@ -254,7 +254,7 @@ def test_after_a_failed_write_the_next_record_gets_the_next_seq(tmp_path, monkey
 def test_an_ack_that_cannot_be_recorded_is_logged_and_replayed_once_more(tmp_path, caplog):
     journal = _raw(tmp_path)
     journal.append(b"a")
-    (tmp_path / "acked.tmp").mkdir()  # the ack's file cannot be written
+    (tmp_path / "acked").mkdir()  # the ack's file cannot be written
     journal.ack(0)
     assert "cannot record ack 0" in caplog.text
     caplog.clear()

@@ -253,9 +253,9 @@ def test_a_full_merge_journal_refuses_windows_retryably_until_a_step_releases_th
 
 def test_windows_before_a_checkpoint_whose_ack_failed_are_not_merged_again(tmp_path):
     """A kill between a checkpoint's write and its acknowledgement (here the ack's write
-    fails: ``acked.tmp`` is a directory) leaves the released windows before the checkpoint:
+    fails: ``acked`` is a directory) leaves the released windows before the checkpoint:
     the next merger takes only the windows after it."""
-    (tmp_path / "acked.tmp").mkdir()
+    (tmp_path / "acked").mkdir()
     merger = RolloutMerger()
     merger.journal_to(Journal(tmp_path, 1 << 20, fsync=False))
     merger.add(_window(0, 1.0, 10))

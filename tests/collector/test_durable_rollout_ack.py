@@ -3,7 +3,7 @@
 A checkpoint acknowledges the merge journal up to the windows its training step released;
 a kill between the checkpoint's write and its acknowledgement leaves the next collector
 windows followed by their checkpoint. That state is made here by the file system, not by
-timing: the merge journal's ``acked.tmp`` is a directory, so every acknowledgement of the
+timing: the merge journal's ``acked`` is made a directory, so every acknowledgement of the
 first collector fails (logged; the records stay). The collector, a real process fed by three
 rollout workers and a trainer over OTLP/gRPC, is SIGKILLed after a release, the directory is
 removed (the disk recovered), and a second collector takes up the journals: every step's
@@ -43,7 +43,8 @@ def test_windows_before_an_unacknowledged_checkpoint_are_not_merged_again(tmp_pa
     try:
         send(first.endpoint, todo[:1], acked)  # the first window opens the run's journals
         (merge,) = state.glob("runs/*/rollout-merge")
-        (merge / "acked.tmp").mkdir()  # every acknowledgement's write fails from here on
+        assert not (merge / "acked").exists()  # nothing acknowledged yet
+        (merge / "acked").mkdir()  # every acknowledgement's write fails from here on
         send(first.endpoint, todo[1:at], acked)
     finally:
         first.proc.kill()
@@ -55,7 +56,7 @@ def test_windows_before_an_unacknowledged_checkpoint_are_not_merged_again(tmp_pa
     assert sorted(set(checkpoints)) == list(range(1, RELEASED + 1))  # none acknowledged
     windows = len(left) - len(checkpoints)
     assert windows == RELEASED * WORKERS + pending  # the released windows are still there
-    (merge / "acked.tmp").rmdir()
+    (merge / "acked").rmdir()
 
     second = collector(tmp_path, state)  # merges again only what follows the checkpoint
     try:

@@ -161,20 +161,38 @@ def test_an_ack_that_cannot_be_recorded_is_logged_once_until_one_is(tmp_path, ca
     log = log_of(tmp_path)
     for payload in (b"a", b"b", b"c"):
         log.append(payload)
-    (tmp_path / "acked.tmp").mkdir()  # the ack's file cannot be written
+    (tmp_path / "acked").mkdir()  # the ack's file cannot be written
     with caplog.at_level(logging.WARNING, logger="exporters.record_log"):
         log.ack(0)
         log.ack(1)
         assert [r.getMessage() for r in caplog.records] == [
             f"log {tmp_path}: cannot record ack 0: [Errno 21] Is a directory: "
-            f"'{tmp_path / 'acked.tmp'}'"
+            f"'{tmp_path / 'acked'}'"
         ]
         assert payloads(tmp_path) == [(0, b"a"), (1, b"b"), (2, b"c")]  # replayed again
-        (tmp_path / "acked.tmp").rmdir()
+        (tmp_path / "acked").rmdir()
         log.ack(1)  # acked already in this process: nothing to write
         log.ack(2)
         assert len(caplog.records) == 1
     assert payloads(tmp_path) == []
+
+
+def test_acks_overwrite_one_fixed_width_line_in_place(tmp_path):
+    (tmp_path / "acked").write_text("1")  # as an earlier version wrote it: no padding
+    log = log_of(tmp_path)
+    for payload in b"abcdefghijkl":
+        log.append(bytes([payload]))
+    assert [record.seq for record, _ in log.held()] == list(range(2, 14))
+    for seq in range(2, 14):
+        log.ack(seq)
+        assert (tmp_path / "acked").read_text() == f"{seq:>20}\n"
+    (tmp_path / "acked").unlink()  # removed from under the log: written anew
+    assert log.append(b"m").seq == 14
+    log.ack(14)
+    assert (tmp_path / "acked").read_text() == f"{14:>20}\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["0000000000000002.seg", "acked"]
+    log.close()
+    assert log_of(tmp_path).last_seq == 14 and payloads(tmp_path) == []
 
 
 def test_fsync_once_per_dirty_sync_and_for_a_new_segment_name(tmp_path, monkeypatch):

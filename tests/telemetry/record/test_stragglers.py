@@ -190,6 +190,7 @@ def test_per_rank_series_reach_the_first_rank_only_within_the_cap(exports):
             assert {k: v for k, v in first.items() if k not in per_rank} == stats
     warnings = results[0][1][2]
     assert len(warnings) == 2 and "timeperf/b" in warnings[0] and "timeperf/c" in warnings[1]
+    assert warnings[0].startswith("key 'timeperf/b' of the default tracker: per-rank series")
 
 
 def test_settings_are_checked():

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 
+from rltel.quiet_pynvml import hide_pynvml_warning
 from telemetry.config.cli_args import (
     OneLineParser,
     install_line,
@@ -24,20 +24,9 @@ COMMANDS = {
     "report": "draw figures and an HTML page from runs' TensorBoard event files",
     "spool": "send OTLP spools left on disk to a collector (rltel spool flush DIR --endpoint)",
 }
-PYNVML_DEPRECATION = "The pynvml package is deprecated"
 DEMO_LIBRARIES = ("wandb", "swanlab", "tensorboard", "trackio")
 """What the demo's W&B, SwanLab, TensorBoard and Trackio sinks import (in rank 0 or its
 collector)."""
-
-
-def hide_pynvml_warning() -> None:
-    """Ignore the FutureWarning that importing ``torch.cuda`` raises from ``pynvml``, only it."""
-    warnings.filterwarnings("ignore", message=PYNVML_DEPRECATION, category=FutureWarning)
-
-
-# At import too: the ranks `rltel demo` spawns re-import this entry module (as __mp_main__)
-# before they import torch.
-hide_pynvml_warning()
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -21,6 +21,7 @@ from rltel.demo.loopback import rendezvous
 from rltel.demo.options import DemoOptions
 from rltel.demo.progress import show_endpoint
 from rltel.demo.run import EXPERIMENT, RUN, STOP_TIMEOUT_S, TRIAL, UP_NOTE, train_rank
+from rltel.quiet_pynvml import hidden_in_children
 
 __all__ = ["run_demo"]
 
@@ -33,7 +34,11 @@ def run_demo(options: DemoOptions) -> int:
     the collector (SIGTERM, waited for), and reports. Every process it started has ended
     when it returns or raises (Ctrl-C and SIGTERM included).
     """
-    with _sigterm_raises(), tempfile.TemporaryDirectory(prefix="rltel-demo-") as scratch:
+    with (
+        _sigterm_raises(),
+        hidden_in_children(),
+        tempfile.TemporaryDirectory(prefix="rltel-demo-") as scratch,
+    ):
         init_method = rendezvous(Path(scratch))
         if not options.otlp:
             _spawn_ranks(options.ranks, (options.ranks, options, init_method))

@@ -3,6 +3,8 @@
 Every producer is a :class:`~telemetry.record.source.StateSource` (trackers, MoE balance,
 train_perf, Twinkle metrics): the export collects each one's states, reduces them all
 together (one reduction per group), and hands each source its reduced states back.
+:func:`reduce_sources` is that reduction alone, the one way states are reduced: the
+export builds the points from it, and a Twinkle metric's ``calculate()`` its values.
 Sources registered here (:func:`register_source`, :class:`RegisteredSource`) join
 ``stats_tracker.export_all``.
 """
@@ -11,13 +13,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import torch.distributed as dist
 
 from telemetry.model.snapshot import Point
 from telemetry.record import rank_spread, typed_keys
 from telemetry.record.gather import gather_to_first, wants_gather
-from telemetry.record.layout import State
+from telemetry.record.layout import Reduced, State
 from telemetry.record.points import tracker_points
 from telemetry.record.reduce import ReducedStates, Spreads, reduce_and_vote
 from telemetry.record.source import TRACKER_ID, StateSource
@@ -26,8 +29,10 @@ from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
 
 __all__ = [
+    "ReducedSources",
     "RegisteredSource",
     "export_sources",
+    "reduce_sources",
     "register_source",
     "registered_sources",
     "unregister_source",
@@ -97,6 +102,106 @@ def _refs(sources: Sequence[StateSource]) -> list[SourceRef]:
     return refs
 
 
+class ReducedSources(NamedTuple):
+    """The states of an export's sources, reduced together and split per source.
+
+    ``refs`` holds each source's reference, in the sources' order; ``by_source`` the reduced
+    states of each source by its own keys: every given source (empty when no rank recorded
+    any of its keys) and each source that only other ranks hold. ``spreads`` are the
+    straggler views by key, and ``gather`` says whether a rank voted to gather the samples.
+    """
+
+    refs: list[SourceRef]
+    by_source: dict[SourceRef, Reduced]
+    spreads: Spreads
+    gather: bool
+
+    def of(self, index: int) -> Reduced:
+        """The reduced states of the ``index``-th given source."""
+        return self.by_source[self.refs[index]]
+
+
+def reduce_sources(
+    sources: Sequence[StateSource],
+    reduce_group: dist.ProcessGroup | None = None,
+    *,
+    key: str | None = None,
+    reset: bool = True,
+    key_sync_group: dist.ProcessGroup | None = None,
+    vote: bool = False,
+    rank_spreads: bool = True,
+) -> ReducedSources:
+    """Collect the states of ``sources``, reduce them together and split them per source.
+
+    The one way states are reduced: :func:`export_sources` and a Twinkle metric's
+    ``calculate()`` both come here. Each state is keyed by its :class:`SourceKey` (so two
+    sources may hold the same key name, and a mismatch names the key and its source).
+
+    Args:
+        sources: state sources, in the same order on every rank.
+        reduce_group: the data-parallel group; ``None`` is rank-local (no collective).
+        key: limits trackers to keys starting with it.
+        reset: each source starts a new window (False: trackers put their states back).
+        key_sync_group: the group that keys with a per-key ``reduce_group`` are reduced
+            over (:func:`export_sources`).
+        vote: this rank's vote to gather the samples, carried by the first reduction's
+            key-set check.
+        rank_spreads: also compare the tracked quantities across ranks
+            (:mod:`telemetry.record.rank_spread`); False reduces the states only.
+
+    Raises:
+        KeyMismatchError: a key has different layouts on different ranks (on every rank).
+    """
+    refs = _refs(sources)
+    merged, key_groups = _collect(sources, refs, key, reset)
+    reduced: ReducedStates = {}
+    spreads: Spreads = {}
+    gather = False
+    for group, states in _reductions(merged, key_groups, reduce_group, key_sync_group):
+        # the first reduction is over reduce_group: it carries the samples' vote
+        done, spread, voted = reduce_and_vote(
+            states,
+            group,
+            _tracked if rank_spreads else _untracked,
+            series=lambda source_key: rank_spread.series(source_key.key),
+            vote=vote,
+        )
+        gather, vote = gather or voted, False
+        reduced.update(done)
+        spreads.update(spread)
+    return ReducedSources(refs, _by_source(refs, reduced), spreads, gather)
+
+
+def _tracked(source_key: SourceKey) -> bool:
+    return rank_spread.tracked(source_key.key)
+
+
+def _untracked(source_key: SourceKey) -> bool:
+    return False
+
+
+def _collect(
+    sources: Sequence[StateSource], refs: list[SourceRef], key: str | None, reset: bool
+) -> tuple[dict[SourceKey, State], dict[SourceKey, object]]:
+    """Every source's states and per-key groups, keyed by :class:`SourceKey`."""
+    merged: dict[SourceKey, State] = {}
+    key_groups: dict[SourceKey, object] = {}
+    for ref, source in zip(refs, sources):
+        states, groups = source.collect(key, reset)
+        key_groups.update((SourceKey(ref, name), group) for name, group in groups.items())
+        merged.update((SourceKey(ref, name), state) for name, state in states.items())
+    return merged, key_groups
+
+
+def _by_source(refs: list[SourceRef], reduced: ReducedStates) -> dict[SourceRef, Reduced]:
+    """``reduced`` split per source: each of ``refs`` (maybe empty), then the sources that
+    only other ranks hold."""
+    by_source: dict[SourceRef, dict] = {ref: {} for ref in refs}
+    for (ref, name), entry in reduced.items():
+        by_source.setdefault(ref, {})[name] = entry
+    return by_source
+
+
 def export_sources(
     sources: Iterable[StateSource],
     key: str | None = None,
@@ -122,49 +227,36 @@ def export_sources(
             key is reduced over its own group. One more coalesced reduction per group.
     """
     sources = list(sources)
-    refs = _refs(sources)
-    merged: dict[SourceKey, State] = {}
-    key_groups: dict[SourceKey, object] = {}
-    for ref, source in zip(refs, sources):
-        states, groups = source.collect(key, reset)
-        key_groups.update((SourceKey(ref, name), group) for name, group in groups.items())
-        merged.update((SourceKey(ref, name), state) for name, state in states.items())
-    reduced: ReducedStates = {}
-    spreads: Spreads = {}
-    vote = reset and wants_gather(reduce_group, default_buffer())
-    gather = False
-    for group, states in _reductions(merged, key_groups, reduce_group, key_sync_group):
-        # the first reduction is over reduce_group: it carries the samples' vote
-        done, spread, voted = reduce_and_vote(
-            states,
-            group,
-            lambda source_key: rank_spread.tracked(source_key.key),
-            series=lambda source_key: rank_spread.series(source_key.key),
-            vote=vote,
-        )
-        gather, vote = gather or voted, False
-        reduced.update(done)
-        spreads.update(spread)
-    by_source: dict[SourceRef, dict] = {ref: {} for ref in refs}
-    for (ref, name), entry in reduced.items():
-        if ref in by_source or ref.is_tracker:
-            by_source.setdefault(ref, {})[name] = entry
-    points: list[Point] = []
-    for ref, source in zip(refs, sources):
-        if by_source[ref] or ref.is_tracker:
-            points.extend(source.build_points(by_source[ref]))
-    local = set(refs)
-    for ref, states_of_ref in by_source.items():
-        if ref not in local:  # a tracker that only other ranks used
-            points.extend(tracker_points(states_of_ref, {}))
-    # the straggler views of other sources first, then of trackers
-    for source_key in sorted(spreads, key=lambda k: (k.source.is_tracker, k)):
-        layout = reduced[source_key][0]
-        points.extend(rank_spread.spread_points(source_key.key, spreads[source_key], layout))
+    result = reduce_sources(
+        sources,
+        reduce_group,
+        key=key,
+        reset=reset,
+        key_sync_group=key_sync_group,
+        vote=reset and wants_gather(reduce_group, default_buffer()),
+    )
+    points = _source_points(sources, result)
     typed_keys.remember(points)
-    if gather:
+    if result.gather:
         gather_to_first(reduce_group, default_buffer())
     return Stats(points)
+
+
+def _source_points(sources: list[StateSource], result: ReducedSources) -> list[Point]:
+    """The points of every source that has reduced states (every tracker), of each tracker
+    that only other ranks used, then the straggler views (other sources' first)."""
+    points: list[Point] = []
+    for ref, source in zip(result.refs, sources):
+        if result.by_source[ref] or ref.is_tracker:
+            points.extend(source.build_points(result.by_source[ref]))
+    local = set(result.refs)
+    for ref, states_of_ref in result.by_source.items():
+        if ref not in local and ref.is_tracker:
+            points.extend(tracker_points(states_of_ref, {}))
+    for source_key in sorted(result.spreads, key=lambda k: (k.source.is_tracker, k)):
+        layout = result.by_source[source_key.source][source_key.key][0]
+        points.extend(rank_spread.spread_points(source_key.key, result.spreads[source_key], layout))
+    return points
 
 
 def _reductions(

@@ -4,12 +4,13 @@ A metric declares every number it needs in ``__init__`` with :meth:`Metric.add_s
 (its name and reduce op, as torchmetrics' ``add_state``; the declaration is the one every
 producer makes, :class:`telemetry.record.declared.DeclaredStates`), keeps them as float64
 tensor states on the device of its inputs (never a mean), and updates them with
-:meth:`Metric._update`. ``calculate()`` reduces the states updated in the window across
-its ``process_group`` with :func:`telemetry.record.reduce.reduce_states` (3
-collectives whatever the number of states), divides afterwards, and resets. A metric is a
-:class:`telemetry.record.source.StateSource`: ``attach()`` registers it, so the same states
-join the tracker's ``export_all`` reduction and the results come out as gauges of the same
-export.
+:meth:`Metric._update`. A metric is a :class:`telemetry.record.source.StateSource`, and its
+states are reduced the one way every source's are,
+:func:`telemetry.record.export.reduce_sources`: ``calculate()`` reduces the states updated
+in the window across its ``process_group`` (3 collectives whatever the number of states
+when the ranks agree on them; none without a group), divides afterwards, and resets; ``attach()`` registers it instead,
+so the same states join the tracker's ``export_all`` reduction and the results come out as
+gauges of the same export.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import torch.distributed as dist
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record.declared import DeclaredStates
+from telemetry.record.export import reduce_sources
 from telemetry.record.layout import Reduced, ReduceOp, State
-from telemetry.record.reduce import reduce_states
 from telemetry.record.source import Collected
 
 
@@ -231,16 +232,15 @@ class Metric(ABC):
         )
 
     def calculate(self) -> dict[str, float]:
-        """Reduce over ``process_group`` (collective when set), compute floats, reset."""
-        states = self._collect()
-        if self.process_group is None:
-            reduced = {
-                k: (layout, t.detach().cpu().numpy().astype(np.float64))
-                for k, (layout, t) in states.items()
-            }
-        else:
-            reduced = reduce_states(states, self.process_group)
-        result = self._finalize(self._states.values(reduced))
+        """Reduce over ``process_group`` (collective when set), compute floats, reset.
+
+        The states go through the export's reduction without the straggler views (with a
+        group, 3 collectives when the ranks agree on the keys; none without). A window
+        that no rank updated gives what ``_finalize`` gives for no states; if the
+        reduction raises, the window is kept.
+        """
+        reduced = reduce_sources([self], self.process_group, reset=False, rank_spreads=False)
+        result = self._finalize(self._states.values(reduced.of(0)))
         self.reset()
         return result
 

@@ -8,9 +8,9 @@ tensor states on the device of its inputs (never a mean), and updates them with
 states are reduced the one way every source's are,
 :func:`telemetry.record.export.reduce_sources`: ``calculate()`` reduces the states updated
 in the window across its ``process_group`` (3 collectives whatever the number of states
-when the ranks agree on them; none without a group), divides afterwards, and resets; ``attach()`` registers it instead,
-so the same states join the tracker's ``export_all`` reduction and the results come out as
-gauges of the same export.
+when the ranks agree on them; none without a group), divides afterwards, and resets;
+``attach()`` registers it instead, so the same states join the tracker's ``export_all``
+reduction and the results come out as gauges of the same export.
 """
 
 from __future__ import annotations

@@ -111,6 +111,13 @@ _STATES = (
     "the link state only ever holds the module's constants OK, DOWN and REFUSING (the same"
     " string objects): is is ==, is not is !="
 )
+_NOT_PAST_END = "a record read never ends past the data: < is !="
+_NLINK = "a link count is never negative: <= 0 is == 0"
+_CRC_CATCHES = (
+    "each mutant is never above start + size, so it only misses a payload cut short; that"
+    " payload then fails its CRC, which ends the scan as a torn tail, counted once: the same"
+    " records and count"
+)
 _FIRST_SEGMENT = (
     "the first append opens a segment (there is no fd before it), which sets it to 0 before"
     " it is read"
@@ -444,6 +451,48 @@ JUDGED: dict[str, dict[str, str]] = {
         "return 0, {}, ~1": _SEQ_FROM_ZERO,
         "self._state_bytes = -1": _STATE_BEFORE_COMPACT,
         "self._state_bytes = 1": _STATE_BEFORE_COMPACT,
+    },
+    "exporters/record_log.py": {
+        "@dataclass(frozen=False, slots=True)": "nothing assigns a Record's fields",
+        "self._written = -1  # bytes in the open segment": _FIRST_SEGMENT,
+        "self._written = 1  # bytes in the open segment": _FIRST_SEGMENT,
+        "self._dirty = True": (
+            "read only while a segment is open, and the append that opens one sets it"
+        ),
+        "self.unreadable += corrupt + (end < len(data))": _NOT_PAST_END,
+        "if record.segment is not segment:": (
+            "at worst the segment is read again for a record: the same bytes"
+        ),
+        "if len(payload) != size:": "a read returns at most size bytes: != is <",
+        "if size >= record.size and zlib.crc32(payload) != record.crc:": (
+            "size is min(limit, record.size), never more: >= is =="
+        ),
+        "if size is record.size and zlib.crc32(payload) != record.crc:": (
+            "min(limit, record.size) returns record.size itself when they are equal"
+        ),
+        "self._written >= self.segment_bytes or os.fstat(self._fd).st_nlink <= 0": _NLINK,
+        "self._fd = os.open(path, os.O_WRONLY + os.O_CREAT | os.O_APPEND, 0o644)": _DISJOINT_FLAGS,
+        "self._fd = os.open(path, os.O_WRONLY | os.O_CREAT + os.O_APPEND, 0o644)": _DISJOINT_FLAGS,
+        "self._fd = os.open(path, os.O_WRONLY ^ os.O_CREAT | os.O_APPEND, 0o644)": _DISJOINT_FLAGS,
+        "self._fd = os.open(path, os.O_WRONLY | os.O_CREAT ^ os.O_APPEND, 0o644)": _DISJOINT_FLAGS,
+        "if fd is None or os.fstat(fd).st_nlink >= 0:": (
+            "acked is opened again for every ack: the same line written (a cost, not a result)"
+        ),
+        "if fd is None or os.fstat(fd).st_nlink <= 0:": _NLINK,
+        "fd = os.open(self.directory / _ACKED, os.O_WRONLY + os.O_CREAT, 0o644)": _DISJOINT_FLAGS,
+        "fd = os.open(self.directory / _ACKED, os.O_WRONLY ^ os.O_CREAT, 0o644)": _DISJOINT_FLAGS,
+        "end = self._segments[i + 1][0] - 1 if i != last else self._next - 1": (
+            "i runs up to last: != is <"
+        ),
+        "if (keep_last and i >= last) or end > self._acked:": "i runs up to last: >= is ==",
+        "if end is not len(data) and (following is None or not following[1]):": _LAST_FAILED,
+        "if end < len(data) and (following is None or not following[1]):": _NOT_PAST_END,
+        "if end <= len(data) and (following is None or not following[1]):": _LAST_FAILED,
+        "if start & size > len(data):": _CRC_CATCHES,
+        "if start | size > len(data):": _CRC_CATCHES,
+        "if start ^ size > len(data):": _CRC_CATCHES,
+        "if start >> size > len(data):": _CRC_CATCHES,
+        "if start - size > len(data):": _CRC_CATCHES,
     },
     "exporters/journal.py": {
         "self._fd = os.open(path, os.O_WRONLY ^ os.O_CREAT | os.O_APPEND, 0o644)": _DISJOINT_FLAGS,

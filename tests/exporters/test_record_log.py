@@ -211,3 +211,92 @@ def test_fsync_once_per_dirty_sync_and_for_a_new_segment_name(tmp_path, monkeypa
     quiet.sync()
     quiet.close()
     assert len(synced) == 2
+
+
+def test_an_older_ack_changes_nothing_and_a_repeated_one_writes_nothing(tmp_path, caplog):
+    log = log_of(tmp_path)
+    for payload in b"abcdef":
+        log.append(bytes([payload]))
+    log.ack(4)
+    log.ack(2)  # older: the log stays acknowledged up to 4
+    assert (tmp_path / "acked").read_text() == f"{4:>20}\n"
+    assert payloads(tmp_path) == [(5, b"f")]
+    (tmp_path / "acked").unlink()
+    (tmp_path / "acked").mkdir()  # a write of the ack would fail now, and be logged
+    with caplog.at_level(logging.WARNING, logger="exporters.record_log"):
+        log.ack(4)  # acknowledged already: nothing is written
+        log.ack(3)
+    assert caplog.records == []
+
+
+def test_an_ack_failing_again_after_one_was_recorded_is_logged_again(tmp_path, caplog):
+    log = log_of(tmp_path)
+    for payload in b"abcd":
+        log.append(bytes([payload]))
+    (tmp_path / "acked").mkdir()
+    with caplog.at_level(logging.WARNING, logger="exporters.record_log"):
+        log.ack(0)
+        (tmp_path / "acked").rmdir()
+        log.ack(1)  # recorded: the run of failures ends
+        (tmp_path / "acked").unlink()
+        (tmp_path / "acked").mkdir()
+        log.ack(2)
+    assert [r.getMessage().split(":")[1] for r in caplog.records] == [
+        " cannot record ack 0",
+        " cannot record ack 2",
+    ]
+
+
+def test_the_acked_file_is_readable_by_all_and_writable_by_its_owner(tmp_path):
+    log = log_of(tmp_path)
+    log.append(b"a")
+    log.ack(0)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(tmp_path / "acked").st_mode & 0o777 == 0o644 & ~umask
+
+
+def test_fsync_is_the_default(tmp_path, monkeypatch):
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    log = RecordLog(tmp_path, 1 << 20)
+    log.append(b"a")
+    synced.clear()  # the new segment's directory entry
+    log.sync()
+    assert len(synced) == 1
+
+
+def test_a_torn_write_whose_cut_fails_closes_the_segment(tmp_path, monkeypatch):
+    log = log_of(tmp_path)
+    log.append(b"aaaa")
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        if len(data) > 4:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    def cannot_cut(fd, size):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    monkeypatch.setattr(os, "ftruncate", cannot_cut)
+    with pytest.raises(OSError, match="No space"):
+        log.append(b"b" * 64)
+    monkeypatch.undo()
+    assert log.append(b"cccc").seq == 2  # in a new segment: the torn bytes end the old one
+    assert len(segments(tmp_path)) == 2
+    again = log_of(tmp_path)
+    assert [(r.seq, p) for r, p in again.held()] == [(0, b"aaaa"), (2, b"cccc")]
+    assert again.unreadable == 1  # the torn tail, skipped
+
+
+def test_acks_across_hundreds_of_segments_keep_the_open_one(tmp_path):
+    """Segment indices past 256 (ints that are not cached objects) compare by value."""
+    log = log_of(tmp_path, segment_bytes=1)  # one record a segment
+    for seq in range(300):
+        log.append(seq.to_bytes(2, "big"))
+    log.ack(299)  # every record, in 300 segments
+    assert segments(tmp_path) == [f"{299:016d}.seg"]  # the open segment stays
+    assert log.append(b"x").seq == 300
+    assert payloads(tmp_path) == [(300, b"x")]

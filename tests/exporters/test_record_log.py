@@ -26,6 +26,17 @@ def log_of(directory, limit_bytes: int = 1 << 30, segment_bytes: int | None = No
     return RecordLog(directory, limit_bytes, fsync=False, segment_bytes=segment_bytes)
 
 
+def half_then_full(real_write):
+    """An ``os.write`` that writes half of a record, then fails as a full disk does."""
+
+    def write(fd, data):
+        if len(data) > 4:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    return write
+
+
 def test_records_come_back_in_order_and_numbering_goes_on_in_the_next_process(tmp_path):
     log = log_of(tmp_path)
     records = [log.append(payload) for payload in (b"a", b"bb", b"")]
@@ -125,17 +136,10 @@ def test_full_at_the_limit_and_a_record_fits_exactly_up_to_it(tmp_path):
 def test_a_failed_write_is_cut_off_and_uses_up_its_number(tmp_path, monkeypatch):
     log = log_of(tmp_path)
     log.append(b"aaaa")
-    real_write = os.write
-
-    def half_then_full(fd, data):
-        if len(data) > 4:
-            return real_write(fd, bytes(data[: len(data) // 2]))
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "write", half_then_full)
+    monkeypatch.setattr(os, "write", half_then_full(os.write))
     with pytest.raises(OSError, match="No space"):
         log.append(b"b" * 64)
-    monkeypatch.setattr(os, "write", real_write)
+    monkeypatch.undo()
     assert (len(log), log.bytes) == (1, HEADER.size + 4)  # the half written is gone
     assert log.append(b"cccc").seq == 2
     again = log_of(tmp_path)
@@ -269,17 +273,11 @@ def test_fsync_is_the_default(tmp_path, monkeypatch):
 def test_a_torn_write_whose_cut_fails_closes_the_segment(tmp_path, monkeypatch):
     log = log_of(tmp_path)
     log.append(b"aaaa")
-    real_write = os.write
-
-    def half_then_full(fd, data):
-        if len(data) > 4:
-            return real_write(fd, bytes(data[: len(data) // 2]))
-        raise OSError(28, "No space left on device")
 
     def cannot_cut(fd, size):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(os, "write", half_then_full)
+    monkeypatch.setattr(os, "write", half_then_full(os.write))
     monkeypatch.setattr(os, "ftruncate", cannot_cut)
     with pytest.raises(OSError, match="No space"):
         log.append(b"b" * 64)

@@ -1,6 +1,7 @@
 """What a state is: the typed spec the DP reduction compares across ranks.
 
-Every producer hands :func:`telemetry.record.reduce.reduce_states` its states as
+Every producer's states reach the DP reduction (:func:`telemetry.record.reduce.reduce_states`,
+through :func:`telemetry.record.export.reduce_sources`) as
 ``key -> (StateLayout, 1-D float64 tensor)``. The layout says what the state holds
 (:class:`StateKind`, plus the stat's reduce type where it has one) and which
 :class:`ReduceOp` combines each element across calls and ranks.

@@ -1,7 +1,8 @@
 """Coalesced data-parallel reduction of accumulator states: all-reduces, one per op.
 
-Every producer of metrics (trackers, MoE balance, train_perf, Twinkle metrics) hands
-its states to :func:`reduce_states` as ``key -> (StateLayout, 1-D float64 tensor)``
+Every producer of metrics (trackers, MoE balance, train_perf, Twinkle metrics) has its
+states reduced here, through :func:`telemetry.record.export.reduce_sources`, as
+``key -> (StateLayout, 1-D float64 tensor)``
 (:mod:`telemetry.record.layout`). Each element of a state has its own reduce op
 (``sum``/``min``/``max``), so a masked statistic ``[sum, count, min, -max, *buckets]`` is
 one state.

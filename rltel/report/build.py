@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rltel.report.figures import FIGURES, FigureSpec
+from rltel.report.figure_specs import FIGURES, FigureSpec
 from rltel.report.panels import Drawn, axes_data
 from rltel.report.runs import Filters, ReportInputError, Run
 from rltel.report.samples import LENGTHS_FIGURE, LENGTHS_TITLE, draw_lengths, samples_html

@@ -24,7 +24,7 @@ from exporters.tensorboard import TensorBoardSink
 from rltel.cli import main as rltel_main
 from rltel.demo import DEMO_PEAK_FLOPS_PER_CORE, DemoOptions, run_demo
 from rltel.report import build_report, load_runs
-from rltel.report.figures import FIGURES
+from rltel.report.figure_specs import FIGURES
 from telemetry.config import StatsLoggerConfig, TensorBoardConfig
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.fresh_python import run_python

@@ -18,7 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from rltel.report import Run, Series, build_report
 from rltel.report.build import PAGE_WIDTH_PX
-from rltel.report.figures import FIGURES
+from rltel.report.figure_specs import FIGURES
 from rltel.report.panels import data_lines
 from rltel.report.rank_figure import DODGE_PT
 

@@ -13,7 +13,9 @@ queue and gRPC call, the collector's ``Export``, its pipeline and Prometheus sin
 scrapes that wait for the value. A profile hook on every thread (set before anything starts)
 records the class of every method of ``telemetry/``, ``exporters/``, ``collector/`` and
 ``rltel/`` that runs while the traced step is under way, background threads included (a
-heartbeat tick then counts too: the figure is an upper bound of what one stat needs).
+heartbeat tick then counts too: the figure is an upper bound of what one stat needs). The same
+hook records the calls a snapshot passes on each thread it crosses: the trainer's, from
+``commit`` into the queue; the queue's, to the timeout stage; the one that runs the sink call.
 
 Run it in a tree (``PYTHONPATH`` that tree) to count that tree; ``--old COMMIT`` runs this
 same file in a detached worktree of ``COMMIT`` as well and prints both, old first:
@@ -46,6 +48,10 @@ STATIC_AREAS = {
     "collector": ("collector/*.py",),
 }
 METRIC = "bench_path_v"
+COMMIT = "StatsLogger.commit"
+TIMED_CALL = "TimedCaller.call"
+SINK_EXPORT = "OtlpSink.export"
+THREADS = {"caller": "the trainer's", "queue": "the queue's", "sink call": "the sink call's"}
 
 
 def static_classes(root: Path) -> dict[str, list[str]]:
@@ -70,6 +76,11 @@ class PathTracer:
         self.root = str(root) + os.sep
         self.active = False
         self.classes: set[str] = set()
+        # the calls a snapshot passes (qualified names, outermost first): on the trainer's
+        # thread, from ``commit`` into the queue (a method called ``offer``); on the queue's
+        # thread, from its start to the timeout stage's call; on the thread that call runs
+        # on, from its start to the OTLP sink's ``export``
+        self.chains: dict[str, list[str]] = {}
 
     def profile(self, frame: FrameType, event: str, arg: Any) -> None:
         if not self.active or event != "call":
@@ -80,6 +91,12 @@ class PathTracer:
         rel = code.co_filename[len(self.root) :]
         if rel.split(os.sep, 1)[0] not in PACKAGES:
             return
+        if code.co_name == "offer" and rel.startswith("exporters"):
+            self._chain("caller", frame, until=COMMIT)
+        elif code.co_qualname == TIMED_CALL:
+            self._chain("queue", frame, until=None)
+        elif code.co_qualname == SINK_EXPORT:
+            self._chain("sink call", frame, until=None)
         owner = frame.f_locals.get("self", frame.f_locals.get("cls"))
         if owner is None:
             return
@@ -90,6 +107,21 @@ class PathTracer:
             if getattr(method, "__code__", None) is code:
                 self.classes.add(f"{klass.__module__}.{klass.__qualname__}")
                 return
+
+    def _chain(self, name: str, frame: FrameType, until: str | None) -> None:
+        """Record the calls of ours on ``frame``'s stack, outermost first: back to ``until``
+        (nothing recorded unless it is on the stack), or to the first frame not of ours."""
+        if name in self.chains:
+            return
+        calls: list[str] = []
+        current: FrameType | None = frame
+        while current is not None and current.f_code.co_filename.startswith(self.root):
+            calls.append(current.f_code.co_qualname)
+            if current.f_code.co_qualname == until:
+                break
+            current = current.f_back
+        if until is None or (calls and calls[-1] == until):
+            self.chains[name] = calls[::-1]
 
     def install(self) -> None:
         sys.setprofile(self.profile)
@@ -109,8 +141,8 @@ def _wait_for_count(scrape: Callable[[], str], count: float, timeout_s: float = 
         time.sleep(0.05)
 
 
-def traced_classes() -> list[str]:
-    """The classes a stat passes on its way from ``stat()`` to ``/metrics`` (see above)."""
+def trace_path() -> PathTracer:
+    """Run a stat from ``stat()`` to ``/metrics`` under the tracer (see above)."""
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")  # no fork here: no warning
     tracer = PathTracer(ROOT)
     tracer.install()  # before any thread of ours starts: each one inherits the hook
@@ -159,12 +191,13 @@ def traced_classes() -> list[str]:
         logger.close()
         server.stop(10)
         shutil.rmtree(fileroot, ignore_errors=True)
-    return sorted(tracer.classes)
+    return tracer
 
 
 def report(listing: bool) -> None:
     static = static_classes(ROOT)
-    traced = traced_classes()
+    tracer = trace_path()
+    traced = sorted(tracer.classes)
     counts = ", ".join(f"{area} {len(names)}" for area, names in static.items())
     print(f"static public classes: {sum(len(n) for n in static.values())} ({counts})")
     by_package = {p: sum(1 for c in traced if c.startswith(p + ".")) for p in PACKAGES}
@@ -172,6 +205,9 @@ def report(listing: bool) -> None:
         f"traced classes, stat() to /metrics: {len(traced)} "
         f"({', '.join(f'{p} {n}' for p, n in by_package.items())})"
     )
+    for name, where in THREADS.items():
+        calls = tracer.chains.get(name, [])
+        print(f"calls on {where} thread: {len(calls) - 1} ({' -> '.join(calls) or 'not seen'})")
     if listing:
         for area, names in static.items():
             print(f"\n[static: {area}]\n" + "\n".join(names))

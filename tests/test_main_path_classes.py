@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.main_path_classes import STATIC_AREAS, static_classes, traced_classes
+from bench.main_path_classes import STATIC_AREAS, static_classes, trace_path
 
 
 def test_static_count_takes_public_top_level_classes_of_each_areas_modules(tmp_path):
@@ -29,7 +29,8 @@ def test_static_count_takes_public_top_level_classes_of_each_areas_modules(tmp_p
 
 
 def test_the_tracer_sees_a_stat_from_the_tracker_to_the_collectors_prometheus_sink():
-    traced = set(traced_classes())
+    tracer = trace_path()
+    traced = tracer.classes
     on_the_path = {
         "telemetry.record.tracker.DistributedStatsTracker",  # stat() and export()
         "rltel.logger.StatsLogger",  # commit
@@ -40,3 +41,8 @@ def test_the_tracer_sees_a_stat_from_the_tracker_to_the_collectors_prometheus_si
         "exporters.prometheus.sink.PrometheusSink",  # the collector's sink and /metrics
     }
     assert on_the_path <= traced
+    chains = tracer.chains
+    assert set(chains) == {"caller", "queue", "sink call"}
+    assert chains["caller"][0] == "StatsLogger.commit" and chains["caller"][-1].endswith(".offer")
+    assert chains["queue"][-1] == "TimedCaller.call"
+    assert chains["sink call"][-1] == "OtlpSink.export"

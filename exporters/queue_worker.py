@@ -19,7 +19,7 @@ from exporters.base import Delivery, ExportResult, Sink
 from exporters.bounded_queue import BoundedQueue, Flush, Queued
 from exporters.retry import Backoff, retry
 from exporters.tally import Tally
-from exporters.timed_call import Busy, Stalled, TimedCaller, reraise_at_exit
+from exporters.timed_call import Stalled, TimedCaller, reraise_at_exit
 
 if TYPE_CHECKING:
     from exporters.journal import Checkpoints
@@ -128,9 +128,9 @@ class QueueWorker:
         at the first of a run of failures and when they end, with their count)."""
         try:
             ok = bool(self.caller.call(lambda: self.sink.force_flush(timeout_s), timeout_s))
-        except Busy:
-            return False  # an abandoned export is still running; the flush fails
         except BaseException as exc:
+            if isinstance(exc, Stalled) and exc.earlier:
+                return False  # an abandoned export is still running; the flush fails
             reraise_at_exit(exc)
             self.flush_failures += 1
             if self.flush_failures == 1:
@@ -211,9 +211,9 @@ class QueueWorker:
         start = time.monotonic()
         try:
             result = self.caller.call(call, timeout)
-        except Busy:
-            return _Answer(None, "still stalled in an earlier call")
-        except Stalled:
+        except Stalled as stall:
+            if stall.earlier:
+                return _Answer(None, "still stalled in an earlier call")
             self.tally.add(timed_out=1)
             return _Answer(None, f"stalled past {timeout:.3g}s; call abandoned")
         except BaseException as exc:  # SystemExit too: a sink must not end the worker

@@ -17,7 +17,7 @@ from exporters.base import Delivery, ExportResult, Sink
 from exporters.journal import Journal
 from exporters.memory_charge import MemoryCharge
 from exporters.queued import QueuedSink
-from exporters.timed_call import Busy, Stalled, TimedCaller
+from exporters.timed_call import Stalled, TimedCaller
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.exporters.overflows import ListOverflow
 
@@ -112,12 +112,14 @@ def test_a_stalled_call_is_abandoned_busy_while_it_runs_then_the_caller_is_free(
 
     assert not caller.stalled
     caller.join_stalled(0.0)  # nothing abandoned yet: returns at once
-    with pytest.raises(Stalled):
+    with pytest.raises(Stalled) as stalled:
         caller.call(hung, 0.05)
+    assert not stalled.value.earlier  # this call's own stall: it was made
     assert entered.is_set()
     assert caller.stalled
-    with pytest.raises(Busy):
+    with pytest.raises(Stalled) as busy:
         caller.call(lambda: calls.append("second"), 5.0)
+    assert busy.value.earlier
     assert calls == ["hung"]  # the second call never entered the sink
     start = time.monotonic()
     caller.join_stalled(0.01)  # still running: only waits that long

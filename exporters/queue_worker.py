@@ -81,41 +81,38 @@ class QueueWorker:
         self.flush_failures = 0  # force_flush calls that raised in a row
 
     def run(self) -> None:
-        """Drain until the backlog is closed and empty or past its deadline; never raises."""
+        """Drain until the backlog is closed and empty or past its deadline; never raises:
+        an error of ours is logged and the loop goes on with the next item."""
+        backlog = self.backlog
         while True:
             try:
-                return self._drain()
+                if self.overflow is not None:
+                    if self.give_up or backlog.past_deadline():
+                        return self.spill_queue()  # closing: the overflow keeps what is left
+                    if self._spill_due(None):
+                        self.spill_queue()
+                    if self._spooled():
+                        self._deliver(None)
+                        continue
+                item = backlog.take()
+                if item is None:  # closed and empty, or past the deadline
+                    if self.overflow is not None and backlog.past_deadline():
+                        self.spill_queue()
+                    return
+                if isinstance(item, Flush):
+                    self._flush(item)
+                    continue
+                snapshot, charge, seq = item
+                try:
+                    self._deliver(snapshot)
+                finally:
+                    if charge is not None:
+                        charge.done()
+                if seq is not None and self.acks is not None:
+                    self.acks.done(seq, self.backlog.depth == 0)
             except BaseException as exc:  # a bug of ours: log it, keep draining
                 reraise_at_exit(exc)
                 logger.exception("sink %s: worker error", self.name)
-
-    def _drain(self) -> None:
-        backlog = self.backlog
-        while True:
-            if self.overflow is not None:
-                if self.give_up or backlog.past_deadline():
-                    return self.spill_queue()  # closing: the overflow keeps what is left
-                if self._spill_due(None):
-                    self.spill_queue()
-                if self._spooled():
-                    self._deliver(None)
-                    continue
-            item = backlog.take()
-            if item is None:  # closed and empty, or past the deadline
-                if self.overflow is not None and backlog.past_deadline():
-                    self.spill_queue()
-                return
-            if isinstance(item, Flush):
-                self._flush(item)
-                continue
-            snapshot, charge, seq = item
-            try:
-                self._deliver(snapshot)
-            finally:
-                if charge is not None:
-                    charge.done()
-            if seq is not None and self.acks is not None:
-                self.acks.done(seq, self.backlog.depth == 0)
 
     def _flush(self, marker: Flush) -> None:
         try:

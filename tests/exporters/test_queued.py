@@ -982,6 +982,49 @@ def test_a_flush_fails_while_an_abandoned_export_still_runs():
     queued.shutdown(WAIT_S)
 
 
+class HungFlush(Gated):
+    """``force_flush`` holds until ``flush_gate`` opens, then answers True."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flush_gate = threading.Event()
+
+    def force_flush(self, timeout_s=10.0):
+        self.flush_gate.wait(WAIT_S)
+        return True
+
+
+def test_a_flush_past_its_timeout_fails_logged_and_one_refused_behind_it_is_not_counted(caplog):
+    caplog.set_level(logging.INFO, logger="exporters.queued")
+    sink = HungFlush()
+    queued = QueuedSink(sink, timeout_s=WAIT_S)
+    for _ in range(2):  # the first outlives 0.2 s; the second finds it still running
+        marker = queued.request_flush(0.2)
+        assert marker is not None and marker.done.wait(WAIT_S) and not marker.ok
+    assert caplog.text.count("force_flush raised Stalled") == 1
+    sink.flush_gate.set()
+    deadline = time.monotonic() + WAIT_S
+    while queued.stats().degraded and time.monotonic() < deadline:
+        time.sleep(0.01)  # the abandoned flush returns: the sink is no longer stalled
+    assert queued.force_flush(WAIT_S)
+    assert "flushed again after 1 failures" in caplog.text  # the refused one is no failure
+    queued.shutdown(WAIT_S)
+
+
+def test_an_export_refused_behind_an_abandoned_one_fails_without_a_timeout():
+    sink = Gated()
+    sink.gate.clear()
+    queued = QueuedSink(sink, timeout_s=0.2)
+    assert queued.submit(snap(0)) and queued.submit(snap(1))
+    deadline = time.monotonic() + WAIT_S
+    while queued.stats().failed < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # step 0 abandoned past 0.2 s; step 1 refused while it runs
+    stats = queued.stats()
+    assert (stats.failed, stats.timed_out, len(sink.calls)) == (2, 1, 1)
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+
+
 def test_one_snapshot_queued_behind_a_failing_replay_moves_to_the_overflow():
     """A snapshot queued before the first failure was known (the overflow being replayed)
     is spilled once failures last, even alone."""

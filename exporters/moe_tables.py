@@ -9,26 +9,11 @@ per-layer summary, SwanLab both (see the seed's MoE section).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from telemetry.model.snapshot import Counter, Gauge, Point, ScalarMean, Snapshot
 
 MOE_PREFIX = "moe_balance/"
 EXPERT_COLUMNS = ("tokens", "load_percent")
 TABLE_COLUMNS = ("layer", "expert", *EXPERT_COLUMNS)
-
-
-@dataclass(frozen=True, slots=True)
-class ExpertLoad:
-    """One row of the expert-loads table; a column the snapshot lacks is NaN."""
-
-    layer: int
-    expert: int
-    tokens: float
-    load_percent: float
-
-    def row(self) -> list[float | int]:
-        return [self.layer, self.expert, self.tokens, self.load_percent]
 
 
 def is_expert_point(point: Point) -> bool:
@@ -43,8 +28,10 @@ def expert_keys(snapshot: Snapshot) -> frozenset[str]:
     return frozenset(point.key for point in snapshot.points if is_expert_point(point))
 
 
-def expert_loads(snapshot: Snapshot) -> list[ExpertLoad]:
-    """The per-expert rows of ``snapshot``, sorted by (layer, expert); empty without MoE points."""
+def expert_loads(snapshot: Snapshot) -> list[list[float | int]]:
+    """The expert-loads table of ``snapshot``: one row per expert in :data:`TABLE_COLUMNS`
+    order, a column the snapshot lacks NaN, sorted by (layer, expert); empty without MoE
+    points."""
     cells: dict[tuple[int, int], dict[str, float]] = {}
     for point in snapshot.points:
         if not is_expert_point(point) or not isinstance(point, (Gauge, ScalarMean, Counter)):
@@ -57,12 +44,12 @@ def expert_loads(snapshot: Snapshot) -> list[ExpertLoad]:
         expert = int(attrs["expert"])
         cells.setdefault((layer, expert), {})[column] = float(point.value)
     return [
-        ExpertLoad(
+        [
             layer,
             expert,
             cells[layer, expert].get("tokens", float("nan")),
             cells[layer, expert].get("load_percent", float("nan")),
-        )
+        ]
         for layer, expert in sorted(cells)
     ]
 

@@ -19,7 +19,7 @@ from exporters.base import Delivery, ExportResult, Sink
 from exporters.bounded_queue import BoundedQueue, Flush, Queued
 from exporters.retry import Backoff, retry
 from exporters.tally import Tally
-from exporters.timed_call import Busy, Stalled, TimedCaller, reraise_at_exit
+from exporters.timed_call import Stalled, TimedCaller, reraise_at_exit
 
 if TYPE_CHECKING:
     from exporters.journal import Checkpoints
@@ -81,41 +81,38 @@ class QueueWorker:
         self.flush_failures = 0  # force_flush calls that raised in a row
 
     def run(self) -> None:
-        """Drain until the backlog is closed and empty or past its deadline; never raises."""
+        """Drain until the backlog is closed and empty or past its deadline; never raises:
+        an error of ours is logged and the loop goes on with the next item."""
+        backlog = self.backlog
         while True:
             try:
-                return self._drain()
+                if self.overflow is not None:
+                    if self.give_up or backlog.past_deadline():
+                        return self.spill_queue()  # closing: the overflow keeps what is left
+                    if self._spill_due(None):
+                        self.spill_queue()
+                    if self._spooled():
+                        self._deliver(None)
+                        continue
+                item = backlog.take()
+                if item is None:  # closed and empty, or past the deadline
+                    if self.overflow is not None and backlog.past_deadline():
+                        self.spill_queue()
+                    return
+                if isinstance(item, Flush):
+                    self._flush(item)
+                    continue
+                snapshot, charge, seq = item
+                try:
+                    self._deliver(snapshot)
+                finally:
+                    if charge is not None:
+                        charge.done()
+                if seq is not None and self.acks is not None:
+                    self.acks.done(seq, self.backlog.depth == 0)
             except BaseException as exc:  # a bug of ours: log it, keep draining
                 reraise_at_exit(exc)
                 logger.exception("sink %s: worker error", self.name)
-
-    def _drain(self) -> None:
-        backlog = self.backlog
-        while True:
-            if self.overflow is not None:
-                if self.give_up or backlog.past_deadline():
-                    return self.spill_queue()  # closing: the overflow keeps what is left
-                if self._spill_due(None):
-                    self.spill_queue()
-                if self._spooled():
-                    self._deliver(None)
-                    continue
-            item = backlog.take()
-            if item is None:  # closed and empty, or past the deadline
-                if self.overflow is not None and backlog.past_deadline():
-                    self.spill_queue()
-                return
-            if isinstance(item, Flush):
-                self._flush(item)
-                continue
-            snapshot, charge, seq = item
-            try:
-                self._deliver(snapshot)
-            finally:
-                if charge is not None:
-                    charge.done()
-            if seq is not None and self.acks is not None:
-                self.acks.done(seq, self.backlog.depth == 0)
 
     def _flush(self, marker: Flush) -> None:
         try:
@@ -128,9 +125,9 @@ class QueueWorker:
         at the first of a run of failures and when they end, with their count)."""
         try:
             ok = bool(self.caller.call(lambda: self.sink.force_flush(timeout_s), timeout_s))
-        except Busy:
-            return False  # an abandoned export is still running; the flush fails
         except BaseException as exc:
+            if isinstance(exc, Stalled) and exc.earlier:
+                return False  # an abandoned export is still running; the flush fails
             reraise_at_exit(exc)
             self.flush_failures += 1
             if self.flush_failures == 1:
@@ -211,9 +208,9 @@ class QueueWorker:
         start = time.monotonic()
         try:
             result = self.caller.call(call, timeout)
-        except Busy:
-            return _Answer(None, "still stalled in an earlier call")
-        except Stalled:
+        except Stalled as stall:
+            if stall.earlier:
+                return _Answer(None, "still stalled in an earlier call")
             self.tally.add(timed_out=1)
             return _Answer(None, f"stalled past {timeout:.3g}s; call abandoned")
         except BaseException as exc:  # SystemExit too: a sink must not end the worker

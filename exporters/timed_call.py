@@ -13,17 +13,23 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["Busy", "Stalled", "TimedCaller", "reraise_at_exit"]
+__all__ = ["Stalled", "TimedCaller", "reraise_at_exit"]
 
 T = TypeVar("T")
 
 
 class Stalled(Exception):
-    """A call did not finish within its timeout; it keeps running, abandoned."""
+    """The sink stalls: a call did not finish within its timeout (it keeps running,
+    abandoned), or, with ``earlier``, an abandoned call still runs, so this one was not made
+    (the sink is not entered concurrently).
 
+    Attributes:
+        earlier: True when the stall is an earlier call's and ``fn`` was not called.
+    """
 
-class Busy(Exception):
-    """An abandoned call is still running; the sink is not entered concurrently."""
+    def __init__(self, earlier: bool = False) -> None:
+        super().__init__()
+        self.earlier = earlier
 
 
 class TimedCaller:
@@ -51,12 +57,12 @@ class TimedCaller:
         """Run ``fn`` and return its result; re-raise what it raised.
 
         Raises:
-            Busy: an earlier abandoned call is still running (``fn`` is not called).
-            Stalled: ``fn`` outlived ``timeout_s``; it is abandoned.
+            Stalled: ``fn`` outlived ``timeout_s`` and is abandoned; or, with ``earlier``,
+                an earlier abandoned call is still running (``fn`` is not called).
         """
         if self._stalled is not None:
             if self._stalled.is_alive():
-                raise Busy
+                raise Stalled(earlier=True)
             self._stalled = None
         box: dict[str, Any] = {}
 

@@ -211,14 +211,18 @@ class StatsLogger:
                 )
             points = stats_points(item) if isinstance(item, Stats) else points_for(item)
             step = Step(int(epoch), int(epoch_step) + offset, int(global_step) + offset)
-            self._emit(points, step, drained if offset == len(items) - 1 else ())
+            if self.role == "trainer":
+                self._last_step = step
+            last = offset == len(items) - 1
+            self.fanout.export(self._snapshot(points, step, drained if last else ()))
 
-    def _emit(
-        self, points: tuple[Point, ...], step: Step | None, drained: Sequence[Drained] = ()
-    ) -> None:
-        if step is not None and self.role == "trainer":
+    def _snapshot(
+        self, points: tuple[Point, ...], step: Step, drained: Sequence[Drained]
+    ) -> Snapshot:
+        """The Snapshot of one committed step: ``points`` with the trainer's step gauge and
+        the counts and samples of ``drained``."""
+        if self.role == "trainer":
             points = (*points, Gauge(STEP_METRIC, float(step.global_step)))
-            self._last_step = step
         # a worker's counts are its process's own (rltel/..., as its sender's health): the
         # collector does not merge them into the run, where the trainer's carry the names
         own = "" if self.role == "trainer" else "rltel/"
@@ -231,10 +235,7 @@ class StatsLogger:
                 Gauge(prefix + "truncated", float(window.truncated)),
             )
         samples = tuple(sample for window in drained for sample in window.samples)
-        snapshot = Snapshot(
-            points, step, self.resource, time.time_ns(), STREAMS[self.role], samples
-        )
-        self.fanout.export(snapshot)
+        return Snapshot(points, step, self.resource, time.time_ns(), STREAMS[self.role], samples)
 
     def _send_closed(self, step: Step) -> None:
         """Tell the collector this trainer ended (its step series stops without a stall).

@@ -34,7 +34,7 @@ from typing import Any
 
 from exporters.base import RunSink
 from exporters.local_files import writable_dir
-from exporters.moe_tables import TABLE_COLUMNS, ExpertLoad, expert_loads, flat_without_experts
+from exporters.moe_tables import TABLE_COLUMNS, expert_loads, flat_without_experts
 from exporters.sample_views import sample_tables, samples_key
 from exporters.steps import StreamSteps
 from exporters.wandb.earlier_steps import TRAIN_AXIS, EarlierSteps, held_steps
@@ -266,13 +266,14 @@ class WandbSink(RunSink):
             self._run.finish()
 
 
-def _chunks(loads: list[ExpertLoad], max_rows: int) -> list[list[list[float | int]]]:
-    """Table rows split into parts of at most ``max_rows`` (W&B truncates longer tables),
-    each part holding whole layers unless one layer alone is longer."""
+def _chunks(loads: list[list[float | int]], max_rows: int) -> list[list[list[float | int]]]:
+    """Table rows (:func:`~exporters.moe_tables.expert_loads`, the layer first) split into
+    parts of at most ``max_rows`` (W&B truncates longer tables), each part holding whole
+    layers unless one layer alone is longer."""
     parts: list[list[list[float | int]]] = []
-    layer_rows: dict[int, list[list[float | int]]] = {}
-    for load in loads:
-        layer_rows.setdefault(load.layer, []).append(load.row())
+    layer_rows: dict[float | int, list[list[float | int]]] = {}
+    for row in loads:
+        layer_rows.setdefault(row[0], []).append(row)
     current: list[list[float | int]] = []
     for rows in layer_rows.values():
         if current and len(current) + len(rows) > max_rows:

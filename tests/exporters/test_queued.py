@@ -17,7 +17,7 @@ from exporters.base import Delivery, ExportResult, Sink
 from exporters.journal import Journal
 from exporters.memory_charge import MemoryCharge
 from exporters.queued import QueuedSink
-from exporters.timed_call import Busy, Stalled, TimedCaller
+from exporters.timed_call import Stalled, TimedCaller
 from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.exporters.overflows import ListOverflow
 
@@ -112,12 +112,14 @@ def test_a_stalled_call_is_abandoned_busy_while_it_runs_then_the_caller_is_free(
 
     assert not caller.stalled
     caller.join_stalled(0.0)  # nothing abandoned yet: returns at once
-    with pytest.raises(Stalled):
+    with pytest.raises(Stalled) as stalled:
         caller.call(hung, 0.05)
+    assert not stalled.value.earlier  # this call's own stall: it was made
     assert entered.is_set()
     assert caller.stalled
-    with pytest.raises(Busy):
+    with pytest.raises(Stalled) as busy:
         caller.call(lambda: calls.append("second"), 5.0)
+    assert busy.value.earlier
     assert calls == ["hung"]  # the second call never entered the sink
     start = time.monotonic()
     caller.join_stalled(0.01)  # still running: only waits that long
@@ -976,6 +978,49 @@ def test_a_flush_fails_while_an_abandoned_export_still_runs():
     assert queued.submit(snap(0)) and sink.entered.wait(WAIT_S)
     assert not queued.force_flush(WAIT_S)  # the export outlived 0.2 s and still runs
     assert queued.stats().timed_out == 1
+    sink.gate.set()
+    queued.shutdown(WAIT_S)
+
+
+class HungFlush(Gated):
+    """``force_flush`` holds until ``flush_gate`` opens, then answers True."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flush_gate = threading.Event()
+
+    def force_flush(self, timeout_s=10.0):
+        self.flush_gate.wait(WAIT_S)
+        return True
+
+
+def test_a_flush_past_its_timeout_fails_logged_and_one_refused_behind_it_is_not_counted(caplog):
+    caplog.set_level(logging.INFO, logger="exporters.queued")
+    sink = HungFlush()
+    queued = QueuedSink(sink, timeout_s=WAIT_S)
+    for _ in range(2):  # the first outlives 0.2 s; the second finds it still running
+        marker = queued.request_flush(0.2)
+        assert marker is not None and marker.done.wait(WAIT_S) and not marker.ok
+    assert caplog.text.count("force_flush raised Stalled") == 1
+    sink.flush_gate.set()
+    deadline = time.monotonic() + WAIT_S
+    while queued.stats().degraded and time.monotonic() < deadline:
+        time.sleep(0.01)  # the abandoned flush returns: the sink is no longer stalled
+    assert queued.force_flush(WAIT_S)
+    assert "flushed again after 1 failures" in caplog.text  # the refused one is no failure
+    queued.shutdown(WAIT_S)
+
+
+def test_an_export_refused_behind_an_abandoned_one_fails_without_a_timeout():
+    sink = Gated()
+    sink.gate.clear()
+    queued = QueuedSink(sink, timeout_s=0.2)
+    assert queued.submit(snap(0)) and queued.submit(snap(1))
+    deadline = time.monotonic() + WAIT_S
+    while queued.stats().failed < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # step 0 abandoned past 0.2 s; step 1 refused while it runs
+    stats = queued.stats()
+    assert (stats.failed, stats.timed_out, len(sink.calls)) == (2, 1, 1)
     sink.gate.set()
     queued.shutdown(WAIT_S)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 
 from exporters.base import Delivery, ExportResult, Sink
@@ -148,7 +149,7 @@ class QueueWorker:
         """
         policy = self.policy
         answer = retry(
-            lambda: self._attempt(snapshot),
+            partial(self._attempt, snapshot),
             lambda answer: (
                 answer.result is ExportResult.FAILURE
                 or (answer.result is None and snapshot is None)
@@ -195,16 +196,10 @@ class QueueWorker:
         """One call into the sink: its answer, or None with why it did not answer."""
         timeout = self.policy.timeout_s
         if snapshot is None:
-            overflow = self.overflow
-            assert overflow is not None
-
-            def call() -> ExportResult:
-                return overflow.replay(timeout)
+            assert self.overflow is not None
+            call = partial(self.overflow.replay, timeout)
         else:
-
-            def call() -> ExportResult:
-                return self.sink.export(snapshot, timeout)
-
+            call = partial(self.sink.export, snapshot, timeout)
         start = time.monotonic()
         try:
             result = self.caller.call(call, timeout)

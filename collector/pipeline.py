@@ -37,8 +37,8 @@ from collector.admission import MemoryBudget, RequestBytes, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
 from collector.heartbeats import HeartbeatBoard
-from collector.refusals import REFUSALS, Refused
-from collector.runs import Runs, RunUnavailable
+from collector.refusals import REFUSALS, Refused, RunUnavailable
+from collector.runs import Runs
 from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import FanOut, MemoryCharge, Reservation, SinkStats

@@ -83,19 +83,6 @@ class RequestBytes:
             self.budget.release(nbytes)
 
 
-class HeavyGate:
-    """At most ``slots`` heavy requests at once; never waits."""
-
-    def __init__(self, slots: int) -> None:
-        self._slots = threading.Semaphore(slots)
-
-    def try_enter(self) -> bool:
-        return self._slots.acquire(blocking=False)
-
-    def leave(self) -> None:
-        self._slots.release()
-
-
 def decoded_bytes(snapshots: Iterable[Snapshot]) -> int:
     """An estimate of the memory the decoded snapshots hold (calibrated with tracemalloc)."""
     total = 0

@@ -47,7 +47,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import HeavyGate, RequestBytes
+from collector.admission import RequestBytes
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.deliver import PipelineDeliver, trace_merge
@@ -133,7 +133,7 @@ class CollectorServer:
         self._gate = RequestGate(
             BearerCheck(token) if token is not None else None,
             pipeline,
-            HeavyGate(self.limits.max_heavy_requests),
+            threading.Semaphore(self.limits.max_heavy_requests),
         )
         self.signals = (
             SignalService(TRACES, trace_consumers, self.limits, self._gate.heavy),
@@ -306,7 +306,7 @@ class CollectorServer:
         request = self.pipeline.decoder.read(message)
         entered = False
         if not heavy and request.points > self.limits.heavy_request_points:
-            if not self._gate.heavy.try_enter():
+            if not self._gate.heavy.acquire(blocking=False):
                 raise self._gate.refuse_heavy("too many large requests")
             entered = True
         try:
@@ -318,7 +318,7 @@ class CollectorServer:
             raise Refused(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
         finally:
             if entered:
-                self._gate.heavy.leave()
+                self._gate.heavy.release()
         response = ExportMetricsServiceResponse()
         if result.rejected:
             response.partial_success.rejected_data_points = result.rejected

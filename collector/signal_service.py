@@ -58,7 +58,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from prometheus_client.metrics_core import Metric
 
-from collector.admission import HeavyGate
 from collector.config import LimitsConfig
 from collector.refusals import Refused
 from collector.signal_journal import SignalJournal
@@ -241,7 +240,11 @@ class SignalService:
     """
 
     def __init__(
-        self, kind: _SignalKind, consumers: Sequence[object], limits: LimitsConfig, heavy: HeavyGate
+        self,
+        kind: _SignalKind,
+        consumers: Sequence[object],
+        limits: LimitsConfig,
+        heavy: threading.Semaphore,
     ) -> None:
         self.kind = kind
         self.consumers = _SignalConsumers(kind.name, kind.consume, consumers)
@@ -274,7 +277,7 @@ class SignalService:
                 f"{self.max_items}: split it",
             )
         entered = not heavy and items > self.heavy_items
-        if entered and not self._heavy.try_enter():
+        if entered and not self._heavy.acquire(blocking=False):
             self._count_refused(items)
             raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests", True)
         try:
@@ -291,7 +294,7 @@ class SignalService:
                 self.consumers.consume(request)
         finally:
             if entered:
-                self._heavy.leave()
+                self._heavy.release()
         with self._lock:
             self._accepted += items
         return kind.response()

@@ -168,14 +168,14 @@ class LimitsConfig(LabelLimits, RequestLimits, PipelineLimits):
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class CollectorPrometheusConfig(PrometheusConfig):
+class _CollectorPrometheusConfig(PrometheusConfig):
     """The StatsLogger's ``prometheus`` section; in the collector it is on by default."""
 
     enabled: StrictBool = True
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class CollectorConsoleConfig(ConsoleConfig):
+class _CollectorConsoleConfig(ConsoleConfig):
     """The StatsLogger's ``console`` section; in the collector it is off by default."""
 
     enabled: StrictBool = False
@@ -185,8 +185,8 @@ class CollectorConsoleConfig(ConsoleConfig):
 class SinksConfig(SinkSections):
     """The StatsLogger's sink sections, with the collector's defaults."""
 
-    prometheus: CollectorPrometheusConfig = field(default_factory=CollectorPrometheusConfig)
-    console: CollectorConsoleConfig = field(default_factory=CollectorConsoleConfig)
+    prometheus: _CollectorPrometheusConfig = field(default_factory=_CollectorPrometheusConfig)
+    console: _CollectorConsoleConfig = field(default_factory=_CollectorConsoleConfig)
     remote_write: RemoteWriteConfig = field(default_factory=RemoteWriteConfig)
 
     def logger_config(self, experiment: str, trial: str) -> StatsLoggerConfig:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from exporters.memory_charge import MemoryCharge
 from telemetry.model.snapshot import Histogram, Snapshot
 
 PARSE_EXPANSION = 16
@@ -42,7 +43,7 @@ class MemoryBudget:
     def peak(self) -> int:
         return self._peak
 
-    def acquire(self, nbytes: int, replacing: RequestBytes | None = None) -> bool:
+    def acquire(self, nbytes: int, replacing: MemoryCharge | None = None) -> bool:
         """Hold ``nbytes`` if they fit (or if nothing else is held); False holds nothing.
 
         Args:
@@ -59,28 +60,14 @@ class MemoryBudget:
                 replacing.nbytes = 0
             return True
 
-    def hold(self, nbytes: int) -> RequestBytes | None:
-        """``nbytes`` held as :class:`RequestBytes` if they fit (see :meth:`acquire`), else None."""
-        return RequestBytes(self, nbytes) if self.acquire(nbytes) else None
+    def hold(self, nbytes: int) -> MemoryCharge | None:
+        """``nbytes`` held if they fit (see :meth:`acquire`), else None: a request's charge
+        in flight, released by its ``done()``."""
+        return MemoryCharge(nbytes, self.release) if self.acquire(nbytes) else None
 
     def release(self, nbytes: int) -> None:
         with self._lock:
             self._held -= nbytes
-
-
-class RequestBytes:
-    """Bytes held for one request in flight; ``release()`` is safe to call twice."""
-
-    __slots__ = ("budget", "nbytes")
-
-    def __init__(self, budget: MemoryBudget, nbytes: int) -> None:
-        self.budget = budget
-        self.nbytes = nbytes
-
-    def release(self) -> None:
-        nbytes, self.nbytes = self.nbytes, 0
-        if nbytes:
-            self.budget.release(nbytes)
 
 
 def decoded_bytes(snapshots: Iterable[Snapshot]) -> int:

@@ -98,7 +98,7 @@ class RequestGate:
             try:
                 return ingest(data, expired, heavy, hold)
             finally:
-                hold.release()
+                hold.done()
         finally:
             if heavy:
                 self.heavy.release()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from grpc import StatusCode
 
-from collector.admission import MemoryBudget, RequestBytes, decoded_bytes
+from collector.admission import MemoryBudget, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
 from collector.heartbeats import HeartbeatBoard
@@ -124,7 +124,7 @@ class Pipeline:
         self,
         request: Request,
         expired: Callable[[], bool] | None = None,
-        hold: RequestBytes | None = None,
+        hold: MemoryCharge | None = None,
     ) -> DecodeResult:
         """Decode ``request``, admit it, and queue its snapshots for every sink.
 

@@ -47,7 +47,6 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import RequestBytes
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
 from collector.deliver import PipelineDeliver, trace_merge
@@ -69,6 +68,7 @@ from collector.signal_service import (
 from collector.sinks import RunSinkFactory, shared_sinks
 from collector.traces import TraceMerge
 from collector.traces.metrics import TraceMetrics
+from exporters.memory_charge import MemoryCharge
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import RemoteWriteSink
 from telemetry.config.cli_args import check_bindable
@@ -282,7 +282,7 @@ class CollectorServer:
     def _signal_export(self, service: SignalService) -> Callable[[bytes, Any], Message]:
         """The handler of ``service``'s Export: the same gate, then the service."""
 
-        def ingest(data: bytes, expired, heavy: bool, hold: RequestBytes) -> Message:
+        def ingest(data: bytes, expired, heavy: bool, hold: MemoryCharge) -> Message:
             del hold  # the gate holds the parse's budget until the consumers return
             try:
                 return service.ingest(data, expired, heavy)
@@ -295,7 +295,7 @@ class CollectorServer:
         return lambda data, context: self._gate.serve(data, context, ingest, service.tally)
 
     def _ingest(
-        self, data: bytes, expired, heavy: bool, hold: RequestBytes
+        self, data: bytes, expired, heavy: bool, hold: MemoryCharge
     ) -> ExportMetricsServiceResponse:
         try:
             message = ExportMetricsServiceRequest.FromString(data)

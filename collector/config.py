@@ -106,22 +106,10 @@ class AuthConfig:
 
 @dataclass(frozen=True, config=SCHEMA)
 class PipelineLimits:
-    """Bounds on what the pipeline holds: series state, runs, memory, queues, calls in
-    flight, and how long sinks and the drain at shutdown may take."""
-
-    max_series_per_metric: StrictInt = Field(default=2000, ge=1)
-    max_runs: StrictInt = Field(default=32, ge=1)
-    memory_limit_bytes: StrictInt = Field(default=256 * 1024 * 1024, ge=1)
-    queue_size: StrictInt = Field(default=1024, ge=1)
-    max_concurrent_requests: StrictInt = Field(default=32, ge=1)
-    sink_timeout_s: StrictFloat = Field(default=10.0, gt=0)
-    drain_timeout_s: StrictFloat = Field(default=30.0, gt=0)
-
-
-@dataclass(frozen=True, config=SCHEMA)
-class RequestLimits:
-    """Bounds on the work one request may cause, and on concurrent heavy requests: what
-    admission reads (:mod:`collector.admission`, the server's heavy-request gate).
+    """The collector's own bounds: what the pipeline holds (series state, runs, memory,
+    queues, calls in flight, how long sinks and the drain at shutdown may take), the work
+    one request may cause and concurrent heavy requests (admission: :mod:`collector.admission`,
+    the server's heavy-request gate).
 
     Attributes:
         max_points_per_request: data points in one request at most; more is refused
@@ -144,6 +132,13 @@ class RequestLimits:
             answer could not reach the sender in time).
     """
 
+    max_series_per_metric: StrictInt = Field(default=2000, ge=1)
+    max_runs: StrictInt = Field(default=32, ge=1)
+    memory_limit_bytes: StrictInt = Field(default=256 * 1024 * 1024, ge=1)
+    queue_size: StrictInt = Field(default=1024, ge=1)
+    max_concurrent_requests: StrictInt = Field(default=32, ge=1)
+    sink_timeout_s: StrictFloat = Field(default=10.0, gt=0)
+    drain_timeout_s: StrictFloat = Field(default=30.0, gt=0)
     max_points_per_request: StrictInt = Field(default=50_000, ge=1)
     max_decoded_bytes: StrictInt = Field(default=32 * 1024 * 1024, ge=1)
     heavy_request_bytes: StrictInt = Field(default=256 * 1024, ge=1)
@@ -156,14 +151,14 @@ class RequestLimits:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class LimitsConfig(LabelLimits, RequestLimits, PipelineLimits):
+class LimitsConfig(LabelLimits, PipelineLimits):
     """Bounds that keep the collector's memory finite under any load.
 
     ``memory_limit_bytes`` bounds the bytes of accepted requests whose snapshots still wait
     in a sink queue; past it (or past ``max_concurrent_requests``) senders get a retryable
     status and retry or spool. The section is its parts, one set of keys each: the
-    pipeline reads it as :class:`PipelineLimits`, admission as :class:`RequestLimits`, the
-    decoder as :class:`~telemetry.config.LabelLimits`.
+    pipeline and admission read it as :class:`PipelineLimits`, the decoder as
+    :class:`~telemetry.config.LabelLimits`.
     """
 
 
@@ -292,7 +287,6 @@ __all__ = [
     "PipelineLimits",
     "ReceiverConfig",
     "RemoteWriteConfig",
-    "RequestLimits",
     "ScrapeConfig",
     "ScrapeTarget",
     "SinksConfig",

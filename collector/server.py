@@ -49,7 +49,6 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
-from collector.deliver import PipelineDeliver, trace_merge
 from collector.durable import DurableState
 from collector.gate import RequestGate
 from collector.pipeline import Pipeline
@@ -80,6 +79,18 @@ SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 RECEIVER_KEY = f"{ROOT}.receiver"
 
 
+def trace_merge(config: CollectorConfig, pipeline: Pipeline) -> TraceMerge:
+    """The collector's trace merge: runs' directories as their sinks' (``sinks.fileroot``),
+    the duration histograms into ``pipeline``'s shared sinks and runs
+    (:meth:`~collector.pipeline.Pipeline.deliver`), ``limits`` applied."""
+
+    def run_dir(experiment: str, trial: str) -> Path:
+        return config.sinks.logger_config(experiment, trial).run_dir
+
+    limits = config.limits
+    return TraceMerge(config.traces, run_dir, pipeline.deliver, limits, limits.max_runs)
+
+
 class CollectorServer:
     """The collector process's server: gRPC receiver plus the pipeline behind it.
 
@@ -91,7 +102,7 @@ class CollectorServer:
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
         trace_consumers: handed every accepted ``TraceService/Export`` request
             (:class:`~collector.signal_service.TraceConsumer`); with the pipeline built here, the
-            trace merge of ``config.traces`` (:func:`collector.deliver.trace_merge`) first.
+            trace merge of ``config.traces`` (:func:`trace_merge`) first.
         log_consumers: handed every accepted ``LogsService/Export`` request
             (:class:`~collector.signal_service.LogConsumer`); with the pipeline built here, the
             samples' consumer of ``config.sinks.samples``
@@ -153,7 +164,7 @@ class CollectorServer:
                 self.prometheus.register(TraceMetrics(self.trace_merge))
         self.scraper: Scraper | None = None
         if config.scrape.targets or config.scrape.targets_file:
-            self.scraper = Scraper(config.scrape, PipelineDeliver(pipeline))
+            self.scraper = Scraper(config.scrape, pipeline.deliver)
             if self.prometheus is not None:
                 self.prometheus.register(self.scraper.health)
         for sink in (queued.sink for queued in pipeline.shared.queued):

@@ -60,7 +60,6 @@ from collector.signal_service import (
     LOGS,
     TRACES,
     LogConsumer,
-    SignalMetrics,
     SignalService,
     TraceConsumer,
 )
@@ -158,8 +157,7 @@ class CollectorServer:
         self._health = health.HealthServicer(experimental_non_blocking=True)
         self.port: int | None = None
         if self.prometheus is not None:
-            self.prometheus.register(self.self_metrics())
-            self.prometheus.register(SignalMetrics(self.signals))
+            self.prometheus.register(self.self_metrics(self.signals))
             if self.trace_merge is not None:
                 self.prometheus.register(TraceMetrics(self.trace_merge))
         self.scraper: Scraper | None = None
@@ -185,10 +183,11 @@ class CollectorServer:
         """``http://host:port/metrics`` of the Prometheus endpoint, if one is served."""
         return self.prometheus.url if self.prometheus is not None else None
 
-    def self_metrics(self) -> SelfMetrics:
-        """A prometheus_client collector of this server's and its pipeline's counters."""
+    def self_metrics(self, signals: Sequence[SignalService] = ()) -> SelfMetrics:
+        """A prometheus_client collector of this server's and its pipeline's counters (and
+        of ``signals``' counters)."""
         return SelfMetrics(
-            self.request_counts, lambda: self._bytes, self.pipeline.stats, self.run_sinks
+            self.request_counts, lambda: self._bytes, self.pipeline.stats, self.run_sinks, signals
         )
 
     def request_counts(self) -> dict[str, int]:

@@ -31,7 +31,8 @@ at once. One that raises is logged (once per run of failures) and counted; the o
 get the request, and the sender gets OK. A consumer may
 define ``flush() -> bool`` (True: everything consumed so far is held for good; the durable
 journal is acknowledged only after one) and ``shutdown(timeout_s)``, called once when the
-server stops. Self-metrics per signal: ``rltel_collector_signal_requests{signal,code}``,
+server stops. Self-metrics per signal (:mod:`collector.selfmetrics`):
+``rltel_collector_signal_requests{signal,code}``,
 ``..._signal_items_accepted{signal}``, ``..._signal_items_refused{signal}``,
 ``..._signal_consumer_errors{signal}``.
 """
@@ -41,7 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,18 +57,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from prometheus_client.metrics_core import Metric
 
 from collector.config import LimitsConfig
 from collector.refusals import Refused
 from collector.signal_journal import SignalJournal
-from exporters.prometheus.families import Family, describe
 
 __all__ = [
     "LOGS",
     "TRACES",
     "LogConsumer",
-    "SignalMetrics",
     "SignalService",
     "TraceConsumer",
 ]
@@ -129,30 +127,6 @@ LOGS = _SignalKind(
         for scope in resource.scope_logs
     ),
 )
-
-PREFIX = "rltel_collector_signal_"
-_REQUESTS, _ACCEPTED, _REFUSED, _ERRORS = _DECLARED = (
-    Family(
-        f"{PREFIX}requests",
-        "counter",
-        "trace and logs Export calls by gRPC status",
-        ("signal", "code"),
-    ),
-    Family(
-        f"{PREFIX}items_accepted",
-        "counter",
-        "spans (traces) and log records (logs) handed to the consumers",
-        ("signal",),
-    ),
-    Family(
-        f"{PREFIX}items_refused",
-        "counter",
-        "spans and log records of requests refused after parsing (nothing kept)",
-        ("signal",),
-    ),
-    Family(f"{PREFIX}consumer_errors", "counter", "consumer calls that raised", ("signal",)),
-)
-"""The signal services' families on ``/metrics`` (:class:`SignalMetrics`)."""
 
 
 class _SignalConsumers:
@@ -366,25 +340,3 @@ class _SignalCounts:
     accepted: int
     refused: int
     consumer_errors: int
-
-
-class SignalMetrics:
-    """The signal services' self-metrics; register on the Prometheus sink."""
-
-    def __init__(self, services: Sequence[SignalService]) -> None:
-        self.services = list(services)
-
-    def describe(self) -> list[Metric]:
-        return describe(_DECLARED)
-
-    def collect(self) -> Iterator[Metric]:
-        requests, accepted = _REQUESTS.build(), _ACCEPTED.build()
-        refused, errors = _REFUSED.build(), _ERRORS.build()
-        for service in self.services:
-            counts, name = service.counts(), service.kind.name
-            for code, count in sorted(counts.requests.items()):
-                requests.add_metric([name, code], count)
-            accepted.add_metric([name], counts.accepted)
-            refused.add_metric([name], counts.refused)
-            errors.add_metric([name], counts.consumer_errors)
-        yield from (requests, accepted, refused, errors)

@@ -43,8 +43,13 @@ OptStr = StrictStr | None
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class TlsConfig:
-    """Server TLS from PEM files; both empty means plaintext (loopback only by default)."""
+class _TlsConfig:
+    """Server TLS from PEM files; both empty means plaintext (loopback only by default).
+
+    Attributes:
+        cert_file: server certificate (PEM file must exist); with ``key_file``
+        key_file: server key (PEM file must exist); with ``cert_file``
+    """
 
     cert_file: OptStr = None
     key_file: OptStr = None
@@ -63,18 +68,26 @@ class TlsConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class ReceiverConfig:
-    """The OTLP/gRPC endpoint; binding beyond loopback is an explicit choice."""
+class _ReceiverConfig:
+    """The OTLP/gRPC endpoint; binding beyond loopback is an explicit choice.
+
+    Attributes:
+        host: bind address; beyond loopback is an explicit choice
+        port: OTLP/gRPC port
+        max_message_bytes: largest request accepted
+        max_workers: gRPC server threads
+        tls: server TLS
+    """
 
     host: StrictStr = Field(default="127.0.0.1", min_length=1)
     port: StrictInt = Field(default=4317, ge=0, le=65535)
     max_message_bytes: StrictInt = Field(default=4 * 1024 * 1024, ge=1)
     max_workers: StrictInt = Field(default=4, ge=1)
-    tls: TlsConfig = field(default_factory=TlsConfig)
+    tls: _TlsConfig = field(default_factory=_TlsConfig)
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class AuthConfig:
+class _AuthConfig:
     """Optional bearer token, given inline or (preferably) in a file; neither means no auth.
     Senders send ``authorization: Bearer <token>``: the scheme in any case (RFC 7235), one or
     more spaces before the token, whitespace around the value ignored; a tab, or a space inside the
@@ -82,6 +95,10 @@ class AuthConfig:
     most once a minute per address. The gRPC health service (``grpc.health.v1.Health``) answers
     without a token: health probes (Kubernetes' gRPC probe, ``grpc_health_probe``) send none,
     and it tells only whether the collector serves; every Export call needs the token.
+
+    Attributes:
+        bearer_token: expected token, inline; secret
+        token_file: file holding the token (preferred); not with ``bearer_token``
     """
 
     bearer_token: SecretStr | None = None
@@ -192,7 +209,7 @@ class SinksConfig(SinkSections):
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class DurableConfig:
+class _DurableConfig:
     """The durable queue: what the collector accepts is on disk, per sink, before it answers
     OK, replayed in order after a restart and deleted once the sink holds it.
 
@@ -227,11 +244,11 @@ class CollectorConfig:
     """The whole collector: ``receiver``, ``auth``, ``limits``, ``sinks``, ``durable``,
     ``scrape``, ``traces``."""
 
-    receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
-    auth: AuthConfig = field(default_factory=AuthConfig)
+    receiver: _ReceiverConfig = field(default_factory=_ReceiverConfig)
+    auth: _AuthConfig = field(default_factory=_AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sinks: SinksConfig = field(default_factory=SinksConfig)
-    durable: DurableConfig = field(default_factory=DurableConfig)
+    durable: _DurableConfig = field(default_factory=_DurableConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
     traces: TracesConfig = field(default_factory=TracesConfig)
 
@@ -279,18 +296,14 @@ def to_yaml(config: CollectorConfig) -> str:
 
 
 __all__ = [
-    "AuthConfig",
     "CollectorConfig",
     "ConfigError",
-    "DurableConfig",
     "LimitsConfig",
     "PipelineLimits",
-    "ReceiverConfig",
     "RemoteWriteConfig",
     "ScrapeConfig",
     "ScrapeTarget",
     "SinksConfig",
-    "TlsConfig",
     "TracesConfig",
     "default_config",
     "from_dict",

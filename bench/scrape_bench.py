@@ -35,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.deliver import PipelineDeliver
 from collector.pipeline import Pipeline
 from collector.scrape import ScrapeHealth, TargetLoop
 from collector.scrape.config import ScrapeTarget
@@ -121,7 +120,7 @@ def run(engine: VllmServer, path: Path, url: str) -> None:
     sink = PrometheusSink(PrometheusConfig(enabled=True, port=0), serve=False)
     pipeline = Pipeline([sink])
     target = ScrapeTarget(url=url, experiment="bench", trial="t0")
-    loop = TargetLoop(target, PipelineDeliver(pipeline), ScrapeHealth(), 10.0, 1 << 26)
+    loop = TargetLoop(target, pipeline.deliver, ScrapeHealth(), 10.0, 1 << 26)
     parse_cpu, scrape_cpu, scrape_wall = [], [], []
     for i in range(WARMUP + SCRAPES):
         body = engine.advance()

@@ -8,7 +8,7 @@ The memory budget counts the data the collector holds, not wire bytes: a request
 parsed and decoded is charged ``PARSE_EXPANSION`` times its wire size (a protobuf message
 of empty data points takes ~15x its wire size once parsed), and an admitted request is
 charged :func:`decoded_bytes` of its snapshots until the last sink is done with them. The
-bounds per request are :class:`collector.config.RequestLimits`, keys of ``collector.limits``.
+bounds per request are :class:`collector.config.PipelineLimits`, keys of ``collector.limits``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+from exporters.memory_charge import MemoryCharge
 from telemetry.model.snapshot import Histogram, Snapshot
 
 PARSE_EXPANSION = 16
@@ -42,7 +43,7 @@ class MemoryBudget:
     def peak(self) -> int:
         return self._peak
 
-    def acquire(self, nbytes: int, replacing: RequestBytes | None = None) -> bool:
+    def acquire(self, nbytes: int, replacing: MemoryCharge | None = None) -> bool:
         """Hold ``nbytes`` if they fit (or if nothing else is held); False holds nothing.
 
         Args:
@@ -59,41 +60,14 @@ class MemoryBudget:
                 replacing.nbytes = 0
             return True
 
-    def hold(self, nbytes: int) -> RequestBytes | None:
-        """``nbytes`` held as :class:`RequestBytes` if they fit (see :meth:`acquire`), else None."""
-        return RequestBytes(self, nbytes) if self.acquire(nbytes) else None
+    def hold(self, nbytes: int) -> MemoryCharge | None:
+        """``nbytes`` held if they fit (see :meth:`acquire`), else None: a request's charge
+        in flight, released by its ``done()``."""
+        return MemoryCharge(nbytes, self.release) if self.acquire(nbytes) else None
 
     def release(self, nbytes: int) -> None:
         with self._lock:
             self._held -= nbytes
-
-
-class RequestBytes:
-    """Bytes held for one request in flight; ``release()`` is safe to call twice."""
-
-    __slots__ = ("budget", "nbytes")
-
-    def __init__(self, budget: MemoryBudget, nbytes: int) -> None:
-        self.budget = budget
-        self.nbytes = nbytes
-
-    def release(self) -> None:
-        nbytes, self.nbytes = self.nbytes, 0
-        if nbytes:
-            self.budget.release(nbytes)
-
-
-class HeavyGate:
-    """At most ``slots`` heavy requests at once; never waits."""
-
-    def __init__(self, slots: int) -> None:
-        self._slots = threading.Semaphore(slots)
-
-    def try_enter(self) -> bool:
-        return self._slots.acquire(blocking=False)
-
-    def leave(self) -> None:
-        self._slots.release()
 
 
 def decoded_bytes(snapshots: Iterable[Snapshot]) -> int:

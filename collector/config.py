@@ -43,8 +43,13 @@ OptStr = StrictStr | None
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class TlsConfig:
-    """Server TLS from PEM files; both empty means plaintext (loopback only by default)."""
+class _TlsConfig:
+    """Server TLS from PEM files; both empty means plaintext (loopback only by default).
+
+    Attributes:
+        cert_file: server certificate (PEM file must exist); with ``key_file``
+        key_file: server key (PEM file must exist); with ``cert_file``
+    """
 
     cert_file: OptStr = None
     key_file: OptStr = None
@@ -63,18 +68,26 @@ class TlsConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class ReceiverConfig:
-    """The OTLP/gRPC endpoint; binding beyond loopback is an explicit choice."""
+class _ReceiverConfig:
+    """The OTLP/gRPC endpoint; binding beyond loopback is an explicit choice.
+
+    Attributes:
+        host: bind address; beyond loopback is an explicit choice
+        port: OTLP/gRPC port
+        max_message_bytes: largest request accepted
+        max_workers: gRPC server threads
+        tls: server TLS
+    """
 
     host: StrictStr = Field(default="127.0.0.1", min_length=1)
     port: StrictInt = Field(default=4317, ge=0, le=65535)
     max_message_bytes: StrictInt = Field(default=4 * 1024 * 1024, ge=1)
     max_workers: StrictInt = Field(default=4, ge=1)
-    tls: TlsConfig = field(default_factory=TlsConfig)
+    tls: _TlsConfig = field(default_factory=_TlsConfig)
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class AuthConfig:
+class _AuthConfig:
     """Optional bearer token, given inline or (preferably) in a file; neither means no auth.
     Senders send ``authorization: Bearer <token>``: the scheme in any case (RFC 7235), one or
     more spaces before the token, whitespace around the value ignored; a tab, or a space inside the
@@ -82,6 +95,10 @@ class AuthConfig:
     most once a minute per address. The gRPC health service (``grpc.health.v1.Health``) answers
     without a token: health probes (Kubernetes' gRPC probe, ``grpc_health_probe``) send none,
     and it tells only whether the collector serves; every Export call needs the token.
+
+    Attributes:
+        bearer_token: expected token, inline; secret
+        token_file: file holding the token (preferred); not with ``bearer_token``
     """
 
     bearer_token: SecretStr | None = None
@@ -106,22 +123,10 @@ class AuthConfig:
 
 @dataclass(frozen=True, config=SCHEMA)
 class PipelineLimits:
-    """Bounds on what the pipeline holds: series state, runs, memory, queues, calls in
-    flight, and how long sinks and the drain at shutdown may take."""
-
-    max_series_per_metric: StrictInt = Field(default=2000, ge=1)
-    max_runs: StrictInt = Field(default=32, ge=1)
-    memory_limit_bytes: StrictInt = Field(default=256 * 1024 * 1024, ge=1)
-    queue_size: StrictInt = Field(default=1024, ge=1)
-    max_concurrent_requests: StrictInt = Field(default=32, ge=1)
-    sink_timeout_s: StrictFloat = Field(default=10.0, gt=0)
-    drain_timeout_s: StrictFloat = Field(default=30.0, gt=0)
-
-
-@dataclass(frozen=True, config=SCHEMA)
-class RequestLimits:
-    """Bounds on the work one request may cause, and on concurrent heavy requests: what
-    admission reads (:mod:`collector.admission`, the server's heavy-request gate).
+    """The collector's own bounds: what the pipeline holds (series state, runs, memory,
+    queues, calls in flight, how long sinks and the drain at shutdown may take), the work
+    one request may cause and concurrent heavy requests (admission: :mod:`collector.admission`,
+    the server's heavy-request gate).
 
     Attributes:
         max_points_per_request: data points in one request at most; more is refused
@@ -144,6 +149,13 @@ class RequestLimits:
             answer could not reach the sender in time).
     """
 
+    max_series_per_metric: StrictInt = Field(default=2000, ge=1)
+    max_runs: StrictInt = Field(default=32, ge=1)
+    memory_limit_bytes: StrictInt = Field(default=256 * 1024 * 1024, ge=1)
+    queue_size: StrictInt = Field(default=1024, ge=1)
+    max_concurrent_requests: StrictInt = Field(default=32, ge=1)
+    sink_timeout_s: StrictFloat = Field(default=10.0, gt=0)
+    drain_timeout_s: StrictFloat = Field(default=30.0, gt=0)
     max_points_per_request: StrictInt = Field(default=50_000, ge=1)
     max_decoded_bytes: StrictInt = Field(default=32 * 1024 * 1024, ge=1)
     heavy_request_bytes: StrictInt = Field(default=256 * 1024, ge=1)
@@ -156,26 +168,26 @@ class RequestLimits:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class LimitsConfig(LabelLimits, RequestLimits, PipelineLimits):
+class LimitsConfig(LabelLimits, PipelineLimits):
     """Bounds that keep the collector's memory finite under any load.
 
     ``memory_limit_bytes`` bounds the bytes of accepted requests whose snapshots still wait
     in a sink queue; past it (or past ``max_concurrent_requests``) senders get a retryable
     status and retry or spool. The section is its parts, one set of keys each: the
-    pipeline reads it as :class:`PipelineLimits`, admission as :class:`RequestLimits`, the
-    decoder as :class:`~telemetry.config.LabelLimits`.
+    pipeline and admission read it as :class:`PipelineLimits`, the decoder as
+    :class:`~telemetry.config.LabelLimits`.
     """
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class CollectorPrometheusConfig(PrometheusConfig):
+class _CollectorPrometheusConfig(PrometheusConfig):
     """The StatsLogger's ``prometheus`` section; in the collector it is on by default."""
 
     enabled: StrictBool = True
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class CollectorConsoleConfig(ConsoleConfig):
+class _CollectorConsoleConfig(ConsoleConfig):
     """The StatsLogger's ``console`` section; in the collector it is off by default."""
 
     enabled: StrictBool = False
@@ -185,8 +197,8 @@ class CollectorConsoleConfig(ConsoleConfig):
 class SinksConfig(SinkSections):
     """The StatsLogger's sink sections, with the collector's defaults."""
 
-    prometheus: CollectorPrometheusConfig = field(default_factory=CollectorPrometheusConfig)
-    console: CollectorConsoleConfig = field(default_factory=CollectorConsoleConfig)
+    prometheus: _CollectorPrometheusConfig = field(default_factory=_CollectorPrometheusConfig)
+    console: _CollectorConsoleConfig = field(default_factory=_CollectorConsoleConfig)
     remote_write: RemoteWriteConfig = field(default_factory=RemoteWriteConfig)
 
     def logger_config(self, experiment: str, trial: str) -> StatsLoggerConfig:
@@ -197,7 +209,7 @@ class SinksConfig(SinkSections):
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class DurableConfig:
+class _DurableConfig:
     """The durable queue: what the collector accepts is on disk, per sink, before it answers
     OK, replayed in order after a restart and deleted once the sink holds it.
 
@@ -232,11 +244,11 @@ class CollectorConfig:
     """The whole collector: ``receiver``, ``auth``, ``limits``, ``sinks``, ``durable``,
     ``scrape``, ``traces``."""
 
-    receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
-    auth: AuthConfig = field(default_factory=AuthConfig)
+    receiver: _ReceiverConfig = field(default_factory=_ReceiverConfig)
+    auth: _AuthConfig = field(default_factory=_AuthConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     sinks: SinksConfig = field(default_factory=SinksConfig)
-    durable: DurableConfig = field(default_factory=DurableConfig)
+    durable: _DurableConfig = field(default_factory=_DurableConfig)
     scrape: ScrapeConfig = field(default_factory=ScrapeConfig)
     traces: TracesConfig = field(default_factory=TracesConfig)
 
@@ -284,19 +296,14 @@ def to_yaml(config: CollectorConfig) -> str:
 
 
 __all__ = [
-    "AuthConfig",
     "CollectorConfig",
     "ConfigError",
-    "DurableConfig",
     "LimitsConfig",
     "PipelineLimits",
-    "ReceiverConfig",
     "RemoteWriteConfig",
-    "RequestLimits",
     "ScrapeConfig",
     "ScrapeTarget",
     "SinksConfig",
-    "TlsConfig",
     "TracesConfig",
     "default_config",
     "from_dict",

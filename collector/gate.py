@@ -7,6 +7,7 @@ service's own ``ingest`` runs inside it, holding the parse's share of the memory
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 from google.rpc.error_details_pb2 import RetryInfo
 
-from collector.admission import PARSE_EXPANSION, HeavyGate
+from collector.admission import PARSE_EXPANSION
 from collector.auth import BearerCheck
 from collector.pipeline import Pipeline
 from collector.refusals import Refused
@@ -42,10 +43,13 @@ class RequestGate:
     Args:
         auth: the bearer-token check; None when no token is configured.
         pipeline: whose limits, memory budget and refusal counters the gate uses.
-        heavy: the gate on concurrent large requests, shared with the services.
+        heavy: the heavy-request gate, ``limits.max_heavy_requests`` slots taken without
+            waiting (``acquire(blocking=False)``), shared with the services.
     """
 
-    def __init__(self, auth: BearerCheck | None, pipeline: Pipeline, heavy: HeavyGate) -> None:
+    def __init__(
+        self, auth: BearerCheck | None, pipeline: Pipeline, heavy: threading.Semaphore
+    ) -> None:
         self.auth = auth
         self.pipeline = pipeline
         self.heavy = heavy
@@ -84,7 +88,7 @@ class RequestGate:
             self.pipeline.count_refusal("expired")
             raise Refused(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")
         heavy = len(data) > self.pipeline.limits.heavy_request_bytes
-        if heavy and not self.heavy.try_enter():
+        if heavy and not self.heavy.acquire(blocking=False):
             raise self.refuse_heavy("too many large requests at once")
         try:
             hold = self.pipeline.budget.hold(len(data) * PARSE_EXPANSION)
@@ -94,10 +98,10 @@ class RequestGate:
             try:
                 return ingest(data, expired, heavy, hold)
             finally:
-                hold.release()
+                hold.done()
         finally:
             if heavy:
-                self.heavy.leave()
+                self.heavy.release()
 
     def _expired(self, context: Any) -> Callable[[], bool]:
         """``() -> True`` once too little of the sender's deadline is left to answer."""

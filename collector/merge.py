@@ -28,7 +28,15 @@ its answer was lost) is counted in :attr:`RolloutMerger.duplicates` and not merg
 With the collector's durable queue (:meth:`RolloutMerger.journal_to`) every window merged is
 journaled first, and :meth:`RolloutMerger.checkpoint`, once the released windows are in the
 sinks' journals, writes the merger's state (step, counter totals, each worker's last window)
-and acknowledges the windows before it (:mod:`collector.merge_state`).
+and acknowledges the windows before it.
+
+A checkpoint is one record per worker and stream: a Snapshot on the stream
+``rltel.merge/<stream>`` with the worker's resource plus the digest of its last window
+(``rltel.merge.digest``), that window's time, the merger's step, and the worker's latest
+counter totals as its points. A new process reads the journal back in order: windows after
+the last checkpoint are merged again, the checkpoint restores the step (a retried training
+step releases nothing twice), the counter sums over workers, and each worker's last window
+(its retried request is recognised as a duplicate).
 """
 
 from __future__ import annotations
@@ -38,7 +46,6 @@ import math
 import threading
 from dataclasses import dataclass, field
 
-from collector import merge_state
 from exporters.journal import Journal, encoded
 from telemetry.model import names
 from telemetry.model.snapshot import (
@@ -54,6 +61,8 @@ from telemetry.model.snapshot import (
 
 RUN_ATTRIBUTES = (names.EXPERIMENT, names.TRIAL)
 PER_PROCESS_PREFIX = "rltel/"  # a sender's own health (rltel/otlp/...): never merged
+CHECKPOINT_PREFIX = "rltel.merge/"  # a checkpoint record's stream: this + the window's
+DIGEST = "rltel.merge.digest"  # a checkpoint's resource attribute: the last window's digest
 
 
 @dataclass(slots=True)
@@ -107,7 +116,7 @@ class RolloutMerger:
             self.journal = journal
             pending, journal.pending = journal.pending, []
             for _, snapshot in pending:
-                state = merge_state.read(snapshot)
+                state = read_checkpoint(snapshot)
                 if state is None:
                     self._merge(snapshot, _digest(snapshot))
                     continue
@@ -212,10 +221,8 @@ class RolloutMerger:
                         for (s, _), totals in self._totals.items()
                         if s == stream and worker in totals
                     )
-                    state = merge_state.WorkerState(
-                        stream, worker, time_ns, digest, self._step, counters
-                    )
-                    seq = journal.append(merge_state.record(state))
+                    state = _WorkerState(stream, worker, time_ns, digest, self._step, counters)
+                    seq = journal.append(state.record())
                     if seq is None:
                         return  # the write failed: the request is refused (sync), no ack
                     first = seq if first is None else first
@@ -225,7 +232,7 @@ class RolloutMerger:
             elif first is not None:
                 journal.ack(first - 1)
 
-    def _restore(self, state: merge_state.WorkerState) -> None:
+    def _restore(self, state: _WorkerState) -> None:
         """Take one worker's part of a checkpoint (replay)."""
         worker = state.worker
         if not self._resource:
@@ -331,3 +338,39 @@ def _digest(snapshot: Snapshot) -> str:
 
 def _run_resource(resource: Attributes) -> Attributes:
     return tuple((k, v) for k, v in resource if k in RUN_ATTRIBUTES)
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkerState:
+    """One worker's part of a checkpoint."""
+
+    stream: str
+    worker: Attributes
+    time_unix_nano: int
+    digest: str
+    step: Step | None
+    counters: tuple[Counter, ...]
+
+    def record(self) -> Snapshot:
+        """This part as a journal record."""
+        resource = (*self.worker, (DIGEST, self.digest))
+        return Snapshot(
+            self.counters, self.step, resource, self.time_unix_nano, CHECKPOINT_PREFIX + self.stream
+        )
+
+
+def read_checkpoint(snapshot: Snapshot) -> _WorkerState | None:
+    """The checkpoint part a journal record holds; None for a window."""
+    if not snapshot.stream.startswith(CHECKPOINT_PREFIX):
+        return None
+    worker = tuple((k, v) for k, v in snapshot.resource if k != DIGEST)
+    digest = str(snapshot.resource_value(DIGEST, ""))
+    counters = tuple(p for p in snapshot.points if isinstance(p, Counter))
+    return _WorkerState(
+        snapshot.stream.removeprefix(CHECKPOINT_PREFIX),
+        worker,
+        snapshot.time_unix_nano,
+        digest,
+        snapshot.step,
+        counters,
+    )

@@ -33,18 +33,18 @@ from dataclasses import dataclass
 
 from grpc import StatusCode
 
-from collector.admission import MemoryBudget, RequestBytes, decoded_bytes
+from collector.admission import MemoryBudget, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
 from collector.heartbeats import HeartbeatBoard
-from collector.refusals import REFUSALS, Refused
-from collector.runs import Runs, RunUnavailable
+from collector.refusals import REFUSALS, Refused, RunUnavailable
+from collector.runs import Runs
 from collector.sinks import RunSinks
 from exporters.base import Sink
 from exporters.fanout import FanOut, MemoryCharge, Reservation, SinkStats
 from exporters.prometheus import PrometheusSink
 from telemetry.model.run import run_name
-from telemetry.model.snapshot import Snapshot
+from telemetry.model.snapshot import Snapshot, Step
 from telemetry.otlp.decode import Decoder, DecodeResult, Request
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Pipeline:
         self,
         request: Request,
         expired: Callable[[], bool] | None = None,
-        hold: RequestBytes | None = None,
+        hold: MemoryCharge | None = None,
     ) -> DecodeResult:
         """Decode ``request``, admit it, and queue its snapshots for every sink.
 
@@ -209,6 +209,38 @@ class Pipeline:
             self._rejected += result.rejected
             self._snapshots += len(result.snapshots)
         return result
+
+    def deliver(
+        self, snapshot: Snapshot, figures_at: Callable[[Step | None], Snapshot | None]
+    ) -> bool:
+        """Queue one scrape (or trace durations) for the shared sinks and the run's sinks;
+        False when the memory budget or a queue could not take it all.
+
+        ``snapshot`` goes to the shared sinks (Prometheus, remote write); ``figures_at(step)``,
+        built under the run's lock at the run's latest training step (None before the first),
+        goes to the run's W&B, SwanLab, TensorBoard and console sinks. It is charged and
+        queued as an admitted request's snapshots are, but nothing is reserved: a full sink
+        queue drops it and counts it there (a scrape is not a sender's data that a retry would
+        keep). The scrape receiver (``collector/scrape/``) and the trace merge
+        (``collector/traces/``) take this bound method as a plain callable, so neither folder
+        imports the pipeline.
+        """
+        nbytes = decoded_bytes((snapshot,))
+        if not self.budget.acquire(nbytes):
+            return False
+        charge = MemoryCharge(nbytes, self.budget.release)
+        try:
+            kept = self.shared.export(snapshot, charge) if snapshot.points else True
+            run = self.runs.of(snapshot)
+            if run is None:
+                return kept
+            with run.lock:
+                figures = figures_at(run.merger.step)
+                if figures is not None:
+                    kept = run.fanout.export(figures, charge) and kept
+            return kept
+        finally:
+            charge.done()
 
     def _sync_journals(self) -> None:
         """Make the request's journal entries durable before it is answered, or refuse it.

@@ -1,5 +1,5 @@
-"""Why the collector refuses a request: the reasons it counts, and the one exception that ends
-an Export call with a gRPC status.
+"""Why the collector refuses a request: the reasons it counts, the one exception that ends
+an Export call with a gRPC status, and the one that says a run cannot take data now.
 
 A refused request was kept nowhere: the sender keeps it and, for a retryable refusal, sends it
 again after the retry delay the answer carries.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-__all__ = ["REFUSALS", "Refused"]
+__all__ = ["REFUSALS", "Refused", "RunUnavailable"]
 
 REFUSALS = ("memory", "queue_full", "heavy", "expired", "too_large", "durable", "sinks_down")
 """The reasons a request is refused, as counted on ``/metrics``."""
@@ -33,3 +33,10 @@ class Refused(Exception):
         super().__init__(message)
         self.code = code
         self.retry = retry
+
+
+class RunUnavailable(Exception):
+    """A run cannot take data now, for a reason that may clear: one of its sinks failed to
+    start on a file-system error (an unwritable directory, a full disk; the sinks that had
+    started were shut down), or its durable queue or rollout merge journal cannot take more.
+    The pipeline refuses the run's data with a retryable ``UNAVAILABLE`` (``sinks_down``)."""

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from collector.merge import RolloutMerger
-from collector.sinks import RunSinks, SinksFailed
+from collector.refusals import RunUnavailable
+from collector.sinks import RunSinks
 from exporters.fanout import FanOut, Reservation
 from exporters.memory_charge import MemoryCharge
 from telemetry.model import names
@@ -35,11 +36,6 @@ logger = logging.getLogger(__name__)
 REOPEN_AFTER_S = 1.0
 """A run whose sinks failed to start is tried again at most this often (refused meanwhile)."""
 STREAMS_MERGED = ("rollout", "eval")
-
-
-class RunUnavailable(Exception):
-    """A sink of the run failed to start on a file-system error (a path unwritable): the
-    run's data is refused with a retryable status until its sinks start."""
 
 
 def _merged(resource: Attributes) -> bool:
@@ -191,9 +187,9 @@ class Runs:
                 raise RunUnavailable(down[1])
             try:
                 sinks = list(self._run_sinks(*key))
-            except SinksFailed as exc:
+            except RunUnavailable as exc:
                 self._sinks_down(key, str(exc))
-                raise RunUnavailable(str(exc)) from None
+                raise exc from None
             except Exception as exc:  # a sink that cannot start must not stop the collector
                 logger.error("run %s_%s: sinks failed to start: %s", *key, exc)
                 sinks = []

@@ -5,12 +5,14 @@ server's request counters, :meth:`collector.pipeline.Pipeline.stats` and, where 
 collector built its runs' sinks, :class:`collector.sinks.RunSinkFactory` (each run's
 directory, each sink that failed to start). The standard ``process_*`` families follow
 (prometheus_client's process collector): ``process_start_time_seconds`` tells a counter
-reset by a restart from a scrape gap.
+reset by a restart from a scrape gap. On ``/metrics`` the trace and logs services' counters
+(:data:`SIGNALS`) come last.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import ProcessCollector
 from prometheus_client.metrics_core import Metric
@@ -19,6 +21,9 @@ from collector.pipeline import PipelineStats
 from collector.sinks import RunSinkFactory
 from exporters.prometheus.families import Family, describe
 from exporters.prometheus.queue_metrics import SINK_QUEUES, sink_families
+
+if TYPE_CHECKING:
+    from collector.signal_service import SignalService
 
 PREFIX = "rltel_collector_"
 
@@ -73,6 +78,29 @@ DECLARED: tuple[Family, ...] = (
     Family("process_max_fds", "gauge", "Maximum number of open file descriptors."),
 )
 _OURS = {family.name.removeprefix(PREFIX): family for family in DECLARED}
+SIGNAL_PREFIX = f"{PREFIX}signal_"
+_REQUESTS, _ACCEPTED, _REFUSED, _ERRORS = SIGNALS = (
+    Family(
+        f"{SIGNAL_PREFIX}requests",
+        "counter",
+        "trace and logs Export calls by gRPC status",
+        ("signal", "code"),
+    ),
+    Family(
+        f"{SIGNAL_PREFIX}items_accepted",
+        "counter",
+        "spans (traces) and log records (logs) handed to the consumers",
+        ("signal",),
+    ),
+    Family(
+        f"{SIGNAL_PREFIX}items_refused",
+        "counter",
+        "spans and log records of requests refused after parsing (nothing kept)",
+        ("signal",),
+    ),
+    Family(f"{SIGNAL_PREFIX}consumer_errors", "counter", "consumer calls that raised", ("signal",)),
+)
+"""The trace and logs services' families (:mod:`collector.signal_service`), with ``signals``."""
 
 
 class SelfMetrics:
@@ -83,6 +111,8 @@ class SelfMetrics:
         request_bytes: ``() -> bytes of Export requests received``.
         pipeline_stats: ``() -> PipelineStats``.
         run_sinks: the factory of the runs' sinks (None: a pipeline built elsewhere).
+        signals: the trace and logs services whose counters to add (:data:`SIGNALS`);
+            none for the remote-write sink's copy.
     """
 
     def __init__(
@@ -91,16 +121,18 @@ class SelfMetrics:
         request_bytes: Callable[[], int],
         pipeline_stats: Callable[[], PipelineStats],
         run_sinks: RunSinkFactory | None = None,
+        signals: Sequence[SignalService] = (),
     ) -> None:
         self._requests = requests
         self._request_bytes = request_bytes
         self._stats = pipeline_stats
         self._run_sinks = run_sinks
         self._process = ProcessCollector(registry=None)
+        self._signals = list(signals)
 
     def describe(self) -> list[Metric]:
-        """The families of :data:`DECLARED`, without samples."""
-        return describe(DECLARED)
+        """The families of :data:`DECLARED` (and :data:`SIGNALS`), without samples."""
+        return describe(DECLARED + (SIGNALS if self._signals else ()))
 
     def collect(self) -> Iterator[Metric]:
         requests = _OURS["requests"].build()
@@ -137,6 +169,8 @@ class SelfMetrics:
         if self._run_sinks is not None:
             yield from _run_families(self._run_sinks)
         yield from self._process.collect()
+        if self._signals:
+            yield from _signal_families(self._signals)
 
 
 def _run_families(run_sinks: RunSinkFactory) -> Iterator[Metric]:
@@ -147,3 +181,16 @@ def _run_families(run_sinks: RunSinkFactory) -> Iterator[Metric]:
     for (run, sink), error in sorted(run_sinks.failures().items()):
         failed.add_metric([run, sink, error], 1.0)
     yield from (info, failed)
+
+
+def _signal_families(services: Sequence[SignalService]) -> Iterator[Metric]:
+    requests, accepted = _REQUESTS.build(), _ACCEPTED.build()
+    refused, errors = _REFUSED.build(), _ERRORS.build()
+    for service in services:
+        counts, name = service.counts(), service.kind.name
+        for code, count in sorted(counts.requests.items()):
+            requests.add_metric([name, code], count)
+        accepted.add_metric([name], counts.accepted)
+        refused.add_metric([name], counts.refused)
+        errors.add_metric([name], counts.consumer_errors)
+    yield from (requests, accepted, refused, errors)

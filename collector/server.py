@@ -47,10 +47,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.admission import HeavyGate, RequestBytes
 from collector.auth import BearerCheck
 from collector.config import ROOT, CollectorConfig
-from collector.deliver import PipelineDeliver, trace_merge
 from collector.durable import DurableState
 from collector.gate import RequestGate
 from collector.pipeline import Pipeline
@@ -62,13 +60,13 @@ from collector.signal_service import (
     LOGS,
     TRACES,
     LogConsumer,
-    SignalMetrics,
     SignalService,
     TraceConsumer,
 )
 from collector.sinks import RunSinkFactory, shared_sinks
 from collector.traces import TraceMerge
 from collector.traces.metrics import TraceMetrics
+from exporters.memory_charge import MemoryCharge
 from exporters.prometheus import PrometheusSink
 from exporters.remote_write import RemoteWriteSink
 from telemetry.config.cli_args import check_bindable
@@ -78,6 +76,18 @@ logger = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.metrics.v1.MetricsService"
 RECEIVER_KEY = f"{ROOT}.receiver"
+
+
+def trace_merge(config: CollectorConfig, pipeline: Pipeline) -> TraceMerge:
+    """The collector's trace merge: runs' directories as their sinks' (``sinks.fileroot``),
+    the duration histograms into ``pipeline``'s shared sinks and runs
+    (:meth:`~collector.pipeline.Pipeline.deliver`), ``limits`` applied."""
+
+    def run_dir(experiment: str, trial: str) -> Path:
+        return config.sinks.logger_config(experiment, trial).run_dir
+
+    limits = config.limits
+    return TraceMerge(config.traces, run_dir, pipeline.deliver, limits, limits.max_runs)
 
 
 class CollectorServer:
@@ -91,7 +101,7 @@ class CollectorServer:
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
         trace_consumers: handed every accepted ``TraceService/Export`` request
             (:class:`~collector.signal_service.TraceConsumer`); with the pipeline built here, the
-            trace merge of ``config.traces`` (:func:`collector.deliver.trace_merge`) first.
+            trace merge of ``config.traces`` (:func:`trace_merge`) first.
         log_consumers: handed every accepted ``LogsService/Export`` request
             (:class:`~collector.signal_service.LogConsumer`); with the pipeline built here, the
             samples' consumer of ``config.sinks.samples``
@@ -133,7 +143,7 @@ class CollectorServer:
         self._gate = RequestGate(
             BearerCheck(token) if token is not None else None,
             pipeline,
-            HeavyGate(self.limits.max_heavy_requests),
+            threading.Semaphore(self.limits.max_heavy_requests),
         )
         self.signals = (
             SignalService(TRACES, trace_consumers, self.limits, self._gate.heavy),
@@ -147,13 +157,12 @@ class CollectorServer:
         self._health = health.HealthServicer(experimental_non_blocking=True)
         self.port: int | None = None
         if self.prometheus is not None:
-            self.prometheus.register(self.self_metrics())
-            self.prometheus.register(SignalMetrics(self.signals))
+            self.prometheus.register(self.self_metrics(self.signals))
             if self.trace_merge is not None:
                 self.prometheus.register(TraceMetrics(self.trace_merge))
         self.scraper: Scraper | None = None
         if config.scrape.targets or config.scrape.targets_file:
-            self.scraper = Scraper(config.scrape, PipelineDeliver(pipeline))
+            self.scraper = Scraper(config.scrape, pipeline.deliver)
             if self.prometheus is not None:
                 self.prometheus.register(self.scraper.health)
         for sink in (queued.sink for queued in pipeline.shared.queued):
@@ -174,10 +183,11 @@ class CollectorServer:
         """``http://host:port/metrics`` of the Prometheus endpoint, if one is served."""
         return self.prometheus.url if self.prometheus is not None else None
 
-    def self_metrics(self) -> SelfMetrics:
-        """A prometheus_client collector of this server's and its pipeline's counters."""
+    def self_metrics(self, signals: Sequence[SignalService] = ()) -> SelfMetrics:
+        """A prometheus_client collector of this server's and its pipeline's counters (and
+        of ``signals``' counters)."""
         return SelfMetrics(
-            self.request_counts, lambda: self._bytes, self.pipeline.stats, self.run_sinks
+            self.request_counts, lambda: self._bytes, self.pipeline.stats, self.run_sinks, signals
         )
 
     def request_counts(self) -> dict[str, int]:
@@ -282,7 +292,7 @@ class CollectorServer:
     def _signal_export(self, service: SignalService) -> Callable[[bytes, Any], Message]:
         """The handler of ``service``'s Export: the same gate, then the service."""
 
-        def ingest(data: bytes, expired, heavy: bool, hold: RequestBytes) -> Message:
+        def ingest(data: bytes, expired, heavy: bool, hold: MemoryCharge) -> Message:
             del hold  # the gate holds the parse's budget until the consumers return
             try:
                 return service.ingest(data, expired, heavy)
@@ -295,7 +305,7 @@ class CollectorServer:
         return lambda data, context: self._gate.serve(data, context, ingest, service.tally)
 
     def _ingest(
-        self, data: bytes, expired, heavy: bool, hold: RequestBytes
+        self, data: bytes, expired, heavy: bool, hold: MemoryCharge
     ) -> ExportMetricsServiceResponse:
         try:
             message = ExportMetricsServiceRequest.FromString(data)
@@ -306,7 +316,7 @@ class CollectorServer:
         request = self.pipeline.decoder.read(message)
         entered = False
         if not heavy and request.points > self.limits.heavy_request_points:
-            if not self._gate.heavy.try_enter():
+            if not self._gate.heavy.acquire(blocking=False):
                 raise self._gate.refuse_heavy("too many large requests")
             entered = True
         try:
@@ -318,7 +328,7 @@ class CollectorServer:
             raise Refused(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}") from None
         finally:
             if entered:
-                self._gate.heavy.leave()
+                self._gate.heavy.release()
         response = ExportMetricsServiceResponse()
         if result.rejected:
             response.partial_success.rejected_data_points = result.rejected

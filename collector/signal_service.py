@@ -28,10 +28,11 @@ log_consumers=[...])`` (``python -m collector`` builds its server in
 the request, which waits for them; a consumer keeps what it needs (the request is the
 caller's again once it returns), must not block for long, and is called from many threads
 at once. One that raises is logged (once per run of failures) and counted; the others still
-get the request, and the sender gets OK (:mod:`collector.signal_consumers`). A consumer may
+get the request, and the sender gets OK. A consumer may
 define ``flush() -> bool`` (True: everything consumed so far is held for good; the durable
 journal is acknowledged only after one) and ``shutdown(timeout_s)``, called once when the
-server stops. Self-metrics per signal: ``rltel_collector_signal_requests{signal,code}``,
+server stops. Self-metrics per signal (:mod:`collector.selfmetrics`):
+``rltel_collector_signal_requests{signal,code}``,
 ``..._signal_items_accepted{signal}``, ``..._signal_items_refused{signal}``,
 ``..._signal_consumer_errors{signal}``.
 """
@@ -41,7 +42,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,22 +57,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from prometheus_client.metrics_core import Metric
 
-from collector.admission import HeavyGate
 from collector.config import LimitsConfig
 from collector.refusals import Refused
-from collector.signal_consumers import SignalConsumers
 from collector.signal_journal import SignalJournal
-from exporters.prometheus.families import Family, describe
 
 __all__ = [
     "LOGS",
     "TRACES",
     "LogConsumer",
-    "SignalCounts",
-    "SignalKind",
-    "SignalMetrics",
     "SignalService",
     "TraceConsumer",
 ]
@@ -94,7 +88,7 @@ class LogConsumer(Protocol):
 
 
 @dataclass(frozen=True)
-class SignalKind:
+class _SignalKind:
     """What differs between the trace and the logs service."""
 
     name: str  # traces, logs
@@ -107,7 +101,7 @@ class SignalKind:
     count: Callable[[Any], int]
 
 
-TRACES = SignalKind(
+TRACES = _SignalKind(
     "traces",
     "opentelemetry.proto.collector.trace.v1.TraceService",
     ExportTraceServiceRequest,
@@ -119,7 +113,7 @@ TRACES = SignalKind(
         len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans
     ),
 )
-LOGS = SignalKind(
+LOGS = _SignalKind(
     "logs",
     "opentelemetry.proto.collector.logs.v1.LogsService",
     ExportLogsServiceRequest,
@@ -134,29 +128,79 @@ LOGS = SignalKind(
     ),
 )
 
-PREFIX = "rltel_collector_signal_"
-_REQUESTS, _ACCEPTED, _REFUSED, _ERRORS = _DECLARED = (
-    Family(
-        f"{PREFIX}requests",
-        "counter",
-        "trace and logs Export calls by gRPC status",
-        ("signal", "code"),
-    ),
-    Family(
-        f"{PREFIX}items_accepted",
-        "counter",
-        "spans (traces) and log records (logs) handed to the consumers",
-        ("signal",),
-    ),
-    Family(
-        f"{PREFIX}items_refused",
-        "counter",
-        "spans and log records of requests refused after parsing (nothing kept)",
-        ("signal",),
-    ),
-    Family(f"{PREFIX}consumer_errors", "counter", "consumer calls that raised", ("signal",)),
-)
-"""The signal services' families on ``/metrics`` (:class:`SignalMetrics`)."""
+
+class _SignalConsumers:
+    """Hands each request of one signal to every consumer, in order.
+
+    A consumer that raises is logged at its first failure of a run (and when it works
+    again) and counted; it loses that request, and the others still get it. ``flush()`` and
+    ``shutdown(timeout_s)`` reach the consumers that define them.
+
+    Args:
+        signal: the signal's name (``traces``, ``logs``), for messages.
+        method: the consumers' method (``consume_traces``, ``consume_logs``).
+        consumers: the consumers, called on the caller's thread.
+    """
+
+    def __init__(self, signal: str, method: str, consumers: Sequence[object]) -> None:
+        self.signal = signal
+        self.method = method
+        self.consumers = list(consumers)
+        self._lock = threading.Lock()
+        self._failing: dict[int, int] = {}  # consumer index -> failures in a row
+        self._errors = 0
+
+    @property
+    def errors(self) -> int:
+        """Consumer calls that raised."""
+        with self._lock:
+            return self._errors
+
+    def consume(self, request: Message) -> None:
+        """Call every consumer with ``request``; one that raises is logged and counted."""
+        for index, consumer in enumerate(self.consumers):
+            try:
+                getattr(consumer, self.method)(request)
+            except Exception as exc:  # one consumer's bug costs it this request, no more
+                with self._lock:
+                    self._errors += 1
+                    failures = self._failing[index] = self._failing.get(index, 0) + 1
+                if failures == 1:
+                    logger.error(
+                        "collector: %s consumer %s failed: %s: %s (repeats counted)",
+                        self.signal,
+                        type(consumer).__name__,
+                        type(exc).__name__,
+                        exc,
+                    )
+            else:
+                if self._failing.get(index):
+                    with self._lock:
+                        failures = self._failing.pop(index, 0)
+                    logger.warning(
+                        "collector: %s consumer %s works again after %d failures",
+                        self.signal,
+                        type(consumer).__name__,
+                        failures,
+                    )
+
+    def flush(self) -> bool:
+        """Every consumer's ``flush()`` (those without one hold what they consumed)."""
+        results = [bool(getattr(c, "flush", lambda: True)()) for c in self.consumers]
+        return all(results)
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Shut every consumer down; False when one raised (what it held may be lost)."""
+        clean = True
+        for consumer in self.consumers:
+            stop = getattr(consumer, "shutdown", None)
+            if stop is not None:
+                try:
+                    stop(timeout_s)
+                except Exception:
+                    clean = False
+                    logger.exception("collector: %s consumer shutdown failed", self.signal)
+        return clean
 
 
 class SignalService:
@@ -170,10 +214,14 @@ class SignalService:
     """
 
     def __init__(
-        self, kind: SignalKind, consumers: Sequence[object], limits: LimitsConfig, heavy: HeavyGate
+        self,
+        kind: _SignalKind,
+        consumers: Sequence[object],
+        limits: LimitsConfig,
+        heavy: threading.Semaphore,
     ) -> None:
         self.kind = kind
-        self.consumers = SignalConsumers(kind.name, kind.consume, consumers)
+        self.consumers = _SignalConsumers(kind.name, kind.consume, consumers)
         self.max_items: int = getattr(limits, kind.limit_key)
         self.heavy_items = limits.heavy_request_points
         self._heavy = heavy
@@ -203,7 +251,7 @@ class SignalService:
                 f"{self.max_items}: split it",
             )
         entered = not heavy and items > self.heavy_items
-        if entered and not self._heavy.try_enter():
+        if entered and not self._heavy.acquire(blocking=False):
             self._count_refused(items)
             raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, "too many large requests", True)
         try:
@@ -220,7 +268,7 @@ class SignalService:
                 self.consumers.consume(request)
         finally:
             if entered:
-                self._heavy.leave()
+                self._heavy.release()
         with self._lock:
             self._accepted += items
         return kind.response()
@@ -276,15 +324,15 @@ class SignalService:
         with self._lock:
             self._refused += items
 
-    def counts(self) -> SignalCounts:
+    def counts(self) -> _SignalCounts:
         """A copy of this service's counters."""
         with self._lock:
             codes, accepted, refused = dict(self._codes), self._accepted, self._refused
-        return SignalCounts(codes, accepted, refused, self.consumers.errors)
+        return _SignalCounts(codes, accepted, refused, self.consumers.errors)
 
 
 @dataclass(frozen=True)
-class SignalCounts:
+class _SignalCounts:
     """One signal service's counters: requests by status code name, spans or records
     accepted and refused, consumer calls that raised."""
 
@@ -292,25 +340,3 @@ class SignalCounts:
     accepted: int
     refused: int
     consumer_errors: int
-
-
-class SignalMetrics:
-    """The signal services' self-metrics; register on the Prometheus sink."""
-
-    def __init__(self, services: Sequence[SignalService]) -> None:
-        self.services = list(services)
-
-    def describe(self) -> list[Metric]:
-        return describe(_DECLARED)
-
-    def collect(self) -> Iterator[Metric]:
-        requests, accepted = _REQUESTS.build(), _ACCEPTED.build()
-        refused, errors = _REFUSED.build(), _ERRORS.build()
-        for service in self.services:
-            counts, name = service.counts(), service.kind.name
-            for code, count in sorted(counts.requests.items()):
-                requests.add_metric([name, code], count)
-            accepted.add_metric([name], counts.accepted)
-            refused.add_metric([name], counts.refused)
-            errors.add_metric([name], counts.consumer_errors)
-        yield from (requests, accepted, refused, errors)

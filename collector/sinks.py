@@ -19,13 +19,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from collector.config import ROOT, SinksConfig
+from collector.refusals import RunUnavailable
 from exporters import registry
 from exporters.base import Sink
 from exporters.local_files import link_dir
 from telemetry.config import SWANLAB_DIR, TENSORBOARD_DIR, TRACKIO_DIR, StatsLoggerConfig
 from telemetry.model.run import run_name
 
-__all__ = ["RunSinkFactory", "RunSinks", "SinksFailed", "run_sink_factory", "shared_sinks"]
+__all__ = ["RunSinkFactory", "RunSinks", "run_sink_factory", "shared_sinks"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,20 +38,15 @@ RUN_CONTEXT = dataclasses.replace(SHARED_CONTEXT, own_process=True)
 Trackio data directory per process)."""
 
 
-class SinksFailed(Exception):
-    """A sink of the run failed to start on a file-system error, which may clear (an
-    unwritable directory, a full disk); the sinks that had started were shut down."""
-
-
 class RunSinkFactory:
     """``(experiment, trial) -> step-based sinks`` from the collector's ``sinks`` section.
 
     Each enabled sink is built on its own. One that fails on a file-system error (an
     ``OSError`` anywhere in the exception's chain: an unwritable directory, a full disk)
-    raises :class:`SinksFailed`: the collector refuses the run's data with a retryable
-    status, so the sender keeps it until the sink can start. Any other failure (a missing
-    library, a SwanLab child that cannot start) is logged, left out and kept in
-    :meth:`failures`; the run gets the others (retrying cannot help).
+    raises :class:`~collector.refusals.RunUnavailable`: the collector refuses the run's data
+    with a retryable status, so the sender keeps it until the sink can start. Any other
+    failure (a missing library, a SwanLab child that cannot start) is logged, left out and
+    kept in :meth:`failures`; the run gets the others (retrying cannot help).
     """
 
     def __init__(self, sinks: SinksConfig) -> None:
@@ -92,7 +88,7 @@ class RunSinkFactory:
                     started.shutdown()
                 with self._lock:
                     self._failures[run, factory.name] = error = _first_line(exc)
-                raise SinksFailed(f"sink {factory.name} failed to start: {error}") from exc
+                raise RunUnavailable(f"sink {factory.name} failed to start: {error}") from exc
             self._link_root(factory.name, config, experiment, trial)
         with self._lock:
             for stale in [key for key in self._failures if key[0] == run]:

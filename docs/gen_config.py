@@ -125,15 +125,6 @@ FIELD_DOCS: dict[str, str] = {
     "CollectorConfig.durable": "what was accepted is on disk per sink until the sink holds it",
     "CollectorConfig.scrape": "Prometheus endpoints (vLLM, SGLang) scraped into their runs",
     "CollectorConfig.traces": "spans: the merged timeline per run, duration histograms, forwarding",
-    "ReceiverConfig.host": "bind address; beyond loopback is an explicit choice",
-    "ReceiverConfig.port": "OTLP/gRPC port",
-    "ReceiverConfig.max_message_bytes": "largest request accepted",
-    "ReceiverConfig.max_workers": "gRPC server threads",
-    "ReceiverConfig.tls": "server TLS",
-    "TlsConfig.cert_file": "server certificate (PEM file must exist); with `key_file`",
-    "TlsConfig.key_file": "server key (PEM file must exist); with `cert_file`",
-    "AuthConfig.bearer_token": "expected token, inline; secret",
-    "AuthConfig.token_file": "file holding the token (preferred); not with `bearer_token`",
     "LimitsConfig.max_series_per_metric": (
         "stateful series per metric the decoder keeps (cumulative histograms, delta sums)"
     ),

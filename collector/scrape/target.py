@@ -35,7 +35,7 @@ STREAM = "engine"
 ``engine/step``, the training step they were aligned to)."""
 
 Deliver = Callable[[Snapshot, Callable[[Step | None], Snapshot | None]], bool]
-"""``(snapshot, figures_at) -> kept``: :class:`collector.deliver.PipelineDeliver`."""
+"""``(snapshot, figures_at) -> kept``: :meth:`collector.pipeline.Pipeline.deliver`."""
 
 
 class ScrapeError(Exception):

@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 Deliver = Callable[[Snapshot, Callable[[Step | None], Snapshot | None]], bool]
 """``(snapshot, figures_at) -> kept``: the shared sinks get ``snapshot``, the run's
-step-based sinks ``figures_at(latest step)`` (:class:`collector.deliver.PipelineDeliver`)."""
+step-based sinks ``figures_at(latest step)`` (:meth:`collector.pipeline.Pipeline.deliver`)."""
 
 
 @dataclass(frozen=True, slots=True)

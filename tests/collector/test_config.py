@@ -148,17 +148,15 @@ def test_cli_print_config_and_bad_config(tmp_path, capsys):
 
 
 def test_request_and_label_limits_are_parts_of_the_limits_section():
-    from collector.config import PipelineLimits, RequestLimits
+    from collector.config import PipelineLimits
     from collector.pipeline import Pipeline
     from telemetry.config import LabelLimits
 
     limits = default_config().limits
-    for part in (PipelineLimits, RequestLimits, LabelLimits):
+    for part in (PipelineLimits, LabelLimits):
         assert isinstance(limits, part)  # one schema: each reader takes its part as it is
     assert {f.name for f in dataclasses.fields(limits)} == {
-        f.name
-        for part in (PipelineLimits, RequestLimits, LabelLimits)
-        for f in dataclasses.fields(part)
+        f.name for part in (PipelineLimits, LabelLimits) for f in dataclasses.fields(part)
     }
     config = from_dict(
         {

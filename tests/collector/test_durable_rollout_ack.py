@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("tensorboard")
 
-from collector import merge_state
+from collector.merge import read_checkpoint
 from exporters.journal import Journal
 
 from .test_durable_rollout import STEPS, WORKERS, expected, requests, send
@@ -51,7 +51,7 @@ def test_windows_before_an_unacknowledged_checkpoint_are_not_merged_again(tmp_pa
     assert first.proc.wait(30) == -signal.SIGKILL, "".join(first.lines)
 
     left = Journal(merge, 1 << 30, fsync=False).pending  # what the next collector reads
-    states = [merge_state.read(snapshot) for _, snapshot in left]
+    states = [read_checkpoint(snapshot) for _, snapshot in left]
     checkpoints = [s.step.global_step for s in states if s is not None]
     assert sorted(set(checkpoints)) == list(range(1, RELEASED + 1))  # none acknowledged
     windows = len(left) - len(checkpoints)

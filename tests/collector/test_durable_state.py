@@ -16,7 +16,7 @@ from collector.config import LimitsConfig
 from collector.durable import MERGE, DurableState
 from collector.merge import RolloutMerger
 from collector.pipeline import Pipeline
-from collector.sinks import SinksFailed
+from collector.refusals import RunUnavailable
 from exporters.base import ExportResult, InMemorySink
 from exporters.fanout import FanOut
 from exporters.journal import Journal
@@ -101,7 +101,7 @@ def test_a_stored_run_whose_sinks_cannot_start_keeps_its_journal(tmp_path):
     os.close(first.durable._lock_fd)  # killed
 
     def cannot_start(experiment: str, trial: str) -> list[InMemorySink]:
-        raise SinksFailed("sink tensorboard failed to start: PermissionError")
+        raise RunUnavailable("sink tensorboard failed to start: PermissionError")
 
     second = Pipeline([], cannot_start, LimitsConfig())
     second.recover(DurableState(state, 1 << 20, False, KEY))  # the run is not replayed yet

@@ -70,7 +70,6 @@ def test_every_registered_collector_describes_what_it_collects(full):
     kinds = {type(collector).__name__ for _, collector in registered}
     assert kinds == {
         "SelfMetrics",
-        "SignalMetrics",
         "TraceMetrics",
         "ScrapeHealth",
         "LinkHealth",

@@ -17,7 +17,6 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.deliver import PipelineDeliver
 from collector.pipeline import Pipeline
 from collector.scrape import ScrapeHealth, Scraper, TargetLoop, quantile
 from collector.scrape.config import ScrapeConfig, ScrapeTarget
@@ -46,7 +45,7 @@ class Collector:
 
     def loop(self, url: str, timeout_s: float = 5.0) -> TargetLoop:
         target = ScrapeTarget(url=url, experiment="exp", trial="t1")
-        return TargetLoop(target, PipelineDeliver(self.pipeline), self.health, timeout_s, 1 << 24)
+        return TargetLoop(target, self.pipeline.deliver, self.health, timeout_s, 1 << 24)
 
     def families(self) -> dict[str, object]:
         assert self.pipeline.force_flush(30)
@@ -293,7 +292,7 @@ def test_a_hanging_and_a_garbage_target_never_stall_a_good_one(collector, tmp_pa
             for s in (hang, garbage, good)
         ]
         config = scrape_config({"targets": targets, "timeout_s": 30.0})
-        scraper = Scraper(config, PipelineDeliver(collector.pipeline), collector.health)
+        scraper = Scraper(config, collector.pipeline.deliver, collector.health)
         scraper.start()
         try:
             deadline = time.monotonic() + 60
@@ -340,9 +339,7 @@ def test_targets_file_is_reread_when_it_changes(collector, tmp_path):
     with serving(engine) as first, serving(engine) as second:
         _write_targets(path, [first.url])
         config = ScrapeConfig(targets_file=str(path))
-        scraper = Scraper(
-            config, PipelineDeliver(collector.pipeline), collector.health, file_check_s=0.05
-        )
+        scraper = Scraper(config, collector.pipeline.deliver, collector.health, file_check_s=0.05)
         scraper.start()
         try:
             assert set(scraper.targets()) == {first.url}

@@ -15,7 +15,6 @@ import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 
-from collector.deliver import PipelineDeliver
 from collector.scrape import ScrapeHealth, TargetLoop
 from collector.scrape.config import ScrapeTarget
 from exporters.tensorboard.sink import tensorboard_tag
@@ -82,9 +81,7 @@ def scrape_between_steps(collector, engine: Engine) -> str:
     then wait for the sinks; the engine's instance label."""
     with serving(engine) as server, grpc.insecure_channel(collector.endpoint) as channel:
         target = ScrapeTarget(url=server.url, experiment="exp", trial="t1")
-        loop = TargetLoop(
-            target, PipelineDeliver(collector.pipeline), ScrapeHealth(), 10.0, 1 << 24
-        )
+        loop = TargetLoop(target, collector.pipeline.deliver, ScrapeHealth(), 10.0, 1 << 24)
         engine.get("running").set(1)
         assert loop.scrape_once()  # before any training step: step 0
         _train(channel, 1)

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.deliver import PipelineDeliver
 from collector.scrape import ScrapeHealth, TargetLoop
 from collector.scrape.config import ScrapeTarget
 from tests.collector.engines import (
@@ -105,7 +104,7 @@ class EngineRun:
         self.server = EngineServer(self.engine)
         self.instance = self.server.instance
         target = ScrapeTarget(url=self.server.url, experiment=EXPERIMENT, trial=trial)
-        self.loop = TargetLoop(target, PipelineDeliver(collector.pipeline), health, 10.0, 1 << 24)
+        self.loop = TargetLoop(target, collector.pipeline.deliver, health, 10.0, 1 << 24)
 
     def advance(self, step: int) -> None:
         """Move the engine to :func:`state` of ``step`` and scrape it once."""

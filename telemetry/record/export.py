@@ -29,7 +29,6 @@ from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
 
 __all__ = [
-    "ReducedSources",
     "RegisteredSource",
     "export_sources",
     "reduce_sources",
@@ -102,7 +101,7 @@ def _refs(sources: Sequence[StateSource]) -> list[SourceRef]:
     return refs
 
 
-class ReducedSources(NamedTuple):
+class _ReducedSources(NamedTuple):
     """The states of an export's sources, reduced together and split per source.
 
     ``refs`` holds each source's reference, in the sources' order; ``by_source`` the reduced
@@ -130,7 +129,7 @@ def reduce_sources(
     key_sync_group: dist.ProcessGroup | None = None,
     vote: bool = False,
     rank_spreads: bool = True,
-) -> ReducedSources:
+) -> _ReducedSources:
     """Collect the states of ``sources``, reduce them together and split them per source.
 
     The one way states are reduced: :func:`export_sources` and a Twinkle metric's
@@ -169,7 +168,7 @@ def reduce_sources(
         gather, vote = gather or voted, False
         reduced.update(done)
         spreads.update(spread)
-    return ReducedSources(refs, _by_source(refs, reduced), spreads, gather)
+    return _ReducedSources(refs, _by_source(refs, reduced), spreads, gather)
 
 
 def _tracked(source_key: SourceKey) -> bool:
@@ -242,7 +241,7 @@ def export_sources(
     return Stats(points)
 
 
-def _source_points(sources: list[StateSource], result: ReducedSources) -> list[Point]:
+def _source_points(sources: list[StateSource], result: _ReducedSources) -> list[Point]:
     """The points of every source that has reduced states (every tracker), of each tracker
     that only other ranks used, then the straggler views (other sources' first)."""
     points: list[Point] = []

@@ -62,7 +62,7 @@ class RankSpread:
 
 
 @dataclass(frozen=True, slots=True)
-class Quantity:
+class _Quantity:
     """A tracked quantity: element indices into the flat state vector, where index ``n``
     (one past the end) holds 1.0 for a quantity without denominator or presence flag."""
 
@@ -81,7 +81,7 @@ def quantities(
     n: int,
     spread: Callable[[Key], bool],
     series: Callable[[Key], bool],
-) -> list[Quantity]:
+) -> list[_Quantity]:
     """The per-rank quantities of the keys ``spread`` picks, in key order."""
     out = []
     for key in keys:
@@ -92,14 +92,14 @@ def quantities(
         for q in layout.per_rank:
             den = n if q.denominator is None else start + q.denominator
             present = n if q.present is None else start + q.present
-            out.append(Quantity(key, q.suffix, start + q.numerator, den, present, wanted))
+            out.append(_Quantity(key, q.suffix, start + q.numerator, den, present, wanted))
     return out
 
 
 class Stragglers:
     """The straggler part of one reduction over ``comm`` (see the module docstring)."""
 
-    def __init__(self, comm: Comm, qs: list[Quantity], flat: torch.Tensor) -> None:
+    def __init__(self, comm: Comm, qs: list[_Quantity], flat: torch.Tensor) -> None:
         self.comm, self.qs, self.settings = comm, qs, straggler_settings.settings()
         self.slots = min(self.settings.slots, comm.world)
         ext = torch.cat([flat, torch.ones(1, dtype=flat.dtype, device=flat.device)])

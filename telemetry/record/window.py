@@ -3,7 +3,7 @@
 :class:`Window` holds one tracker's recordings by kind: masked stats (rows of per-device
 :class:`~telemetry.record.accumulate.StatBank`\\ s, plus bucket counts), scalar streams and
 denominator counts, with the declared masks. :meth:`Window.take` moves the keys of an
-export out (under the tracker's lock); :meth:`Taken.states` gives them their layouts for
+export out (under the tracker's lock), and their ``states()`` gives them their layouts for
 the DP reduction (outside it).
 """
 
@@ -20,10 +20,10 @@ from telemetry.model.snapshot import StatReduce
 from telemetry.record import accumulate, kernels
 from telemetry.record.layout import DENOMINATOR_LAYOUT, SCALAR_LAYOUT, State, stat_layout
 
-__all__ = ["StatEntry", "Taken", "Window"]
+__all__ = ["Window"]
 
 
-class StatEntry(NamedTuple):
+class _StatEntry(NamedTuple):
     """A masked stat of the current window: its reduce type, device and bucket counts."""
 
     reduce: StatReduce
@@ -35,7 +35,7 @@ class Window:
     """One tracker's accumulated state by key; not thread-safe (the tracker locks)."""
 
     def __init__(self) -> None:
-        self.stats: dict[str, StatEntry] = {}
+        self.stats: dict[str, _StatEntry] = {}
         self.banks: dict[torch.device, accumulate.StatBank] = {}
         self.scalars: dict[str, accumulate.ScalarState] = {}
         self.denominators: dict[str, torch.Tensor] = {}
@@ -95,7 +95,7 @@ class Window:
         buckets = None
         if bounds:
             buckets = torch.zeros(len(bounds) + 1, dtype=torch.float64, device=device)
-        self.stats[key] = StatEntry(reduce, device, buckets)
+        self.stats[key] = _StatEntry(reduce, device, buckets)
 
     def drop(self, keys: list[str]) -> None:
         """Forget ``keys`` (their stat rows return to empty)."""
@@ -107,7 +107,7 @@ class Window:
         for key in keys:
             self.owners.pop(key, None)
 
-    def take(self, prefix: str | None, reset: bool) -> Taken:
+    def take(self, prefix: str | None, reset: bool) -> _Taken:
         """The keys under ``prefix`` (all if None); with ``reset`` they leave the window."""
         stats, scalars, denoms = self.stats, self.scalars, self.denominators
         groups = self.groups
@@ -130,14 +130,14 @@ class Window:
             self.groups, self.owners = kept_groups, kept_owners
         else:
             denoms = {k: t.clone() for k, t in denoms.items()}
-        return Taken(stats, rows, scalars, denoms, dict(groups))
+        return _Taken(stats, rows, scalars, denoms, dict(groups))
 
 
 @dataclass(frozen=True, slots=True)
-class Taken:
+class _Taken:
     """The keys of one export, out of the window."""
 
-    stats: Mapping[str, StatEntry]
+    stats: Mapping[str, _StatEntry]
     rows: Mapping[str, torch.Tensor]
     scalars: Mapping[str, accumulate.ScalarState]
     denominators: Mapping[str, torch.Tensor]

@@ -2,9 +2,9 @@
 
 The export reduces the states of every source together, so two sources may hold the same
 key name (two MoE balances, a tracker and a Twinkle metric). Each state is keyed there by a
-:class:`SourceKey`: the :class:`SourceRef` of its source (``source_id`` and which of the
-sources sharing it) and the source's own key. Both are tuples: equal, hashed and sorted by
-value, the same on every rank, and pickled as their fields when ranks exchange layouts.
+:class:`SourceKey`: its source (``source_id`` and which of the sources sharing it) and the
+source's own key. It is a tuple: equal, hashed and sorted by value, the same on every rank,
+and pickled as its fields when ranks exchange layouts.
 """
 
 from __future__ import annotations
@@ -13,15 +13,22 @@ from typing import NamedTuple
 
 from telemetry.record.source import TRACKER_ID
 
-__all__ = ["Key", "SourceKey", "SourceRef", "key_name", "spelling"]
+__all__ = ["Key", "SourceKey", "key_name", "spelling"]
 
 
-class SourceRef(NamedTuple):
-    """One source of an export: its ``source_id`` and, among the sources sharing it, which
-    one (0 for trackers, which are unique by name)."""
+class SourceKey(NamedTuple):
+    """A key of one source of an export: the source's ``source_id``, which of the sources
+    sharing it (``nth``: 0 for trackers, which are unique by name), and the name the key
+    has there (``key``)."""
 
     source_id: str
-    nth: int = 0
+    nth: int
+    key: str
+
+    @property
+    def source(self) -> tuple[str, int]:
+        """The key's source: ``(source_id, nth)``."""
+        return self.source_id, self.nth
 
     @property
     def is_tracker(self) -> bool:
@@ -30,19 +37,11 @@ class SourceRef(NamedTuple):
     def __str__(self) -> str:
         if self.is_tracker:
             name = self.source_id[len(TRACKER_ID) :]
-            return f"tracker {name!r}" if name else "the default tracker"
-        number = f" #{self.nth + 1}" if self.nth else ""
-        return f"source {self.source_id!r}{number}"
-
-
-class SourceKey(NamedTuple):
-    """A key of one source: ``source`` and the name it has there (``key``)."""
-
-    source: SourceRef
-    key: str
-
-    def __str__(self) -> str:
-        return f"key {self.key!r} of {self.source}"
+            source = f"tracker {name!r}" if name else "the default tracker"
+        else:
+            number = f" #{self.nth + 1}" if self.nth else ""
+            source = f"source {self.source_id!r}{number}"
+        return f"key {self.key!r} of {source}"
 
 
 Key = str | SourceKey
@@ -59,5 +58,4 @@ def spelling(key: Key) -> str:
     plain name's ``repr``; a source's key by its fields, cheaper than the tuple's ``repr``)."""
     if isinstance(key, str):
         return repr(key)
-    source = key.source
-    return f"{source.source_id!r} {source.nth} {key.key!r}"
+    return f"{key.source_id!r} {key.nth} {key.key!r}"

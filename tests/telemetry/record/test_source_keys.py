@@ -43,7 +43,7 @@ def test_a_source_key_names_the_key_and_its_source():
     )
     assert str(SourceKey("tracker:", 0, "loss")) == "key 'loss' of the default tracker"
     assert str(SourceKey("queue", 0, "queue/depth")) == "key 'queue/depth' of source 'queue'"
-    assert str(SourceKey("queue", 1, "queue/depth")) == ("key 'queue/depth' of source 'queue' #2")
+    assert str(SourceKey("queue", 1, "queue/depth")) == "key 'queue/depth' of source 'queue' #2"
     assert key_name("loss") == "'loss'"  # a plain reduction's key, as before
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from telemetry.record.window import Window
+from telemetry.record.accumulate import Window
 
 __all__ = ["Refusals", "masks_of", "merge", "staged", "staged_window", "target", "withdraw_owned"]
 

@@ -40,11 +40,11 @@ from telemetry.model.errors import (
 from telemetry.model.snapshot import Point, StatReduce
 from telemetry.model.units import TIMING_SCOPE
 from telemetry.record import accumulate, checks, export, kernels, phase, produce
+from telemetry.record.accumulate import Window
 from telemetry.record.layout import Reduced
 from telemetry.record.points import tracker_points
 from telemetry.record.source import TRACKER_ID, Collected
 from telemetry.record.stats import Stats
-from telemetry.record.window import Window
 
 ReduceType = StatReduce
 """AReaL's name for the reduce-type enum; ``SCALAR`` is what ``scalar()`` records."""

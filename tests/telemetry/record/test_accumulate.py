@@ -1,4 +1,4 @@
-"""Compact state: the per-device stat bank, scalar states, bucket counts."""
+"""Compact state: a window's per-device stat bank, scalar states, bucket counts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from telemetry.record import accumulate, kernels
 
 
 def test_bank_rows_accumulate_and_take_resets_only_the_taken_keys():
-    bank = accumulate.StatBank(torch.device("cpu"))
+    bank = accumulate.Window().bank(torch.device("cpu"))
     mask = torch.tensor([True, False, True])
     masks = kernels.MaskBits(mask, torch.tensor(2.0, dtype=torch.float64))
     bank.fold(("a", "b"), masks, [torch.tensor([1.0, 9.0, 3.0]), torch.tensor([-1.0, 9.0, 0.5])])
@@ -59,7 +59,7 @@ def test_bucket_counts_are_upper_inclusive_and_match_a_reference():
 
 
 def test_keys_new_to_a_bank_in_one_call_each_get_a_row_of_their_own():
-    bank = accumulate.StatBank(torch.device("cpu"))
+    bank = accumulate.Window().bank(torch.device("cpu"))
     mask = torch.tensor([True, True])
     masks = kernels.MaskBits(mask, torch.tensor(2.0, dtype=torch.float64))
     bank.fold(("a",), masks, [torch.tensor([1.0, 2.0])])
@@ -74,7 +74,7 @@ def test_keys_new_to_a_bank_in_one_call_each_get_a_row_of_their_own():
 
 
 def test_bank_merge_adds_sums_and_counts_and_keeps_the_extremes():
-    bank = accumulate.StatBank(torch.device("cpu"))
+    bank = accumulate.Window().bank(torch.device("cpu"))
     first = torch.tensor([[5.0, 2.0, 1.0, -4.0], [7.0, 1.0, 7.0, -7.0]], dtype=torch.float64)
     bank.merge(("a", "b"), first)
     bank.merge(("a",), torch.tensor([[1.0, 3.0, 0.5, -2.0]], dtype=torch.float64))

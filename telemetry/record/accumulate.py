@@ -1,13 +1,14 @@
 """What a tracker accumulated since its last export: compact on-device state, O(1) per key.
 
 :class:`Window` holds one tracker's recordings by kind: masked stats, scalar streams
-(:class:`ScalarState`) and denominator counts, with the declared masks. A masked statistic
-keeps ``[sum, count, min, -max]`` as one float64 row of a per-device bank, plus
-``bucket_counts`` where bounds are configured. Storing ``-max`` lets one ``minimum`` update
-both extrema; the layout (:mod:`telemetry.record.layout`) tells the DP reduction which
-element takes which op. Nothing here reads a tensor value on the host, so recording never
-synchronises. :meth:`Window.take` moves the keys of an export out (under the tracker's
-lock), and their ``states()`` gives them their layouts for the DP reduction (outside it).
+(each a running state kept on the host, with a device part for tensors) and denominator
+counts, with the declared masks. A masked statistic keeps ``[sum, count, min, -max]`` as
+one float64 row of a per-device bank, plus ``bucket_counts`` where bounds are configured.
+Storing ``-max`` lets one ``minimum`` update both extrema; the layout
+(:mod:`telemetry.record.layout`) tells the DP reduction which element takes which op.
+Nothing here reads a tensor value on the host, so recording never synchronises.
+:meth:`Window.take` moves the keys of an export out (under the tracker's lock), and their
+``states()`` gives them their layouts for the DP reduction (outside it).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from telemetry.record import kernels
 from telemetry.record.layout import DENOMINATOR_LAYOUT, SCALAR_LAYOUT, State, stat_layout
 from telemetry.record.scratch import Scratch
 
-__all__ = ["ScalarState", "Window", "bucket_counts", "to_device"]
+__all__ = ["Window", "bucket_counts", "to_device"]
 
 _INF = float("inf")
 
@@ -130,7 +131,7 @@ def _empty_rows(n: int, device: torch.device) -> torch.Tensor:
     return rows
 
 
-class ScalarState:
+class _ScalarState:
     """Running ``[sum, count, min, -max]`` of a scalar stream, kept on the host.
 
     Python numbers are folded in as floats; tensors are folded in on their device
@@ -159,7 +160,7 @@ class ScalarState:
             self._device_state = _empty_rows(1, value.device)[0]
         _fold_into(self._device_state, sample)
 
-    def merge(self, other: ScalarState) -> None:
+    def merge(self, other: _ScalarState) -> None:
         """Fold ``other``'s stream into this one (its device part stays on its device)."""
         host = torch.tensor(self._host, dtype=torch.float64)
         _fold_into(host, torch.tensor(other._host, dtype=torch.float64))
@@ -193,7 +194,7 @@ class Window:
     def __init__(self) -> None:
         self.stats: dict[str, _StatEntry] = {}
         self.banks: dict[torch.device, _StatBank] = {}
-        self.scalars: dict[str, ScalarState] = {}
+        self.scalars: dict[str, _ScalarState] = {}
         self.denominators: dict[str, torch.Tensor] = {}
         self.masks: dict[str, kernels.MaskBits] = {}
         self.groups: dict[str, object] = {}
@@ -207,6 +208,13 @@ class Window:
         if bank is None:
             bank = self.banks[device] = _StatBank(device)
         return bank
+
+    def scalar(self, key: str) -> _ScalarState:
+        """The scalar stream ``key``, made on first use."""
+        state = self.scalars.get(key)
+        if state is None:
+            state = self.scalars[key] = _ScalarState()
+        return state
 
     def kind(self, key: str) -> str | None:
         """What ``key`` holds here: ``"a stat"``, ``"a scalar"``, ``"a denominator"`` or None."""
@@ -295,7 +303,7 @@ class _Taken:
 
     stats: Mapping[str, _StatEntry]
     rows: Mapping[str, torch.Tensor]
-    scalars: Mapping[str, ScalarState]
+    scalars: Mapping[str, _ScalarState]
     denominators: Mapping[str, torch.Tensor]
     groups: Mapping[str, object]
     """The per-key reduce groups of these keys (keys without one are not listed)."""

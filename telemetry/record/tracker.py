@@ -336,7 +336,7 @@ class DistributedStatsTracker:
                 window.check_kind(key, "a scalar")
             for key, value in checked:
                 _set_group(window, key, reduce_group)
-                state = window.scalars.setdefault(key, accumulate.ScalarState())
+                state = window.scalar(key)
                 if isinstance(value, torch.Tensor):
                     state.add_tensor(value)
                 else:

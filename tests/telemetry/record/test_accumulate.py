@@ -30,12 +30,12 @@ def test_bucket_counts_include_nan_in_last_bucket():
 
 
 def test_scalar_state_host_and_device_parts_combine():
-    state = accumulate.ScalarState()
+    state = accumulate.Window().scalar("x")
     state.add(2.0)
     state.add(-1.0)
     state.add_tensor(torch.tensor(5.0))
     assert state.state().tolist() == [6.0, 3.0, -1.0, -5.0]
-    nan_state = accumulate.ScalarState()
+    nan_state = accumulate.Window().scalar("x")
     nan_state.add(float("nan"))
     nan_state.add(1.0)
     assert all(math.isnan(v) for v in (nan_state.state()[[0, 2, 3]]).tolist())
@@ -84,11 +84,11 @@ def test_bank_merge_adds_sums_and_counts_and_keeps_the_extremes():
 
 
 def test_scalar_state_of_python_numbers_alone():
-    state = accumulate.ScalarState()
+    state = accumulate.Window().scalar("x")
     for value in (2.0, -1.0, 0.5, 3.5, -0.5):
         state.add(value)
     assert state.state().tolist() == [4.5, 5.0, -1.0, -3.5]  # [sum, count, min, -max]
-    falling = accumulate.ScalarState()  # a smaller value after the maximum
+    falling = accumulate.Window().scalar("x")  # a smaller value after the maximum
     falling.add(3.0)
     falling.add(1.0)
     assert falling.state().tolist() == [4.0, 2.0, 1.0, -3.0]

@@ -23,8 +23,7 @@ from telemetry.record.gather import gather_to_first, wants_gather
 from telemetry.record.layout import Reduced, State
 from telemetry.record.points import tracker_points
 from telemetry.record.reduce import ReducedStates, Spreads, reduce_and_vote
-from telemetry.record.source import TRACKER_ID, StateSource
-from telemetry.record.source_key import SourceKey
+from telemetry.record.source import TRACKER_ID, SourceKey, StateSource
 from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
 

@@ -65,7 +65,7 @@ from telemetry.model.errors import KeyMismatchError
 from telemetry.record.comm import Comm, collectives_issued
 from telemetry.record.layout import ReduceOp, State, StateLayout
 from telemetry.record.ordered import decode, encode
-from telemetry.record.source_key import Key, key_name, spelling
+from telemetry.record.source import Key, key_name, spelling
 from telemetry.record.stragglers import RankSpread, Stragglers, quantities
 
 __all__ = [

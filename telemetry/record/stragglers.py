@@ -40,7 +40,7 @@ import torch.distributed as dist
 from telemetry.record.comm import Comm
 from telemetry.record.layout import StateLayout
 from telemetry.record.ordered import decode, encode
-from telemetry.record.source_key import Key
+from telemetry.record.source import Key
 
 __all__ = [
     "RankSpread",

@@ -17,7 +17,7 @@ from telemetry.model.errors import InvalidValueError, KeyMismatchError
 from telemetry.record import export, reduce
 from telemetry.record.layout import ReduceOp
 from telemetry.record.reduce import collectives_issued
-from telemetry.record.source_key import SourceKey
+from telemetry.record.source import SourceKey
 from tests.distributed import run_ranks
 
 

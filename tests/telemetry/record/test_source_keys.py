@@ -12,8 +12,7 @@ from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record.declared import DeclaredStates
 from telemetry.record.layout import Reduced, ReduceOp
-from telemetry.record.source import Collected
-from telemetry.record.source_key import SourceKey, key_name
+from telemetry.record.source import Collected, SourceKey, key_name
 from tests.distributed import run_ranks
 
 

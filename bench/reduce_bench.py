@@ -121,7 +121,7 @@ def per_element_costs() -> dict[str, float]:
 
     from telemetry import stats_tracker
     from telemetry.metrics.moe import MoEBalance
-    from telemetry.record import keyset, reduce
+    from telemetry.record import reduce
     from telemetry.record.comm import Comm
 
     torch.set_num_threads(1)
@@ -131,7 +131,7 @@ def per_element_costs() -> dict[str, float]:
     states.update(moe.collect().states)
     n = sum(len(layout.ops) for layout, _ in states.values())
     ops = [op for key in sorted(states) for op in states[key][0].ops]
-    keys, _ = keyset.agree(Comm(None), {key: layout for key, (layout, _) in states.items()})
+    keys, _ = reduce.agree(Comm(None), {key: layout for key, (layout, _) in states.items()})
     parts = [torch.randn(n, dtype=torch.float64) for _ in range(64)]
 
     def best(fn, repeat: int = 30) -> float:

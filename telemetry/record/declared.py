@@ -25,11 +25,11 @@ import torch
 
 from telemetry.record.layout import PerRank, Reduced, ReduceOp, State, StateKind, StateLayout
 
-__all__ = ["Declaration", "DeclaredStates"]
+__all__ = ["DeclaredStates"]
 
 
 @dataclass(frozen=True, slots=True)
-class Declaration:
+class _Declaration:
     """One declared state: its reduce op (or one per element), size and per-rank quantities.
 
     ``size`` is ``None`` where each collected value sets it (a single op only).
@@ -68,7 +68,7 @@ class DeclaredStates:
 
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
-        self._declared: dict[str, Declaration] = {}
+        self._declared: dict[str, _Declaration] = {}
 
     def add_state(
         self,
@@ -77,7 +77,7 @@ class DeclaredStates:
         *,
         size: int | None = 1,
         per_rank: Sequence[PerRank] = (),
-    ) -> Declaration:
+    ) -> _Declaration:
         """Declare state ``name``.
 
         Args:
@@ -104,13 +104,13 @@ class DeclaredStates:
             size = len(op)
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ValueError(f"{owner}: size must be a positive int or None, got {size!r}")
-        declared = self._declared[name] = Declaration(op, size, tuple(per_rank))
+        declared = self._declared[name] = _Declaration(op, size, tuple(per_rank))
         return declared
 
     def __contains__(self, name: object) -> bool:
         return name in self._declared
 
-    def __getitem__(self, name: str) -> Declaration:
+    def __getitem__(self, name: str) -> _Declaration:
         return self._declared[name]
 
     def __iter__(self) -> Iterator[str]:

@@ -23,13 +23,11 @@ from telemetry.record.gather import gather_to_first, wants_gather
 from telemetry.record.layout import Reduced, State
 from telemetry.record.points import tracker_points
 from telemetry.record.reduce import ReducedStates, Spreads, reduce_and_vote
-from telemetry.record.source import TRACKER_ID, StateSource
-from telemetry.record.source_key import SourceKey, SourceRef
+from telemetry.record.source import TRACKER_ID, SourceKey, StateSource
 from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
 
 __all__ = [
-    "ReducedSources",
     "RegisteredSource",
     "export_sources",
     "reduce_sources",
@@ -87,22 +85,31 @@ class RegisteredSource:
             self._registered = False
 
 
-def _refs(sources: Sequence[StateSource]) -> list[SourceRef]:
+_Ref = tuple[str, int]
+"""One source of an export: its ``source_id`` and, among the sources sharing it, which one
+(0 for trackers, which are unique by name); :attr:`SourceKey.source` of its keys."""
+
+
+def _refs(sources: Sequence[StateSource]) -> list[_Ref]:
     """Each source's reference, equal across ranks that hold sources in the same order:
     trackers are unique by name, other sources sharing a ``source_id`` are counted."""
     seen: dict[str, int] = {}
     refs = []
     for source in sources:
         source_id = source.source_id
-        if source_id.startswith(TRACKER_ID):
-            refs.append(SourceRef(source_id))
+        if _is_tracker(source_id):
+            refs.append((source_id, 0))
             continue
         seen[source_id] = seen.get(source_id, -1) + 1
-        refs.append(SourceRef(source_id, seen[source_id]))
+        refs.append((source_id, seen[source_id]))
     return refs
 
 
-class ReducedSources(NamedTuple):
+def _is_tracker(source_id: str) -> bool:
+    return source_id.startswith(TRACKER_ID)
+
+
+class _ReducedSources(NamedTuple):
     """The states of an export's sources, reduced together and split per source.
 
     ``refs`` holds each source's reference, in the sources' order; ``by_source`` the reduced
@@ -111,8 +118,8 @@ class ReducedSources(NamedTuple):
     straggler views by key, and ``gather`` says whether a rank voted to gather the samples.
     """
 
-    refs: list[SourceRef]
-    by_source: dict[SourceRef, Reduced]
+    refs: list[_Ref]
+    by_source: dict[_Ref, Reduced]
     spreads: Spreads
     gather: bool
 
@@ -130,7 +137,7 @@ def reduce_sources(
     key_sync_group: dist.ProcessGroup | None = None,
     vote: bool = False,
     rank_spreads: bool = True,
-) -> ReducedSources:
+) -> _ReducedSources:
     """Collect the states of ``sources``, reduce them together and split them per source.
 
     The one way states are reduced: :func:`export_sources` and a Twinkle metric's
@@ -169,7 +176,7 @@ def reduce_sources(
         gather, vote = gather or voted, False
         reduced.update(done)
         spreads.update(spread)
-    return ReducedSources(refs, _by_source(refs, reduced), spreads, gather)
+    return _ReducedSources(refs, _by_source(refs, reduced), spreads, gather)
 
 
 def _tracked(source_key: SourceKey) -> bool:
@@ -181,24 +188,24 @@ def _untracked(source_key: SourceKey) -> bool:
 
 
 def _collect(
-    sources: Sequence[StateSource], refs: list[SourceRef], key: str | None, reset: bool
+    sources: Sequence[StateSource], refs: list[_Ref], key: str | None, reset: bool
 ) -> tuple[dict[SourceKey, State], dict[SourceKey, object]]:
     """Every source's states and per-key groups, keyed by :class:`SourceKey`."""
     merged: dict[SourceKey, State] = {}
     key_groups: dict[SourceKey, object] = {}
     for ref, source in zip(refs, sources):
         states, groups = source.collect(key, reset)
-        key_groups.update((SourceKey(ref, name), group) for name, group in groups.items())
-        merged.update((SourceKey(ref, name), state) for name, state in states.items())
+        key_groups.update((SourceKey(*ref, name), group) for name, group in groups.items())
+        merged.update((SourceKey(*ref, name), state) for name, state in states.items())
     return merged, key_groups
 
 
-def _by_source(refs: list[SourceRef], reduced: ReducedStates) -> dict[SourceRef, Reduced]:
+def _by_source(refs: list[_Ref], reduced: ReducedStates) -> dict[_Ref, Reduced]:
     """``reduced`` split per source: each of ``refs`` (maybe empty), then the sources that
     only other ranks hold."""
-    by_source: dict[SourceRef, dict] = {ref: {} for ref in refs}
-    for (ref, name), entry in reduced.items():
-        by_source.setdefault(ref, {})[name] = entry
+    by_source: dict[_Ref, dict] = {ref: {} for ref in refs}
+    for source_key, entry in reduced.items():
+        by_source.setdefault(source_key.source, {})[source_key.key] = entry
     return by_source
 
 
@@ -242,18 +249,18 @@ def export_sources(
     return Stats(points)
 
 
-def _source_points(sources: list[StateSource], result: ReducedSources) -> list[Point]:
+def _source_points(sources: list[StateSource], result: _ReducedSources) -> list[Point]:
     """The points of every source that has reduced states (every tracker), of each tracker
     that only other ranks used, then the straggler views (other sources' first)."""
     points: list[Point] = []
     for ref, source in zip(result.refs, sources):
-        if result.by_source[ref] or ref.is_tracker:
+        if result.by_source[ref] or _is_tracker(ref[0]):
             points.extend(source.build_points(result.by_source[ref]))
     local = set(result.refs)
     for ref, states_of_ref in result.by_source.items():
-        if ref not in local and ref.is_tracker:
+        if ref not in local and _is_tracker(ref[0]):
             points.extend(tracker_points(states_of_ref, {}))
-    for source_key in sorted(result.spreads, key=lambda k: (k.source.is_tracker, k)):
+    for source_key in sorted(result.spreads, key=lambda k: (k.is_tracker, k)):
         layout = result.by_source[source_key.source][source_key.key][0]
         points.extend(rank_spread.spread_points(source_key.key, result.spreads[source_key], layout))
     return points

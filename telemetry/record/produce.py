@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from telemetry.record.window import Window
+from telemetry.record.accumulate import Window
 
 __all__ = ["Refusals", "masks_of", "merge", "staged", "staged_window", "target", "withdraw_owned"]
 
@@ -99,7 +99,7 @@ def _merge_states(main: Window, part: Window) -> None:
     main.masks.update(part.masks)
     main.groups.update(part.groups)
     for key, state in part.scalars.items():
-        main.scalars.setdefault(key, type(state)()).merge(state)
+        main.scalar(key).merge(state)
     by_device: dict[torch.device, list[str]] = {}
     for key, entry in part.stats.items():
         by_device.setdefault(entry.device, []).append(key)

@@ -33,7 +33,7 @@ import threading
 
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.model.units import TIMING_SCOPE, key_unit
-from telemetry.record import straggler_settings
+from telemetry.record import stragglers
 from telemetry.record.layout import StateLayout
 from telemetry.record.stragglers import RankSpread
 
@@ -94,16 +94,16 @@ def straggler_view(
     history: int | None = None,
     slots: int | None = None,
     max_series: int | None = None,
-) -> straggler_settings.Settings:
+) -> stragglers.Settings:
     """Change the view's settings (``None`` keeps one); return them.
 
     ``top_k``: ranks named per quantity (default 8); ``history``: exports the chronic
     counts span (default 50); ``slots``: the first round's slots (default 64; see
-    :class:`~telemetry.record.straggler_settings.Settings`); ``max_series``: per-rank
+    :class:`~telemetry.record.stragglers.Settings`); ``max_series``: per-rank
     series values per reduction (default 4096). Every rank must make the same change.
     """
     changes = {"top_k": top_k, "history": history, "slots": slots, "max_series": max_series}
-    return straggler_settings.configure(**{k: v for k, v in changes.items() if v is not None})
+    return stragglers.configure(**{k: v for k, v in changes.items() if v is not None})
 
 
 def _view(key: str) -> tuple[bool, bool]:

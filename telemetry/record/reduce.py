@@ -11,7 +11,7 @@ Collectives per call, whatever the number of keys:
 
 * world size 1 or ``group=None`` (rank-local, as in AReaL): none;
 * ranks agree on the key set (the usual case): the 40-byte agreement check
-  (:mod:`telemetry.record.keyset`, which also carries one yes/no vote:
+  (:func:`agree`, below, which also carries one yes/no vote:
   :func:`reduce_and_vote`), one SUM all-reduce of every summed element and one
   MIN all-reduce of every minimum and negated maximum (sent as order-preserving int64,
   :mod:`telemetry.record.ordered`, so NaN propagates); one more small MIN all-reduce when
@@ -27,10 +27,32 @@ payload, so the bytes per rank do not grow with the world size, and an all-reduc
 every rank the same bits. On NCCL the payload, the reduction and the straggler values stay
 on the group's device; the host reads the 40-byte check and then the reduced vector in one
 copy.
+
+Agreeing on the keys of one reduction (:func:`agree`): an O(1) check, and a cache of agreed
+unions. Every rank proposes a key set and sends ``[proposal, -proposal, own, -own, -vote]``
+(digests of key specs, 63 bits, and a yes/no vote as 1/0) in one int64 MIN all-reduce of 40
+bytes, whatever the world size. The minimum of ``-vote`` is -1 when any rank voted yes (the
+export's "does a rank other than the first hold rollout samples": the samples are gathered
+only then). The minimum of ``x`` equals minus the minimum of ``-x`` only when every rank sent
+the same ``x``, so:
+
+* every rank holds the same keys (own digests agree): reduce those;
+* the proposals agree: every rank proposed the same cached union, which covers its own
+  keys: reduce over it (a key no rank holds this time is dropped after the reduction);
+* neither: the ranks exchange their layouts (``all_gather_object``, the only step whose
+  bytes grow with the world size), agree on the union, and cache it.
+
+A rank proposes the most recently agreed union (per group, at most :data:`CACHED_UNIONS`)
+that holds each of its keys with the same layout, else its own set. The caches are equal on
+every rank, since each agreed union is computed from the same exchanged data; a steady
+state where some ranks always record keys that others do not exchanges layouts once, and
+again only when a rank's key specs change. A cached union is only ever used after every
+rank proposed its digest, so the cache can make an export slower, never wrong.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,15 +62,16 @@ import torch
 import torch.distributed as dist
 
 from telemetry.model.errors import KeyMismatchError
-from telemetry.record import keyset
 from telemetry.record.comm import Comm, collectives_issued
 from telemetry.record.layout import ReduceOp, State, StateLayout
 from telemetry.record.ordered import decode, encode
-from telemetry.record.source_key import Key, key_name
+from telemetry.record.source import Key, key_name, spelling
 from telemetry.record.stragglers import RankSpread, Stragglers, quantities
 
 __all__ = [
+    "CACHED_UNIONS",
     "RankSpread",
+    "agree",
     "collectives_issued",
     "reduce_and_vote",
     "reduce_states",
@@ -58,6 +81,99 @@ __all__ = [
 ReducedStates = dict[Key, tuple[StateLayout, np.ndarray]]
 Spreads = dict[Key, dict[str, RankSpread]]
 _PLANS = 16  # element plans cached, by digest of the key specs
+
+CACHED_UNIONS = 8
+"""Agreed unions remembered per group, most recently used first."""
+CACHED_GROUPS = 64
+"""Groups with remembered unions, the least recently agreed forgotten first."""
+_unions_lock = threading.Lock()
+_unions: dict[int, list[_KeySet]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _KeySet:
+    """Sorted keys with their layouts and the digest of their specs.
+
+    ``held_by_all`` says every rank of the reduction holds every key; when False some keys
+    may be held by no rank this time (the reduction counts holders to drop them).
+    """
+
+    keys: tuple[Key, ...]
+    layouts: Mapping[Key, StateLayout]
+    digest: int
+    held_by_all: bool = True
+
+    @staticmethod
+    def of(layouts: Mapping[Key, StateLayout], held_by_all: bool = True) -> _KeySet:
+        keys = tuple(sorted(layouts))
+        text = "\n".join(f"{spelling(key)}\t{layouts[key].description}" for key in keys)
+        digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+        return _KeySet(keys, {key: layouts[key] for key in keys}, digest >> 1, held_by_all)
+
+    def covers(self, layouts: Mapping[Key, StateLayout]) -> bool:
+        """Whether every key of ``layouts`` is here with the same layout."""
+        mine = self.layouts
+        return all(
+            key in mine and mine[key].description == layout.description
+            for key, layout in layouts.items()
+        )
+
+
+def agree(
+    comm: Comm, layouts: Mapping[Key, StateLayout], vote: bool = False
+) -> tuple[_KeySet, bool]:
+    """The key set every rank of ``comm`` reduces over (see the module docstring), and
+    whether any rank passed ``vote=True`` (the same answer on every rank).
+
+    Raises:
+        KeyMismatchError: a key has different layouts on different ranks (on every rank).
+    """
+    own = _KeySet.of(layouts)
+    if comm.world == 1:
+        return own, vote
+    with _unions_lock:
+        cache = list(_unions.get(comm.key, ()))
+    proposal = next((union for union in cache if union.covers(layouts)), own)
+    header = torch.tensor(
+        [proposal.digest, -proposal.digest, own.digest, -own.digest, -int(vote)],
+        dtype=torch.int64,
+    )
+    low = comm.all_reduce(header.to(comm.device), dist.ReduceOp.MIN).tolist()
+    voted = low[4] < 0
+    if low[2] == -low[3]:
+        return own, voted
+    if low[0] == -low[1]:
+        _remember(comm.key, proposal)
+        return _KeySet(proposal.keys, proposal.layouts, proposal.digest, held_by_all=False), voted
+    union = _KeySet.of(_union(comm.all_gather_object(dict(layouts))), held_by_all=False)
+    _remember(comm.key, union)
+    return union, voted
+
+
+def _remember(group_key: int, union: _KeySet) -> None:
+    with _unions_lock:
+        cache = [u for u in _unions.pop(group_key, ()) if u.digest != union.digest]
+        _unions[group_key] = [union, *cache][:CACHED_UNIONS]  # most recent group last
+        while len(_unions) > CACHED_GROUPS:
+            del _unions[next(iter(_unions))]
+
+
+def _union(all_layouts: list[dict[Key, StateLayout]]) -> dict[Key, StateLayout]:
+    """The union of every rank's layouts; a key with different layouts raises."""
+    union: dict[Key, StateLayout] = {}
+    conflicts: dict[Key, set[str]] = {}
+    for layouts in all_layouts:
+        for key, layout in layouts.items():
+            seen = union.setdefault(key, layout)
+            if seen.description != layout.description:
+                conflicts.setdefault(key, {seen.description}).add(layout.description)
+    if conflicts:
+        details = "; ".join(
+            f"{key_name(key)}: {' vs '.join(sorted(descs))}"
+            for key, descs in sorted(conflicts.items())
+        )
+        raise KeyMismatchError(f"ranks recorded keys with different layouts: {details}")
+    return union
 
 
 @dataclass(slots=True)
@@ -79,7 +195,7 @@ _lock = threading.Lock()
 _plans: dict[int, _Plan] = {}
 
 
-def _plan(keys: keyset.KeySet) -> _Plan:
+def _plan(keys: _KeySet) -> _Plan:
     with _lock:
         plan = _plans.pop(keys.digest, None)
     if plan is None:
@@ -152,7 +268,7 @@ def reduce_and_vote(
                 f"layout {layout.description} has {len(layout.ops)}"
             )
     comm = Comm(group)
-    keys, voted = keyset.agree(comm, {k: layout for k, (layout, _) in states.items()}, vote)
+    keys, voted = agree(comm, {k: layout for k, (layout, _) in states.items()}, vote)
     if not keys.keys:
         return {}, {}, voted
     plan = _plan(keys)
@@ -201,7 +317,7 @@ def _held(keys: tuple[Key, ...], counts: np.ndarray) -> set[Key]:
     return {key for key, count in zip(keys, counts) if count > 0}
 
 
-def _flat_payload(keys: keyset.KeySet, states: Mapping[Key, State], device: torch.device):
+def _flat_payload(keys: _KeySet, states: Mapping[Key, State], device: torch.device):
     """One float64 vector of every state (the identity where this rank has none), with one
     copy per source device."""
     by_device: dict[torch.device, list[torch.Tensor]] = {}

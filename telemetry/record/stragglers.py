@@ -17,29 +17,112 @@ round over those slots follows; each round names a new rank per slot, so at most
 rounds in all. Results are exact (ties: lowest rank first) and equal on every rank.
 
 Per-rank series (``rank_series``) are gathered to the group's first rank only, for the
-keys asked and up to ``Settings.max_series`` values.
+keys asked and up to :attr:`Settings.max_series` values.
+
+The settings (:class:`Settings`) must be the same on every rank of a reduction (they size
+the collectives). The chronic-straggler history is a pure function of the exports' top-k
+lists, which every rank computes from the same reduced data, so it is the same on every
+rank.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from telemetry.record import straggler_settings
 from telemetry.record.comm import Comm
 from telemetry.record.layout import StateLayout
 from telemetry.record.ordered import decode, encode
-from telemetry.record.source_key import Key
+from telemetry.record.source import Key
 
-__all__ = ["RankSpread", "Stragglers", "quantities"]
+__all__ = [
+    "RankSpread",
+    "Settings",
+    "Stragglers",
+    "configure",
+    "quantities",
+    "settings",
+]
 
 _log = logging.getLogger(__name__)
 _warned: set[Key] = set()
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the straggler view is computed.
+
+    Args:
+        top_k: how many of the slowest ranks each tracked quantity names.
+        history: how many of the last exports the chronic-straggler counts span.
+        slots: the first straggler round spreads ranks over this many slots (rank modulo
+            ``slots``; 4 int64 per slot per tracked quantity, whatever the world size).
+            Two of the ``top_k`` slowest ranks in one slot cost one more small round.
+        max_series: the most per-rank series (ranks x quantities) one reduction gathers
+            for :func:`~telemetry.record.rank_spread.rank_series` keys; keys past it (in
+            key order) keep their aggregate series and log one warning.
+    """
+
+    top_k: int = 8
+    history: int = 50
+    slots: int = 64
+    max_series: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("top_k", "history", "slots", "max_series"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"straggler view: {name} must be a positive int, got {value!r}")
+
+
+_lock = threading.Lock()
+_settings = Settings()
+_history: dict[tuple[Key, str], deque[tuple[int, ...]]] = {}
+
+
+def settings() -> Settings:
+    """The current settings."""
+    with _lock:
+        return _settings
+
+
+def configure(**changes: int) -> Settings:
+    """Change some settings (see :class:`Settings`); return the new ones.
+
+    Every rank must make the same change. Changing ``top_k`` or ``history`` starts the
+    chronic-straggler counts afresh.
+    """
+    global _settings
+    with _lock:
+        new = replace(_settings, **changes)
+        if (new.top_k, new.history) != (_settings.top_k, _settings.history):
+            _history.clear()
+        _settings = new
+        return new
+
+
+def _chronic(
+    key: tuple[Key, str], top: tuple[int, ...], current: Settings
+) -> tuple[tuple[tuple[int, int], ...], int]:
+    """Record this export's top-k ranks of ``key``; return the ``top_k`` ranks most often in
+    the top k over the last ``history`` exports (most first, lowest rank on ties) with how
+    many exports each, and how many exports the history holds."""
+    with _lock:
+        past = _history.get(key)
+        if past is None or past.maxlen != current.history:
+            past = _history[key] = deque(maxlen=current.history)
+        past.append(top)
+        counts = Counter(rank for ranks in past for rank in ranks)
+        held = len(past)
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return tuple(ranked[: current.top_k]), held
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +145,7 @@ class RankSpread:
 
 
 @dataclass(frozen=True, slots=True)
-class Quantity:
+class _Quantity:
     """A tracked quantity: element indices into the flat state vector, where index ``n``
     (one past the end) holds 1.0 for a quantity without denominator or presence flag."""
 
@@ -81,7 +164,7 @@ def quantities(
     n: int,
     spread: Callable[[Key], bool],
     series: Callable[[Key], bool],
-) -> list[Quantity]:
+) -> list[_Quantity]:
     """The per-rank quantities of the keys ``spread`` picks, in key order."""
     out = []
     for key in keys:
@@ -92,15 +175,15 @@ def quantities(
         for q in layout.per_rank:
             den = n if q.denominator is None else start + q.denominator
             present = n if q.present is None else start + q.present
-            out.append(Quantity(key, q.suffix, start + q.numerator, den, present, wanted))
+            out.append(_Quantity(key, q.suffix, start + q.numerator, den, present, wanted))
     return out
 
 
 class Stragglers:
     """The straggler part of one reduction over ``comm`` (see the module docstring)."""
 
-    def __init__(self, comm: Comm, qs: list[Quantity], flat: torch.Tensor) -> None:
-        self.comm, self.qs, self.settings = comm, qs, straggler_settings.settings()
+    def __init__(self, comm: Comm, qs: list[_Quantity], flat: torch.Tensor) -> None:
+        self.comm, self.qs, self.settings = comm, qs, settings()
         self.slots = min(self.settings.slots, comm.world)
         ext = torch.cat([flat, torch.ones(1, dtype=flat.dtype, device=flat.device)])
         index = torch.tensor([[q.numerator, q.denominator, q.present] for q in qs]).reshape(-1, 3)
@@ -147,8 +230,8 @@ class Stragglers:
             if world > 1:
                 ranks = tuple(rank for rank, _ in top)
                 name = (quantity.key, quantity.suffix)
-                chronic, exports = straggler_settings.chronic(name, ranks, self.settings)
-                extra = {"top": tuple(top), "chronic": chronic, "exports": exports}
+                often, exports = _chronic(name, ranks, self.settings)
+                extra = {"top": tuple(top), "chronic": often, "exports": exports}
             spread = RankSpread(float(lows[i]), high, slowest, series.get(i, ()), **extra)
             out.setdefault(quantity.key, {})[quantity.suffix] = spread
         return out

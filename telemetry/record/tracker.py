@@ -2,20 +2,33 @@
 
 The one tracker class: AReaL's surface (``areal.utils.stats_tracker.DistributedStatsTracker``:
 ``scope``, ``scope_func_wrapper``, ``disable_scope``, ``record_timing``, ``denominator``,
-``stat``, ``scalar``, ``export``) on rltel's core. Keys follow AReaL's rules
-(:mod:`telemetry.record.keys`). A stat is accumulated per call into a fixed-size on-device
-state (see :mod:`telemetry.record.accumulate`); ``export`` reduces every key across the
-data-parallel group with a constant number of collectives and returns AReaL's flat dict
-as a :class:`~telemetry.record.stats.Stats`. A tracker is a
+``stat``, ``scalar``, ``export``) on rltel's core. Keys follow AReaL's rules (below). A
+stat is accumulated per call into a fixed-size on-device state (see
+:mod:`telemetry.record.accumulate`); ``export`` reduces every key across the data-parallel
+group with a constant number of collectives and returns AReaL's flat dict as a
+:class:`~telemetry.record.stats.Stats`. A tracker is a
 :class:`~telemetry.record.source.StateSource`, as every other producer.
+
+Keys are ``<tracker name>/<scope>/.../<key>``. The scope stack is per thread and per
+asyncio task. As in AReaL's ``areal.utils.stats_tracker``:
+
+- ``scope(name)`` strips ``/`` from the ends of ``name`` (and the tracker name too);
+- inside ``disable_scope()`` keys have no enclosing scope and no tracker name (AReaL clears
+  its whole scope stack, which holds the name too); scopes opened inside it still nest;
+- a timing is ``timeperf/<name>`` (:func:`timing_key`), recorded bare: the same key in any
+  scope and any named tracker.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -25,16 +38,23 @@ from telemetry.model.errors import (
     UnknownDenominatorError,
 )
 from telemetry.model.snapshot import Point, StatReduce
+from telemetry.model.units import TIMING_SCOPE
 from telemetry.record import accumulate, checks, export, kernels, phase, produce
-from telemetry.record.keys import KeyScope, timing_key
+from telemetry.record.accumulate import Window
 from telemetry.record.layout import Reduced
 from telemetry.record.points import tracker_points
 from telemetry.record.source import TRACKER_ID, Collected
 from telemetry.record.stats import Stats
-from telemetry.record.window import Window
 
 ReduceType = StatReduce
 """AReaL's name for the reduce-type enum; ``SCALAR`` is what ``scalar()`` records."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def timing_key(name: str) -> str:
+    """AReaL's key of ``record_timing(name)``: ``timeperf/<name>``."""
+    return f"{TIMING_SCOPE}/{name}"
 
 
 class DistributedStatsTracker:
@@ -45,8 +65,14 @@ class DistributedStatsTracker:
     """
 
     def __init__(self, name: str = "") -> None:
-        self._keys = KeyScope(name)
-        self.name = self._keys.name
+        self.name = name.strip("/")
+        tag = f"{self.name or 'default'}_{id(self)}"
+        self._scope: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+            f"rltel_scope_{tag}", default=()
+        )
+        self._bare: contextvars.ContextVar[bool] = contextvars.ContextVar(
+            f"rltel_bare_{tag}", default=False
+        )
         self.source_id = TRACKER_ID + self.name
         self._lock = threading.Lock()
         self._window = Window()
@@ -54,25 +80,58 @@ class DistributedStatsTracker:
         self.refusals = produce.Refusals()
         """Producer calls refused or taken back (:mod:`telemetry.record.produce`)."""
 
-    # -- keys and scopes (AReaL's rules: telemetry.record.keys) -----------------------
+    # -- keys and scopes (AReaL's rules: the module docstring) ------------------------
 
     def full_key(self, key: str) -> str:
-        """``key`` under this tracker's name and the current scope."""
-        return self._keys.full(key)
+        """``key`` under this tracker's name and the current scope (inside
+        :meth:`disable_scope`, under its scopes only)."""
+        if self._bare.get():
+            return "/".join(part for part in (*self._scope.get(), key) if part)
+        return "/".join(part for part in (self.name, *self._scope.get(), key) if part)
 
-    def scope(self, name: str) -> AbstractContextManager[None]:
+    @contextmanager
+    def scope(self, name: str) -> Iterator[None]:
         """Nest keys recorded inside under ``name`` (``/`` stripped from its ends);
         exception-safe, per thread/task."""
-        return self._keys.scope(name)
+        token = self._scope.set((*self._scope.get(), name.strip("/")))
+        try:
+            yield
+        finally:
+            self._scope.reset(token)
 
-    def disable_scope(self) -> AbstractContextManager[None]:
+    @contextmanager
+    def disable_scope(self) -> Iterator[None]:
         """Record bare keys inside (no enclosing scope, no tracker name), as AReaL does;
         scopes opened inside still nest."""
-        return self._keys.bare()
+        scope_token = self._scope.set(())
+        bare_token = self._bare.set(True)
+        try:
+            yield
+        finally:
+            self._bare.reset(bare_token)
+            self._scope.reset(scope_token)
 
-    def scope_func_wrapper(self, name: str) -> Callable[[Callable], Callable]:
+    def scope_func_wrapper(self, name: str) -> Callable[[F], F]:
         """A decorator running the function (or coroutine function) inside ``scope(name)``."""
-        return self._keys.wrapper(name)
+
+        def decorator(func: F) -> F:
+            if inspect.iscoroutinefunction(func):
+
+                @functools.wraps(func)
+                async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                    with self.scope(name):
+                        return await func(*args, **kwargs)
+
+                return async_wrapper  # type: ignore[return-value]
+
+            @functools.wraps(func)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                with self.scope(name):
+                    return func(*args, **kwargs)
+
+            return wrapper  # type: ignore[return-value]
+
+        return decorator
 
     @contextmanager
     def record_timing(self, key: str) -> Iterator[None]:
@@ -85,7 +144,7 @@ class DistributedStatsTracker:
         finally:
             phase.leave(key)
             elapsed = time.perf_counter() - start
-            with self._keys.bare():
+            with self.disable_scope():
                 self.scalar(**{timing_key(key): elapsed})
 
     def set_bucket_bounds(self, name: str, bounds: Sequence[float] | None) -> None:
@@ -277,7 +336,7 @@ class DistributedStatsTracker:
                 window.check_kind(key, "a scalar")
             for key, value in checked:
                 _set_group(window, key, reduce_group)
-                state = window.scalars.setdefault(key, accumulate.ScalarState())
+                state = window.scalar(key)
                 if isinstance(value, torch.Tensor):
                     state.add_tensor(value)
                 else:

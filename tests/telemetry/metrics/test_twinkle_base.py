@@ -17,7 +17,7 @@ from telemetry.model.errors import InvalidValueError, KeyMismatchError
 from telemetry.record import export, reduce
 from telemetry.record.layout import ReduceOp
 from telemetry.record.reduce import collectives_issued
-from telemetry.record.source_key import SourceKey, SourceRef
+from telemetry.record.source import SourceKey
 from tests.distributed import run_ranks
 
 
@@ -142,7 +142,7 @@ def _export_reductions(calls: list[list]) -> Iterator[None]:
 
 
 def _source_keys(name: str, states: tuple[str, ...]) -> list[SourceKey]:
-    return sorted(SourceKey(SourceRef(f"twinkle/{name}"), f"twinkle/{name}/{s}") for s in states)
+    return sorted(SourceKey(f"twinkle/{name}", 0, f"twinkle/{name}/{s}") for s in states)
 
 
 EXTREMES = ("high", "latest", "low", "n", "total")

@@ -1,4 +1,4 @@
-"""Compact state: the per-device stat bank, scalar states, bucket counts."""
+"""Compact state: a window's per-device stat bank, scalar states, bucket counts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from telemetry.record import accumulate, kernels
 
 
 def test_bank_rows_accumulate_and_take_resets_only_the_taken_keys():
-    bank = accumulate.StatBank(torch.device("cpu"))
+    bank = accumulate.Window().bank(torch.device("cpu"))
     mask = torch.tensor([True, False, True])
     masks = kernels.MaskBits(mask, torch.tensor(2.0, dtype=torch.float64))
     bank.fold(("a", "b"), masks, [torch.tensor([1.0, 9.0, 3.0]), torch.tensor([-1.0, 9.0, 0.5])])
@@ -30,12 +30,12 @@ def test_bucket_counts_include_nan_in_last_bucket():
 
 
 def test_scalar_state_host_and_device_parts_combine():
-    state = accumulate.ScalarState()
+    state = accumulate.Window().scalar("x")
     state.add(2.0)
     state.add(-1.0)
     state.add_tensor(torch.tensor(5.0))
     assert state.state().tolist() == [6.0, 3.0, -1.0, -5.0]
-    nan_state = accumulate.ScalarState()
+    nan_state = accumulate.Window().scalar("x")
     nan_state.add(float("nan"))
     nan_state.add(1.0)
     assert all(math.isnan(v) for v in (nan_state.state()[[0, 2, 3]]).tolist())
@@ -59,7 +59,7 @@ def test_bucket_counts_are_upper_inclusive_and_match_a_reference():
 
 
 def test_keys_new_to_a_bank_in_one_call_each_get_a_row_of_their_own():
-    bank = accumulate.StatBank(torch.device("cpu"))
+    bank = accumulate.Window().bank(torch.device("cpu"))
     mask = torch.tensor([True, True])
     masks = kernels.MaskBits(mask, torch.tensor(2.0, dtype=torch.float64))
     bank.fold(("a",), masks, [torch.tensor([1.0, 2.0])])
@@ -74,7 +74,7 @@ def test_keys_new_to_a_bank_in_one_call_each_get_a_row_of_their_own():
 
 
 def test_bank_merge_adds_sums_and_counts_and_keeps_the_extremes():
-    bank = accumulate.StatBank(torch.device("cpu"))
+    bank = accumulate.Window().bank(torch.device("cpu"))
     first = torch.tensor([[5.0, 2.0, 1.0, -4.0], [7.0, 1.0, 7.0, -7.0]], dtype=torch.float64)
     bank.merge(("a", "b"), first)
     bank.merge(("a",), torch.tensor([[1.0, 3.0, 0.5, -2.0]], dtype=torch.float64))
@@ -84,11 +84,11 @@ def test_bank_merge_adds_sums_and_counts_and_keeps_the_extremes():
 
 
 def test_scalar_state_of_python_numbers_alone():
-    state = accumulate.ScalarState()
+    state = accumulate.Window().scalar("x")
     for value in (2.0, -1.0, 0.5, 3.5, -0.5):
         state.add(value)
     assert state.state().tolist() == [4.5, 5.0, -1.0, -3.5]  # [sum, count, min, -max]
-    falling = accumulate.ScalarState()  # a smaller value after the maximum
+    falling = accumulate.Window().scalar("x")  # a smaller value after the maximum
     falling.add(3.0)
     falling.add(1.0)
     assert falling.state().tolist() == [4.0, 2.0, 1.0, -3.0]

@@ -12,8 +12,7 @@ from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record.declared import DeclaredStates
 from telemetry.record.layout import Reduced, ReduceOp
-from telemetry.record.source import Collected
-from telemetry.record.source_key import SourceKey, SourceRef, key_name
+from telemetry.record.source import Collected, SourceKey, key_name
 from tests.distributed import run_ranks
 
 
@@ -38,16 +37,12 @@ class Depth:
 
 
 def test_a_source_key_names_the_key_and_its_source():
-    assert str(SourceKey(SourceRef("tracker:rollout"), "rollout/loss")) == (
+    assert str(SourceKey("tracker:rollout", 0, "rollout/loss")) == (
         "key 'rollout/loss' of tracker 'rollout'"
     )
-    assert str(SourceKey(SourceRef("tracker:"), "loss")) == "key 'loss' of the default tracker"
-    assert (
-        str(SourceKey(SourceRef("queue"), "queue/depth")) == "key 'queue/depth' of source 'queue'"
-    )
-    assert str(SourceKey(SourceRef("queue", 1), "queue/depth")) == (
-        "key 'queue/depth' of source 'queue' #2"
-    )
+    assert str(SourceKey("tracker:", 0, "loss")) == "key 'loss' of the default tracker"
+    assert str(SourceKey("queue", 0, "queue/depth")) == "key 'queue/depth' of source 'queue'"
+    assert str(SourceKey("queue", 1, "queue/depth")) == "key 'queue/depth' of source 'queue' #2"
     assert key_name("loss") == "'loss'"  # a plain reduction's key, as before
 
 

@@ -20,7 +20,7 @@ from telemetry.record import rank_spread
 from telemetry.record.comm import collectives_issued
 from telemetry.record.layout import PerRank, ReduceOp, StateKind, StateLayout
 from telemetry.record.reduce import reduce_with_spread
-from telemetry.record.straggler_settings import Settings
+from telemetry.record.stragglers import Settings
 from tests.distributed import run_ranks
 
 WORLD = 8

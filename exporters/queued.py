@@ -118,7 +118,7 @@ class QueuedSink(Generic[Item]):
         self._backlog = BoundedQueue(self.policy.queue_size)
         self._tally = Tally()
         self._caller = TimedCaller(f"rltel-sink-{self.name}")
-        self._drain = QueueWorker(
+        self._worker = QueueWorker(
             self.sink, self.policy, self._backlog, self._tally, self._caller, self.name
         )
         self._worker: threading.Thread | None = None
@@ -135,8 +135,8 @@ class QueuedSink(Generic[Item]):
         """
         self.journal = journal
         self.sink.keep_in(journal.directory)
-        self._drain.acks = Checkpoints(
-            journal, lambda: self._drain.flush_sink(self.policy.timeout_s), self.sink.settle_s
+        self._worker.acks = Checkpoints(
+            journal, lambda: self._worker.flush_sink(self.policy.timeout_s), self.sink.settle_s
         )
         pending, journal.pending = journal.pending, []
         if pending:
@@ -161,7 +161,7 @@ class QueuedSink(Generic[Item]):
         """
         if self._in_fork():
             return False  # the sink belongs to the parent: not even its counters
-        if self._drain.spill_submitted(snapshot):  # an outage: on disk before this returns
+        if self._worker.spill_submitted(snapshot):  # an outage: on disk before this returns
             if reserved:
                 self._backlog.release(1)
             return True
@@ -170,7 +170,7 @@ class QueuedSink(Generic[Item]):
             self._ensure_worker()
             return True
         self._tally.add(dropped=1)
-        self._drain.discard(snapshot)
+        self._worker.discard(snapshot)
         return False
 
     def reserve(self, n: int) -> int | None:
@@ -238,7 +238,7 @@ class QueuedSink(Generic[Item]):
             if worker.is_alive() and not self._caller.stalled:
                 # End the call in flight, so that the worker spills or counts what it holds
                 # before this returns (an abandoned call would make the sink's shutdown fail).
-                self._drain.stop()
+                self._worker.stop()
                 self._shutdown_sink(deadline)
                 worker.join(max(0.0, deadline - time.monotonic()))
         with self._backlog.cond:
@@ -246,7 +246,7 @@ class QueuedSink(Generic[Item]):
                 return
             self._shutdown_done = True
         if self.overflow is not None:
-            self._drain.spill_queue()
+            self._worker.spill_queue()
         self._drop_queue()
         if self._caller.stalled:
             # A slow export abandoned earlier may still finish within the deadline; the
@@ -274,7 +274,7 @@ class QueuedSink(Generic[Item]):
         with self._backlog.cond:
             if self._worker is None:
                 self._worker = threading.Thread(
-                    target=self._drain.run, name=f"rltel-sink-{self.name}", daemon=True
+                    target=self._worker.run, name=f"rltel-sink-{self.name}", daemon=True
                 )
                 self._worker.start()
 
@@ -289,7 +289,7 @@ class QueuedSink(Generic[Item]):
         for snapshot, charge, _ in snapshots:
             if charge is not None:
                 charge.done()
-            self._drain.discard(snapshot)
+            self._worker.discard(snapshot)
 
     def _shutdown_sink(self, deadline: float) -> None:
         """Call the sink's shutdown once, within what is left of ``deadline``."""
@@ -304,7 +304,7 @@ class QueuedSink(Generic[Item]):
             reraise_at_exit(exc)
             logger.warning("sink %s: shutdown raised %s: %s", self.name, type(exc).__name__, exc)
         else:
-            if self._drain.acks is not None:
-                self._drain.acks.final()
+            if self._worker.acks is not None:
+                self._worker.acks.final()
         if self.journal is not None:
             self.journal.close()

@@ -121,7 +121,7 @@ class QueuedSink(Generic[Item]):
         self._worker = QueueWorker(
             self.sink, self.policy, self._backlog, self._tally, self._caller, self.name
         )
-        self._worker: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
         self._shutdown_done = self._sink_shut = False
 
     def journal_to(self, journal: Journal) -> None:
@@ -232,15 +232,15 @@ class QueuedSink(Generic[Item]):
             return
         deadline = time.monotonic() + timeout_s
         self.close(timeout_s)
-        worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
-            worker.join(max(0.0, deadline - min(CANCEL_GRACE_S, timeout_s / 4) - time.monotonic()))
-            if worker.is_alive() and not self._caller.stalled:
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - min(CANCEL_GRACE_S, timeout_s / 4) - time.monotonic()))
+            if thread.is_alive() and not self._caller.stalled:
                 # End the call in flight, so that the worker spills or counts what it holds
                 # before this returns (an abandoned call would make the sink's shutdown fail).
                 self._worker.stop()
                 self._shutdown_sink(deadline)
-                worker.join(max(0.0, deadline - time.monotonic()))
+                thread.join(max(0.0, deadline - time.monotonic()))
         with self._backlog.cond:
             if self._shutdown_done:
                 return
@@ -272,11 +272,11 @@ class QueuedSink(Generic[Item]):
 
     def _ensure_worker(self) -> None:
         with self._backlog.cond:
-            if self._worker is None:
-                self._worker = threading.Thread(
+            if self._thread is None:
+                self._thread = threading.Thread(
                     target=self._worker.run, name=f"rltel-sink-{self.name}", daemon=True
                 )
-                self._worker.start()
+                self._thread.start()
 
     def _drop_queue(self) -> None:
         """Count what is still queued as dropped; answer pending flushes."""

@@ -258,7 +258,7 @@ def test_a_sink_raising_any_base_exception_is_caught_logged_counted_degraded(err
     assert exiting.calls == 5 and len(good.snapshots) == 5
     assert f"raised {type(error).__name__}" in caplog.text
     assert "force_flush raised" in caplog.text
-    worker = fan.queued[0]._worker
+    worker = fan.queued[0]._thread
     assert worker is not None and worker.is_alive()  # the worker survived every raise
     exiting.failing = False
     assert fan.export(snap(5))

@@ -58,7 +58,7 @@ class Otlp:
     def settled(self, timeout_s: float = 10.0) -> None:
         """Wait for the worker to end: on a loaded machine it may spill what it held after
         shutdown's deadline (the design says so), and a test reads the spool after that."""
-        worker = self.queued._worker
+        worker = self.queued._thread
         if worker is not None:
             worker.join(timeout_s)
             assert not worker.is_alive(), "the sink's worker did not end"

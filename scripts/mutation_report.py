@@ -199,6 +199,13 @@ JUDGED: dict[str, dict[str, str]] = {
         ),
         "self._device_state = _empty_rows( 2, value.device)[0]": _SAME_ROW,
         "self._device_state = _empty_rows(1, value.device)[ -1]": _SAME_ROW,
+        "if entry is not None and entry.reduce != reduce:": (
+            "reduce types are enum members: identity and equality agree"
+        ),
+        "n_buckets = -1": "(ReduceOp.SUM,) * -1 is empty: the layout of 0 bucket counts",
+        "@dataclass(frozen=False, slots=True)": (
+            "_Taken: no code assigns its fields or hashes it (frozen only guards)"
+        ),
     },
     "telemetry/record/reduce.py": {
         'return int.from_bytes(hashlib.blake2b(text, digest_size= 7).digest(), "little", '

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
+from telemetry.model.errors import InvalidValueError
+from telemetry.model.snapshot import StatReduce
 from telemetry.record import accumulate, kernels
 
 
@@ -99,3 +102,54 @@ def test_to_device_puts_the_tensor_on_the_device_asked_for():
     assert accumulate.to_device(host, torch.device("cpu")) is host  # nothing to copy
     moved = accumulate.to_device(host, torch.device("meta"))  # neither CPU nor CUDA
     assert moved.device.type == "meta" and moved.shape == host.shape
+
+
+def _window_with_stats(*keys: str) -> accumulate.Window:
+    """A window holding a masked stat per key (values 1 and 3 over a two-of-three mask)."""
+    window = accumulate.Window()
+    for key in keys:  # equal devices, never the same object, as tensors' devices are
+        window.add_stat(key, StatReduce.AVG_MIN_MAX, torch.device("cpu"), ())
+    masks = kernels.MaskBits(
+        torch.tensor([True, False, True]), torch.tensor(2.0, dtype=torch.float64)
+    )
+    window.bank(torch.device("cpu")).fold(keys, masks, [torch.tensor([1.0, 9.0, 3.0])] * len(keys))
+    return window
+
+
+def test_drop_forgets_the_keys_of_every_kind_and_empties_their_stat_rows():
+    window = _window_with_stats("a", "b")
+    window.scalar("s").add(1.0)
+    window.scalar("c").add(1.0)
+    window.denominators["d"] = torch.tensor([2.0], dtype=torch.float64)
+    window.masks["d"] = kernels.MaskBits(torch.ones(2, dtype=torch.bool), torch.tensor(2.0))
+    window.groups["a"] = window.owners["a"] = "owner"
+    window.drop(["a", "s", "d"])
+    assert set(window.stats) == {"b"} and set(window.scalars) == {"c"}
+    assert not window.denominators and not window.masks
+    assert not window.groups and not window.owners
+    empty = [0.0, 0.0, math.inf, math.inf]
+    assert window.bank(torch.device("cpu")).take(["a"], reset=False)["a"].tolist() == empty
+    assert window.take(None, reset=False).states()["b"][1].tolist() == [4.0, 2.0, 1.0, -3.0]
+
+
+def test_take_under_a_prefix_takes_the_key_and_its_subkeys_only():
+    prefix = "".join(["b", "b"])  # made at run time: equal to the key "bb", not the same object
+    window = _window_with_stats("a", "bb", "bb/x", "bba", "c")
+    taken = window.take(prefix, reset=True)
+    assert set(taken.stats) == {"bb", "bb/x"}
+    assert set(window.stats) == {"a", "bba", "c"}
+
+
+def test_a_stat_without_buckets_has_a_layout_without_buckets():
+    (layout, state) = _window_with_stats("a").take(None, reset=False).states()["a"]
+    assert layout.n_buckets == 0 and layout.reduce is StatReduce.AVG_MIN_MAX
+    assert state.tolist() == [4.0, 2.0, 1.0, -3.0]
+
+
+def test_a_stat_recorded_with_another_reduce_type_is_refused_naming_both():
+    window = _window_with_stats("a")
+    window.check_stat("a", StatReduce.AVG_MIN_MAX, torch.device("cpu"))  # the same: no error
+    with pytest.raises(
+        InvalidValueError, match="'a': recorded with reduce type avg_min_max, now sum"
+    ):
+        window.check_stat("a", StatReduce.SUM, torch.device("cpu"))

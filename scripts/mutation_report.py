@@ -138,6 +138,14 @@ _ODD_HALF = (
     " the same bound 2·r·ceil(log2 N) (test_remote_write_salvage_unit); only which requests"
     " carry them differs"
 )
+_RISING_STEPS = (
+    "checkpoint records replay in the order written, their steps never falling (the"
+    " merger's step only rises; a new process restores it before writing one)"
+)
+_DIGEST_SIZE = (
+    "only a digest's length: a checkpoint's digest is compared with a retry's, both made"
+    " by this code"
+)
 JUDGED: dict[str, dict[str, str]] = {
     "telemetry/record/kernels.py": {
         "fills = (padding & inf, padding * sign)": (
@@ -167,6 +175,29 @@ JUDGED: dict[str, dict[str, str]] = {
         'elif kind >= "gauge":': _ORDERED_KINDS,
         'elif kind <= "gauge":': _UNREAD + " (latest is read for plain gauges only)",
         "if w.count == 0:": "counts are non-negative (OTLP counts are unsigned)",
+        "self._unsaved = True  # windows or a step not in a checkpoint yet": (
+            "never read: checkpoint returns while there is no journal, and journal_to sets it"
+        ),
+        "return kept.points is snapshot.points or _digest(kept) == _digest(snapshot)": (
+            "== is a shortcut: equal points encode alike (so the digests agree), save a"
+            " signed zero, which a retry (the same request decoded again) never changes"
+        ),
+        "if step is not None or (self._step is None or step.global_step"
+        " > self._step.global_step):": (
+            "a checkpoint's step is None only before any step: records replay in the order"
+            " written, and the merger's step never goes back to None"
+        ),
+        "if step is not None and (self._step is None or step.global_step"
+        " >= self._step.global_step):": _RISING_STEPS + "; an equal step is the equal Step",
+        "if step is not None and (self._step is None or step.global_step"
+        " != self._step.global_step):": _RISING_STEPS,
+        "if step is not None and (self._step is None or step.global_step"
+        " is not self._step.global_step):": _RISING_STEPS + "; an equal step is the equal Step",
+        "return hashlib.blake2b(encoded(snapshot), digest_size= 11).hexdigest()": _DIGEST_SIZE,
+        "return hashlib.blake2b(encoded(snapshot), digest_size= 13).hexdigest()": _DIGEST_SIZE,
+        "@dataclass(frozen=False, slots=True)": (
+            "_WorkerState: no code assigns its fields or hashes it (frozen only guards)"
+        ),
     },
     "telemetry/otlp/temporality.py": {
         "fresh = current.start_time_unix_nano != 0"

@@ -293,3 +293,41 @@ def test_a_retried_window_holding_a_nan_is_a_duplicate():
     assert merger.duplicates == 1
     (merged,) = merger.on_train(train(1))
     assert {p.key: p for p in merged.points}["loss"].count == 2
+
+
+def test_the_same_points_at_another_time_are_a_new_window_and_at_the_same_time_a_retry():
+    merger = RolloutMerger()
+    base = 1_700_000_000_000_000_000  # a real clock's nanoseconds: ints no cache shares
+
+    def at(offset: int) -> Snapshot:
+        points = (ScalarMean("r", 2.0, 1),)
+        return Snapshot(points, None, worker(0, ()).resource, base + offset, "rollout")
+
+    for offset in (0, 1):  # the next window, later, happens to hold the same points
+        assert merger.add(at(offset))
+    assert merger.add(at(-1))  # an earlier one, arriving late
+    assert not merger.add(at(-1))  # its retry: an equal time
+    assert merger.duplicates == 1
+    (merged,) = merger.on_train(train(1))
+    assert merged.flat(include_counts=True) == {"r": 2.0, "r__count": 3}
+
+
+def test_a_workers_empty_stat_window_leaves_the_others_min_and_max():
+    merger = RolloutMerger()
+    merger.add(worker(0, [Histogram("len", 2, 3.0, 1.0, 2.0)]))
+    merger.add(worker(1, [Histogram("len", 0, 0.0)]))  # saw no values: no min, no max
+    merger.add(worker(2, [Histogram("len", 1, 0.5, 0.5, 0.5)]))
+    (merged,) = merger.on_train(train(1))
+    (point,) = merged.points
+    assert (point.count, point.sum, point.min, point.max) == (3, 3.5, 0.5, 2.0)
+
+
+def test_without_a_journal_a_checkpoint_does_nothing():
+    merger = RolloutMerger()
+    merger.add(worker(0, [ScalarMean("r", 1.0, 1)]))
+    assert merger.on_train(train(1))
+    merger.checkpoint()  # the collector calls it after every training snapshot
+    merger.add(worker(0, [ScalarMean("r", 3.0, 1)]))
+    assert merger.flush()
+    merger.checkpoint(final=True)
+    assert merger.journal is None and merger.step == Step(0, 1, 1)

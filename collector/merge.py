@@ -203,7 +203,8 @@ class RolloutMerger:
 
     def checkpoint(self, final: bool = False) -> None:
         """Once the released windows are queued for the sinks (in their journals): write the
-        merger's state and acknowledge every window journaled before it.
+        merger's state and acknowledge every window journaled before it. Nothing is written
+        while windows wait for their step: only a release (or ``final``) ends a journal span.
 
         Args:
             final: a clean shutdown: acknowledge the state too (the journal empties).
@@ -211,6 +212,11 @@ class RolloutMerger:
         with self._lock:
             journal = self.journal
             if journal is None or not (self._unsaved or final):
+                return
+            if not final and any(self._windows.values()):
+                # windows wait for their step (this training snapshot released nothing: a
+                # retried step, the closed marker): a checkpoint now would acknowledge their
+                # records, and a restart would take them for released
                 return
             first = None
             if self._unsaved:

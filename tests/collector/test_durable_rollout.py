@@ -400,7 +400,6 @@ def test_a_checkpoint_keeps_each_workers_totals_per_stream(tmp_path):
     }
 
 
-@pytest.mark.xfail(strict=True, reason="merge.py bug: a checkpoint acks windows still waiting")
 def test_a_retried_training_step_leaves_the_windows_waiting_for_the_next_one_journaled(tmp_path):
     """Every rank-0 snapshot ends in a checkpoint (Run.route), also one that releases
     nothing (a retried training request whose answer was lost): the windows waiting for the

@@ -128,7 +128,11 @@ class RolloutMerger:
     def waiting(self) -> bool:
         """Some window waits for its training step."""
         with self._lock:
-            return any(self._windows.values())
+            return self._windows_wait()
+
+    def _windows_wait(self) -> bool:
+        """Some window waits for its training step (the caller holds the lock)."""
+        return any(self._windows.values())
 
     @property
     def full(self) -> bool:
@@ -213,7 +217,7 @@ class RolloutMerger:
             journal = self.journal
             if journal is None or not (self._unsaved or final):
                 return
-            if not final and any(self._windows.values()):
+            if not final and self._windows_wait():
                 # windows wait for their step (this training snapshot released nothing: a
                 # retried step, the closed marker): a checkpoint now would acknowledge their
                 # records, and a restart would take them for released

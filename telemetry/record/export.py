@@ -23,7 +23,7 @@ from telemetry.record.gather import gather_to_first, wants_gather
 from telemetry.record.layout import Reduced, State
 from telemetry.record.points import tracker_points
 from telemetry.record.reduce import ReducedStates, Spreads, reduce_and_vote
-from telemetry.record.source import TRACKER_ID, SourceKey, StateSource
+from telemetry.record.source import SourceKey, StateSource, is_tracker_id
 from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
 
@@ -97,16 +97,12 @@ def _refs(sources: Sequence[StateSource]) -> list[_Ref]:
     refs = []
     for source in sources:
         source_id = source.source_id
-        if _is_tracker(source_id):
+        if is_tracker_id(source_id):
             refs.append((source_id, 0))
             continue
         seen[source_id] = seen.get(source_id, -1) + 1
         refs.append((source_id, seen[source_id]))
     return refs
-
-
-def _is_tracker(source_id: str) -> bool:
-    return source_id.startswith(TRACKER_ID)
 
 
 class _ReducedSources(NamedTuple):
@@ -254,11 +250,11 @@ def _source_points(sources: list[StateSource], result: _ReducedSources) -> list[
     that only other ranks used, then the straggler views (other sources' first)."""
     points: list[Point] = []
     for ref, source in zip(result.refs, sources):
-        if result.by_source[ref] or _is_tracker(ref[0]):
+        if result.by_source[ref] or is_tracker_id(ref[0]):
             points.extend(source.build_points(result.by_source[ref]))
     local = set(result.refs)
     for ref, states_of_ref in result.by_source.items():
-        if ref not in local and _is_tracker(ref[0]):
+        if ref not in local and is_tracker_id(ref[0]):
             points.extend(tracker_points(states_of_ref, {}))
     for source_key in sorted(result.spreads, key=lambda k: (k.is_tracker, k)):
         layout = result.by_source[source_key.source][source_key.key][0]

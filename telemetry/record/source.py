@@ -23,10 +23,24 @@ from typing import NamedTuple, Protocol, runtime_checkable
 from telemetry.model.snapshot import Point
 from telemetry.record.layout import Reduced, State
 
-__all__ = ["TRACKER_ID", "Collected", "Key", "SourceKey", "StateSource", "key_name", "spelling"]
+__all__ = [
+    "TRACKER_ID",
+    "Collected",
+    "Key",
+    "SourceKey",
+    "StateSource",
+    "is_tracker_id",
+    "key_name",
+    "spelling",
+]
 
 TRACKER_ID = "tracker:"
 """The ``source_id`` prefix of trackers, which are unique by name: ``tracker:<name>``."""
+
+
+def is_tracker_id(source_id: str) -> bool:
+    """Whether ``source_id`` is a tracker's (``tracker:<name>``)."""
+    return source_id.startswith(TRACKER_ID)
 
 
 class Collected(NamedTuple):
@@ -70,7 +84,7 @@ class SourceKey(NamedTuple):
 
     @property
     def is_tracker(self) -> bool:
-        return self.source_id.startswith(TRACKER_ID)
+        return is_tracker_id(self.source_id)
 
     def __str__(self) -> str:
         if self.is_tracker:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from exporters.base import Delivery, ExportResult, Sink
 from exporters.bounded_queue import BoundedQueue, Flush, Queued
-from exporters.retry import Backoff, retry
+from exporters.retry import retry
 from exporters.tally import Tally
 from exporters.timed_call import Stalled, TimedCaller, reraise_at_exit
 
@@ -155,7 +155,9 @@ class QueueWorker:
                 or (answer.result is None and snapshot is None)
             ),
             lambda answer, wait_s: self._pause(answer, wait_s, snapshot),
-            Backoff(policy.backoff_s, policy.max_backoff_s, policy.jitter),
+            backoff_s=policy.backoff_s,
+            max_backoff_s=policy.max_backoff_s,
+            jitter=policy.jitter,
             # With an overflow, tries go on until the drain deadline (the endpoint may come
             # back) or the queue's shutdown; then the pause spills what is held.
             max_retries=None if self.overflow is not None else policy.max_retries,

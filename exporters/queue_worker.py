@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from exporters.base import Delivery, ExportResult, Sink
 from exporters.bounded_queue import BoundedQueue, Flush, Queued
-from exporters.retry import Backoff, retry
-from exporters.tally import Tally
+from exporters.retry import retry
+from exporters.tally import SinkStats
 from exporters.timed_call import Stalled, TimedCaller, reraise_at_exit
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class QueueWorker:
         sink: Sink,
         policy: Delivery,
         backlog: BoundedQueue,
-        tally: Tally,
+        tally: SinkStats,
         caller: TimedCaller,
         name: str,
     ) -> None:
@@ -155,7 +155,9 @@ class QueueWorker:
                 or (answer.result is None and snapshot is None)
             ),
             lambda answer, wait_s: self._pause(answer, wait_s, snapshot),
-            Backoff(policy.backoff_s, policy.max_backoff_s, policy.jitter),
+            backoff_s=policy.backoff_s,
+            max_backoff_s=policy.max_backoff_s,
+            jitter=policy.jitter,
             # With an overflow, tries go on until the drain deadline (the endpoint may come
             # back) or the queue's shutdown; then the pause spills what is held.
             max_retries=None if self.overflow is not None else policy.max_retries,
@@ -163,7 +165,7 @@ class QueueWorker:
         )
         result = answer.result
         if result is ExportResult.SUCCESS:
-            streak = self.tally.succeeded(answer.latency_s)
+            streak = self.tally.add_success(answer.latency_s)
             if streak:
                 logger.info("sink %s: recovered after %d failures", self.name, streak)
         elif result is not None and result is not ExportResult.FAILURE:
@@ -220,7 +222,7 @@ class QueueWorker:
 
     def _failure(self, why: str, kind: str = "") -> None:
         """Count one failed snapshot; log the first of a run of failures, and each new kind."""
-        if self.tally.failed(kind):
+        if self.tally.add_failure(kind):
             logger.warning("sink %s: export failed: %s (further failures counted)", self.name, why)
 
     def stop(self) -> None:

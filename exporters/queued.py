@@ -28,7 +28,7 @@ from exporters.bounded_queue import BoundedQueue, Flush
 from exporters.journal import Checkpoints, Journal
 from exporters.memory_charge import MemoryCharge
 from exporters.queue_worker import QueueWorker
-from exporters.tally import SinkStats, Tally
+from exporters.tally import SinkStats
 from exporters.timed_call import TimedCaller, reraise_at_exit
 
 __all__ = ["QueuedSink", "SinkStats"]
@@ -47,7 +47,7 @@ class QueuedSink(Generic[Item]):
     memory charge need them), or the trace forwarder's serialized requests.
 
     The queue (:class:`~exporters.bounded_queue.BoundedQueue`), the counters
-    (:class:`~exporters.tally.Tally`) and the worker
+    (:class:`~exporters.tally.SinkStats`) and the worker
     (:class:`~exporters.queue_worker.QueueWorker`) are objects of their own, made anew in a
     forked child.
 
@@ -116,7 +116,7 @@ class QueuedSink(Generic[Item]):
         """Fresh queue, counters, caller and worker (at construction, and in a forked child)."""
         self._pid = os.getpid()
         self._backlog = BoundedQueue(self.policy.queue_size)
-        self._tally = Tally()
+        self._tally = SinkStats(self.name)
         self._caller = TimedCaller(f"rltel-sink-{self.name}")
         self._worker = QueueWorker(
             self.sink, self.policy, self._backlog, self._tally, self._caller, self.name
@@ -257,7 +257,7 @@ class QueuedSink(Generic[Item]):
     def stats(self) -> SinkStats:
         """A consistent copy of this sink's counters."""
         self._in_fork()
-        return self._tally.stats(self.name, self._backlog.depth, self._degraded())
+        return self._tally.copy(self._backlog.depth, self._degraded())
 
     def _degraded(self) -> bool:
         failing = self.overflow is not None and self._tally.failing_since is not None

@@ -22,7 +22,7 @@ from pathlib import Path
 from exporters.base import ExportResult
 from exporters.otlp.spool import Spool
 from exporters.otlp.transport import THREAD_PREFIX, OtlpSender
-from exporters.retry import Backoff, retry
+from exporters.retry import retry
 from telemetry.config import OtlpConfig, StatsLoggerConfig
 from telemetry.model.errors import ConfigError
 
@@ -180,7 +180,7 @@ class _Replay:
     ) -> None:
         self.sender = sender
         self.deadline = deadline
-        self.backoff = Backoff(backoff_s, max_backoff_s)
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.requests = self.points = self.refused = 0
         self.last_error: str | None = None
         self.error: BaseException | None = None
@@ -204,7 +204,8 @@ class _Replay:
                 lambda: self.sender.send(batch),
                 lambda result: result is ExportResult.FAILURE,
                 self._pause,
-                self.backoff,
+                backoff_s=self.backoff_s,
+                max_backoff_s=self.max_backoff_s,
                 pushback=lambda _: self.sender.retry_after_s,
             )
             if result is ExportResult.FAILURE:

@@ -53,12 +53,12 @@ from exporters.remote_write.salvage import Salvage, per_sample
 from exporters.remote_write.sources import Sources, StoreFamilies, Up
 from exporters.remote_write.timeline import Timeline
 from exporters.remote_write.writes import Write, Writes
-from exporters.retry import Backoff, retry
+from exporters.retry import retry
 from telemetry.model.snapshot import Snapshot
 
 logger = logging.getLogger(__name__)
 
-BACKOFF = Backoff(0.1, 2.0)
+BACKOFF_S, MAX_BACKOFF_S = 0.1, 2.0  # the first retry's delay, and the longest
 DEADLINE_SHARE = 0.8  # of a flush's timeout: the rest is margin before the queue abandons it
 RESENT = "re-sent as current totals by the next refresh"
 
@@ -319,7 +319,13 @@ class RemoteWriteSink(Sink):
             if self._past_deadline():
                 return  # shutdown's deadline: what is left is counted there
             sending = _Sending(b"".join(write.payload for write in batch), self._post)
-            outcome, detail = retry(sending.attempt, _failed, self._pause, BACKOFF)
+            outcome, detail = retry(
+                sending.attempt,
+                _failed,
+                self._pause,
+                backoff_s=BACKOFF_S,
+                max_backoff_s=MAX_BACKOFF_S,
+            )
             if outcome is ExportResult.FAILURE:
                 return  # cut short by shutdown, not by the receiver: counted there
             samples = sum(write.samples for write in batch)

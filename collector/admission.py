@@ -8,7 +8,7 @@ The memory budget counts the data the collector holds, not wire bytes: a request
 parsed and decoded is charged ``PARSE_EXPANSION`` times its wire size (a protobuf message
 of empty data points takes ~15x its wire size once parsed), and an admitted request is
 charged :func:`decoded_bytes` of its snapshots until the last sink is done with them. The
-bounds per request are :class:`collector.config.PipelineLimits`, keys of ``collector.limits``.
+bounds per request are keys of ``collector.limits`` (:class:`collector.config.LimitsConfig`).
 """
 
 from __future__ import annotations

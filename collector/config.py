@@ -122,31 +122,36 @@ class _AuthConfig:
 
 
 @dataclass(frozen=True, config=SCHEMA)
-class PipelineLimits:
-    """The collector's own bounds: what the pipeline holds (series state, runs, memory,
-    queues, calls in flight, how long sinks and the drain at shutdown may take), the work
-    one request may cause and concurrent heavy requests (admission: :mod:`collector.admission`,
-    the server's heavy-request gate).
+class LimitsConfig(LabelLimits):
+    """Bounds that keep the collector's memory finite under any load.
+
+    ``memory_limit_bytes`` bounds the bytes of accepted requests whose snapshots still wait
+    in a sink queue; past it (or past ``max_concurrent_requests``) senders get a retryable
+    status and retry or spool. The fields declared here are the pipeline's and the server's:
+    what the pipeline holds (series state, runs, memory, queues, calls in flight, how long
+    sinks and the drain at shutdown may take), the work one request may cause and concurrent
+    heavy requests (admission: :mod:`collector.admission`, the server's heavy-request gate).
+    The name and label bounds, one flat set of keys with these, come from
+    :class:`~telemetry.config.LabelLimits`: the decoder takes the section as that.
 
     Attributes:
-        max_points_per_request: data points in one request at most; more is refused
-            with INVALID_ARGUMENT (the sender must split it: retrying cannot help).
-        max_decoded_bytes: :func:`~collector.admission.decoded_bytes` of one request at
-            most (INVALID_ARGUMENT).
-        heavy_request_bytes: a request larger than this on the wire, or with more than
-            ``heavy_request_points`` points, is heavy (1 MiB let 400 KB floods delay small
-            exports by 1-2 s).
-        heavy_request_points: see ``heavy_request_bytes``.
+        max_points_per_request: data points in one request at most; more is refused with
+            INVALID_ARGUMENT (split the request: retrying cannot help).
+        max_decoded_bytes: estimated decoded size of one request at most (INVALID_ARGUMENT).
+        heavy_request_bytes: a request larger than this on the wire is heavy: heavy requests
+            run at most ``max_heavy_requests`` at a time, so small exports keep their latency.
+        heavy_request_points: a request with more points than this is heavy too.
         max_heavy_requests: heavy requests parsed or decoded at once; one more is refused
-            with RESOURCE_EXHAUSTED, so small requests keep their latency.
+            with RESOURCE_EXHAUSTED and a retry delay.
         max_spans_per_request: spans in one ``TraceService/Export`` request at most; more
             is refused with INVALID_ARGUMENT (split it). More than ``heavy_request_points``
             makes a trace or logs request heavy.
         max_log_records_per_request: log records in one ``LogsService/Export`` request
             at most (INVALID_ARGUMENT past it).
-        retry_after_s: the delay suggested to refused senders.
-        deadline_margin_s: a request with less time than this left is not ingested (its
-            answer could not reach the sender in time).
+        retry_after_s: the retry delay suggested to refused senders
+            (``grpc-retry-pushback-ms``).
+        deadline_margin_s: a request with less time than this left before its deadline is
+            not ingested.
     """
 
     max_series_per_metric: StrictInt = Field(default=2000, ge=1)
@@ -157,7 +162,9 @@ class PipelineLimits:
     sink_timeout_s: StrictFloat = Field(default=10.0, gt=0)
     drain_timeout_s: StrictFloat = Field(default=30.0, gt=0)
     max_points_per_request: StrictInt = Field(default=50_000, ge=1)
+    # of collector.admission.decoded_bytes, the estimate the memory budget is charged
     max_decoded_bytes: StrictInt = Field(default=32 * 1024 * 1024, ge=1)
+    # 256 KiB: at 1 MiB, floods of 400 KB requests delayed small exports by 1-2 s
     heavy_request_bytes: StrictInt = Field(default=256 * 1024, ge=1)
     heavy_request_points: StrictInt = Field(default=10_000, ge=1)
     max_heavy_requests: StrictInt = Field(default=1, ge=1)
@@ -165,18 +172,6 @@ class PipelineLimits:
     max_log_records_per_request: StrictInt = Field(default=50_000, ge=1)
     retry_after_s: StrictFloat = Field(default=0.5, ge=0)
     deadline_margin_s: StrictFloat = Field(default=0.005, ge=0)
-
-
-@dataclass(frozen=True, config=SCHEMA)
-class LimitsConfig(LabelLimits, PipelineLimits):
-    """Bounds that keep the collector's memory finite under any load.
-
-    ``memory_limit_bytes`` bounds the bytes of accepted requests whose snapshots still wait
-    in a sink queue; past it (or past ``max_concurrent_requests``) senders get a retryable
-    status and retry or spool. The section is its parts, one set of keys each: the
-    pipeline and admission read it as :class:`PipelineLimits`, the decoder as
-    :class:`~telemetry.config.LabelLimits`.
-    """
 
 
 @dataclass(frozen=True, config=SCHEMA)
@@ -299,7 +294,6 @@ __all__ = [
     "CollectorConfig",
     "ConfigError",
     "LimitsConfig",
-    "PipelineLimits",
     "RemoteWriteConfig",
     "ScrapeConfig",
     "ScrapeTarget",

@@ -37,7 +37,7 @@ from collector.admission import MemoryBudget, decoded_bytes
 from collector.config import LimitsConfig
 from collector.durable import DurableState
 from collector.heartbeats import HeartbeatBoard
-from collector.refusals import REFUSALS, Refused, RunUnavailable
+from collector.refusals import REFUSALS, Refused
 from collector.runs import Runs
 from collector.sinks import RunSinks
 from exporters.base import Sink
@@ -117,7 +117,7 @@ class Pipeline:
         for key in durable.stored_runs():
             try:
                 self.runs.open(key)
-            except RunUnavailable as exc:
+            except Refused as exc:  # UNAVAILABLE: the run's sinks cannot start now
                 logger.error("durable queue: run %s_%s not replayed yet: %s", *key, exc)
 
     def consume(
@@ -138,7 +138,7 @@ class Pipeline:
 
         Raises:
             Refused: nothing was kept; its code says why: ``UNAVAILABLE`` the pipeline is
-                shutting down, or (retryable) a sink of the request's run failed to start;
+                shutting down, or (retryable) the request's run cannot take data now;
                 ``INVALID_ARGUMENT`` over ``max_points_per_request`` or
                 ``max_decoded_bytes``; ``DEADLINE_EXCEEDED`` the sender's deadline passed;
                 ``RESOURCE_EXHAUSTED`` (retryable) a healthy sink's queue or the memory
@@ -160,9 +160,9 @@ class Pipeline:
             return beats  # heartbeats only: held for /metrics, never in the step path
         try:
             self.runs.open_named(request)  # a run's sinks start outside the decoder's lock
-        except RunUnavailable as exc:
+        except Refused:  # UNAVAILABLE, retryable: the run cannot take data now
             self.count_refusal("sinks_down")
-            raise Refused(StatusCode.UNAVAILABLE, str(exc), retry=True) from None
+            raise
         if expired is not None and expired():
             self.count_refusal("expired")
             raise Refused(StatusCode.DEADLINE_EXCEEDED, "deadline passed before decoding")

@@ -17,8 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from grpc import StatusCode
+
 from collector.merge import RolloutMerger
-from collector.refusals import RunUnavailable
+from collector.refusals import Refused
 from collector.sinks import RunSinks
 from exporters.fanout import FanOut, Reservation
 from exporters.memory_charge import MemoryCharge
@@ -143,14 +145,16 @@ class Runs:
         """Open the run of every resource of ``request`` that names one.
 
         Raises:
-            RunUnavailable: as :meth:`open`; or a rollout/eval window for a run whose merge
-                journal is full (retry once a training step released the windows).
+            Refused: ``UNAVAILABLE``, retryable: as :meth:`open`; or a rollout/eval window
+                for a run whose merge journal is full (retry once a training step released
+                the windows).
         """
         for resource in request.resources:
             key = self.key(resource.attributes)
             run = self.open(key) if key is not None else None
             if run is not None and run.merger.full and _merged(resource.attributes):
-                raise RunUnavailable(f"run {key[0]}_{key[1]}: rollout merge journal full")
+                why = f"run {key[0]}_{key[1]}: rollout merge journal full"
+                raise Refused(StatusCode.UNAVAILABLE, why, retry=True)
 
     def get(self, snapshot: Snapshot) -> Run | None:
         """The run of ``snapshot`` if it is open already."""
@@ -166,8 +170,9 @@ class Runs:
         """The run ``key``, its sinks started on first sight; None past ``max_runs``.
 
         Raises:
-            RunUnavailable: a sink of the run failed to start (tried again at most every
-                :data:`REOPEN_AFTER_S`); the failure is logged once until it changes.
+            Refused: ``UNAVAILABLE``, retryable: a sink of the run failed to start (tried
+                again at most every :data:`REOPEN_AFTER_S`), or its durable queue cannot be
+                opened; the failure is logged once until it changes.
         """
         run = self._runs.get(key)
         if run is not None:
@@ -184,10 +189,10 @@ class Runs:
             down = self._down.get(key)
             if down is not None and time.monotonic() - down[0] < REOPEN_AFTER_S:
                 self._down[key] = (down[0], down[1], down[2] + 1)
-                raise RunUnavailable(down[1])
+                raise Refused(StatusCode.UNAVAILABLE, down[1], retry=True)
             try:
                 sinks = list(self._run_sinks(*key))
-            except RunUnavailable as exc:
+            except Refused as exc:  # a sink failed on a file-system error: retry later
                 self._sinks_down(key, str(exc))
                 raise exc from None
             except Exception as exc:  # a sink that cannot start must not stop the collector
@@ -202,8 +207,9 @@ class Runs:
                     self.durable.attach_run(key, run.fanout, run.merger)
                 except OSError as exc:  # no journal, no run: the sender keeps the data
                     run.fanout.shutdown(1.0)
-                    self._sinks_down(key, f"durable queue: {exc}")
-                    raise RunUnavailable(f"durable queue: {exc}") from None
+                    why = f"durable queue: {exc}"
+                    self._sinks_down(key, why)
+                    raise Refused(StatusCode.UNAVAILABLE, why, retry=True) from None
             self._runs[key] = run
             return run
 

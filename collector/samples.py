@@ -73,7 +73,7 @@ class SamplesConsumer:
             else:
                 by_run.setdefault(key, []).append(received)
         for key, items in by_run.items():
-            run = self._runs.open(key)  # RunUnavailable: the logs service counts and logs it
+            run = self._runs.open(key)  # Refused: the logs service counts and logs it
             if run is None:
                 unrouted += len(items)
                 continue

@@ -18,8 +18,10 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from grpc import StatusCode
+
 from collector.config import ROOT, SinksConfig
-from collector.refusals import RunUnavailable
+from collector.refusals import Refused
 from exporters import registry
 from exporters.base import Sink
 from exporters.local_files import link_dir
@@ -43,8 +45,8 @@ class RunSinkFactory:
 
     Each enabled sink is built on its own. One that fails on a file-system error (an
     ``OSError`` anywhere in the exception's chain: an unwritable directory, a full disk)
-    raises :class:`~collector.refusals.RunUnavailable`: the collector refuses the run's data
-    with a retryable status, so the sender keeps it until the sink can start. Any other
+    raises :class:`~collector.refusals.Refused` (``UNAVAILABLE``, retryable): the collector
+    refuses the run's data, so the sender keeps it until the sink can start. Any other
     failure (a missing library, a SwanLab child that cannot start) is logged, left out and
     kept in :meth:`failures`; the run gets the others (retrying cannot help).
     """
@@ -88,7 +90,8 @@ class RunSinkFactory:
                     started.shutdown()
                 with self._lock:
                     self._failures[run, factory.name] = error = _first_line(exc)
-                raise RunUnavailable(f"sink {factory.name} failed to start: {error}") from exc
+                why = f"sink {factory.name} failed to start: {error}"
+                raise Refused(StatusCode.UNAVAILABLE, why, retry=True) from exc
             self._link_root(factory.name, config, experiment, trial)
         with self._lock:
             for stale in [key for key in self._failures if key[0] == run]:

@@ -17,28 +17,6 @@ from typing import Any
 from pydantic import SecretStr
 
 FIELD_DOCS: dict[str, str] = {
-    "LimitsConfig.max_points_per_request": (
-        "data points in one request at most; more is refused with INVALID_ARGUMENT (split"
-        " the request: retrying cannot help)"
-    ),
-    "LimitsConfig.max_decoded_bytes": (
-        "estimated decoded size of one request at most (INVALID_ARGUMENT)"
-    ),
-    "LimitsConfig.heavy_request_bytes": (
-        "a request larger than this on the wire is heavy: heavy requests run at most "
-        "`max_heavy_requests` at a time, so small exports keep their latency"
-    ),
-    "LimitsConfig.heavy_request_points": "a request with more points than this is heavy too",
-    "LimitsConfig.max_heavy_requests": (
-        "heavy requests parsed or decoded at once; one more is refused with "
-        "RESOURCE_EXHAUSTED and a retry delay"
-    ),
-    "LimitsConfig.retry_after_s": (
-        "the retry delay suggested to refused senders (`grpc-retry-pushback-ms`)"
-    ),
-    "LimitsConfig.deadline_margin_s": (
-        "a request with less time than this left before its deadline is not ingested"
-    ),
     "LimitsConfig.max_attributes_per_point": (
         "attributes of one point at most (as Prometheus's `label_limit`); points over it "
         "are rejected and counted"

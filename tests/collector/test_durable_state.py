@@ -10,13 +10,14 @@ import stat
 import threading
 
 import pytest
+from grpc import StatusCode
 
 from collector.baselines import DIRECTORY as BASELINES
 from collector.config import LimitsConfig
 from collector.durable import MERGE, DurableState
 from collector.merge import RolloutMerger
 from collector.pipeline import Pipeline
-from collector.refusals import RunUnavailable
+from collector.refusals import Refused
 from exporters.base import ExportResult, InMemorySink
 from exporters.fanout import FanOut
 from exporters.journal import Journal
@@ -101,7 +102,8 @@ def test_a_stored_run_whose_sinks_cannot_start_keeps_its_journal(tmp_path):
     os.close(first.durable._lock_fd)  # killed
 
     def cannot_start(experiment: str, trial: str) -> list[InMemorySink]:
-        raise RunUnavailable("sink tensorboard failed to start: PermissionError")
+        why = "sink tensorboard failed to start: PermissionError"
+        raise Refused(StatusCode.UNAVAILABLE, why, retry=True)
 
     second = Pipeline([], cannot_start, LimitsConfig())
     second.recover(DurableState(state, 1 << 20, False, KEY))  # the run is not replayed yet

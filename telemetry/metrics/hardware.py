@@ -29,7 +29,7 @@ from telemetry.metrics.nvml import GpuReader, open_device
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record import phase, stats_tracker
 from telemetry.record.declared import DeclaredStates
-from telemetry.record.export import RegisteredSource
+from telemetry.record.export import register_source, unregister_source
 from telemetry.record.layout import STAT_OPS, PerRank, Reduced
 from telemetry.record.source import Collected
 
@@ -43,7 +43,7 @@ _PER_RANK = (PerRank("", 0, 1, present=1),)
 """A rank's value (sum over count) where it has the reading."""
 
 
-class HardwareSource(RegisteredSource):
+class HardwareSource:
     """This rank's hardware readings as a state source of ``export_all``.
 
     Args:
@@ -75,7 +75,8 @@ class HardwareSource(RegisteredSource):
         if phase_memory:
             phase.add_listener(self._on_phase)
         stats_tracker.rank_series(PATTERN)
-        self._join_export_all(register)
+        if register:
+            register_source(self)
 
     def _on_phase(self, name: str, entering: bool) -> None:
         try:
@@ -132,4 +133,4 @@ class HardwareSource(RegisteredSource):
             return
         self._closed = True
         phase.remove_listener(self._on_phase)
-        super().close()
+        unregister_source(self)

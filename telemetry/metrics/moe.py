@@ -36,7 +36,7 @@ import torch
 from telemetry.model.errors import InvalidValueError
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record.declared import DeclaredStates
-from telemetry.record.export import RegisteredSource
+from telemetry.record.export import register_source, unregister_source
 from telemetry.record.layout import Reduced, ReduceOp
 from telemetry.record.source import Collected
 
@@ -49,7 +49,7 @@ def _positive_int(name: str, value: object, minimum: int) -> int:
     return int(value)
 
 
-class MoEBalance(RegisteredSource):
+class MoEBalance:
     """Per-layer, per-expert routing counts, reduced at export.
 
     :meth:`record` always counts; :meth:`training` and :attr:`counting` only gate the
@@ -66,7 +66,8 @@ class MoEBalance(RegisteredSource):
         self._counts: dict[int, torch.Tensor] = {}
         self._states = DeclaredStates(PREFIX)  # one per declared layer, by layer id
         self._training = 0
-        self._join_export_all(register)
+        if register:
+            register_source(self)
 
     @contextmanager
     def training(self) -> Iterator[None]:
@@ -179,3 +180,7 @@ class MoEBalance(RegisteredSource):
     def reset(self) -> None:
         """Start a new window (declared layers stay declared)."""
         self._counts = {}
+
+    def close(self) -> None:
+        """Stop joining ``export_all`` (idempotent)."""
+        unregister_source(self)

@@ -37,7 +37,7 @@ from telemetry.metrics.peak_flops import device_peak_flops
 from telemetry.model.errors import ConfigError, InvalidValueError, MaskTypeError
 from telemetry.model.snapshot import Counter, Gauge, Point
 from telemetry.record.declared import DeclaredStates
-from telemetry.record.export import RegisteredSource
+from telemetry.record.export import register_source, unregister_source
 from telemetry.record.layout import PerRank, Reduced, ReduceOp
 from telemetry.record.source import Collected
 
@@ -61,7 +61,7 @@ class EventTiming(Protocol):
         """An event with ``record(stream)``, ``synchronize()``, ``elapsed_time(end)`` in ms."""
 
 
-class TrainPerf(RegisteredSource):
+class TrainPerf:
     """Accumulates training tokens, time and estimated FLOPs between exports.
 
     Args:
@@ -131,7 +131,8 @@ class TrainPerf(RegisteredSource):
         self._total_seconds = 0.0
         self._states = DeclaredStates()
         self._states.add_state(STATE_KEY, _OPS, per_rank=_PER_RANK)
-        self._join_export_all(register)
+        if register:
+            register_source(self)
 
     @contextmanager
     def measure(
@@ -310,6 +311,10 @@ class TrainPerf(RegisteredSource):
         self._total_flops += self._flops
         self._total_seconds += self._seconds
         self._batches, self._tokens, self._flops, self._seconds = 0, 0, 0.0, 0.0
+
+    def close(self) -> None:
+        """Stop joining ``export_all`` (idempotent)."""
+        unregister_source(self)
 
 
 def _rates(window: str, cumulative: str, unit: str, *pairs: tuple[float, float]) -> list[Gauge]:

@@ -216,6 +216,19 @@ class Window:
             state = self.scalars[key] = _ScalarState()
         return state
 
+    def add_denominator(self, key: str, count: torch.Tensor) -> None:
+        """Add a mask's valid ``count`` (``[1]`` float64) to denominator ``key``."""
+        total = self.denominators.get(key)
+        if total is None:
+            self.denominators[key] = count
+        else:
+            total += count.to(total.device)
+
+    def set_group(self, key: str, group: object) -> None:
+        """Remember ``key``'s per-key reduce group, if one is given (AReaL keeps the last)."""
+        if group is not None:
+            self.groups[key] = group
+
     def kind(self, key: str) -> str | None:
         """What ``key`` holds here: ``"a stat"``, ``"a scalar"``, ``"a denominator"`` or None."""
         if key in self.stats:

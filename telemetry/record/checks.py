@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from telemetry.model.errors import InvalidValueError, MaskTypeError, ShapeMismatchError
+from telemetry.model.snapshot import StatReduce
 
 __all__ = [
     "bucket_bounds",
@@ -20,6 +21,7 @@ __all__ = [
     "moment_rows",
     "reduce_group",
     "scalar_value",
+    "stat_reduce",
     "stat_value",
 ]
 
@@ -169,3 +171,20 @@ def reduce_group(key: str, group: object) -> None:
             f"{key!r}: reduce_group must be a torch.distributed process group or None, "
             f"got {type(group).__name__}"
         )
+
+
+def stat_reduce(key: str, reduce_type: object) -> StatReduce:
+    """A ``stat()``'s reduce type: AVG_MIN_MAX for None, else any but SCALAR.
+
+    Raises:
+        InvalidValueError: not a reduce type, or SCALAR, naming the first key of the call.
+    """
+    if reduce_type is None:
+        return StatReduce.AVG_MIN_MAX
+    if not isinstance(reduce_type, StatReduce) or reduce_type is StatReduce.SCALAR:
+        given = reduce_type.name if isinstance(reduce_type, StatReduce) else repr(reduce_type)
+        raise InvalidValueError(
+            f"{key!r}: reduce type {given} is not valid for stat(); "
+            "use ReduceType.AVG_MIN_MAX, AVG, SUM, MIN or MAX"
+        )
+    return reduce_type

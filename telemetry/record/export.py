@@ -5,8 +5,8 @@ train_perf, Twinkle metrics): the export collects each one's states, reduces the
 together (one reduction per group), and hands each source its reduced states back.
 :func:`reduce_sources` is that reduction alone, the one way states are reduced: the
 export builds the points from it, and a Twinkle metric's ``calculate()`` its values.
-Sources registered here (:func:`register_source`, :class:`RegisteredSource`) join
-``stats_tracker.export_all``.
+Sources registered here (:func:`register_source`; a producer's ``close`` calls
+:func:`unregister_source`) join ``stats_tracker.export_all``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from telemetry.record.stats import Stats
 from telemetry.samples import default_buffer
 
 __all__ = [
-    "RegisteredSource",
     "export_sources",
     "reduce_sources",
     "register_source",
@@ -66,23 +65,6 @@ def registered_sources() -> list[StateSource]:
     """The registered sources, in registration order."""
     with _lock:
         return list(_sources)
-
-
-class RegisteredSource:
-    """Mixin for producers that join ``stats_tracker.export_all`` from construction to ``close``."""
-
-    _registered = False
-
-    def _join_export_all(self, register: bool) -> None:
-        if register:
-            register_source(self)
-            self._registered = True
-
-    def close(self) -> None:
-        """Stop joining ``export_all`` (idempotent)."""
-        if self._registered:
-            unregister_source(self)
-            self._registered = False
 
 
 _Ref = tuple[str, int]

@@ -91,11 +91,7 @@ def merge(main: Window, part: Window, owner: str, refusals: Refusals) -> None:
 
 def _merge_states(main: Window, part: Window) -> None:
     for key, count in part.denominators.items():
-        total = main.denominators.get(key)
-        if total is None:
-            main.denominators[key] = count
-        else:
-            total += count.to(total.device)
+        main.add_denominator(key, count)
     main.masks.update(part.masks)
     main.groups.update(part.groups)
     for key, state in part.scalars.items():

@@ -187,12 +187,8 @@ class DistributedStatsTracker:
                 window.check_kind(key, "a denominator")
             for key, mask, count in checked:
                 window.masks[key] = kernels.MaskBits(mask, count)
-                _set_group(window, key, reduce_group)
-                total = window.denominators.get(key)
-                if total is None:
-                    window.denominators[key] = count
-                else:
-                    total += count.to(total.device)
+                window.set_group(key, reduce_group)
+                window.add_denominator(key, count)
 
     def stat(
         self,
@@ -214,13 +210,13 @@ class DistributedStatsTracker:
         Raises:
             UnknownDenominatorError, ShapeMismatchError, InvalidValueError: naming the key.
         """
-        reduce = self._stat_reduce(reduce_type, tensors)
-        checks.reduce_group(self.full_key(next(iter(tensors), "?")), reduce_group)
+        first = self.full_key(next(iter(tensors), "?"))
+        reduce = checks.stat_reduce(first, reduce_type)
+        checks.reduce_group(first, reduce_group)
         mask_key = self.full_key(denominator)
         masks = self._masks()
         declared = masks.get(mask_key)
         if declared is None:
-            first = self.full_key(next(iter(tensors), "?"))
             raise UnknownDenominatorError(
                 f"{first!r}: unknown denominator {mask_key!r}; declared: {sorted(masks) or 'none'}"
             )
@@ -237,7 +233,7 @@ class DistributedStatsTracker:
             by_dtype: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
             for key, value in zip(keys, values):
                 window.add_stat(key, reduce, mask.device, self._bounds.get(key, ()))
-                _set_group(window, key, reduce_group)
+                window.set_group(key, reduce_group)
                 by_dtype.setdefault(value.dtype, []).append((key, value.detach()))
             bank = window.bank(mask.device)
             for group in by_dtype.values():
@@ -277,7 +273,7 @@ class DistributedStatsTracker:
                 missing, unexpected or of the wrong length, or a key was recorded
                 differently before; naming the key.
         """
-        reduce = self._stat_reduce(reduce_type, names)
+        reduce = checks.stat_reduce(self.full_key(next(iter(names), "?")), reduce_type)
         prefix = self.full_key("")
         keys = [f"{prefix}/{name}" if prefix else name for name in names]
         buckets = buckets or {}
@@ -335,7 +331,7 @@ class DistributedStatsTracker:
             for key, _ in checked:
                 window.check_kind(key, "a scalar")
             for key, value in checked:
-                _set_group(window, key, reduce_group)
+                window.set_group(key, reduce_group)
                 state = window.scalar(key)
                 if isinstance(value, torch.Tensor):
                     state.add_tensor(value)
@@ -354,18 +350,6 @@ class DistributedStatsTracker:
 
     def _masks(self) -> Mapping[str, kernels.MaskBits]:
         return produce.masks_of(self._window, produce.staged_window(self))
-
-    def _stat_reduce(self, reduce_type: StatReduce | None, tensors: Mapping) -> StatReduce:
-        if reduce_type is None:
-            return StatReduce.AVG_MIN_MAX
-        if not isinstance(reduce_type, StatReduce) or reduce_type is StatReduce.SCALAR:
-            first = self.full_key(next(iter(tensors), "?"))
-            given = reduce_type.name if isinstance(reduce_type, StatReduce) else repr(reduce_type)
-            raise InvalidValueError(
-                f"{first!r}: reduce type {given} is not valid for stat(); "
-                "use ReduceType.AVG_MIN_MAX, AVG, SUM, MIN or MAX"
-            )
-        return reduce_type
 
     # -- export -----------------------------------------------------------------------
 
@@ -402,9 +386,3 @@ class DistributedStatsTracker:
         return export.export_sources(
             [self], key, reduce_group, reset, key_sync_group=key_sync_group
         )
-
-
-def _set_group(window: Window, key: str, group: object) -> None:
-    """Remember ``key``'s per-key reduce group (AReaL keeps the last one given)."""
-    if group is not None:
-        window.groups[key] = group

@@ -1,138 +1,192 @@
-"""The key-set agreement of a reduction (``reduce.agree``) on two ranks in one process.
+"""The key-set agreement of a reduction (``reduce.agree``) on two gloo ranks.
 
-Each rank runs in a thread with a stand-in for the group (the ``Comm`` calls ``agree``
-makes: a MIN all-reduce and an ``all_gather_object``, met by the other rank's), so the
-cache of agreed unions, its bounds and the vote are checked in milliseconds, without
-spawning (the multi-rank reduction itself: ``test_reduce_paths.py``, ``test_reduce_scale.py``).
-The two ranks of a group share its cache entry, as every rank's cache is the same: each
-reads it before the first collective, and neither writes it before both have met there.
+One spawn runs every scenario below on both ranks, each agreement through a real ``Comm``
+on the world group; only the group's cache key is chosen per scenario, so that one process
+group stands for as many groups as the cache bounds need. The collectives each agreement
+makes are counted at ``torch.distributed`` (``tests.distributed.Counted``). The multi-rank
+reduction itself: ``test_reduce_paths.py``, ``test_reduce_scale.py``.
 """
 
 from __future__ import annotations
 
-import itertools
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
-import torch
+import pytest
 import torch.distributed as dist
 
+from telemetry.record.comm import Comm
 from telemetry.record.layout import ReduceOp, StateKind, StateLayout
 from telemetry.record.reduce import CACHED_GROUPS, CACHED_UNIONS, agree
+from tests.distributed import Counted, run_ranks
 
 ONE = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM,))
 OTHER = StateLayout(StateKind.CUSTOM, (ReduceOp.MAX,))
-_groups = itertools.count(1 << 62)  # group keys no real group has (those are ids)
+CHECK = ["all_reduce"]  # the 40-byte check alone: equal key sets, or a cached union
+EXCHANGE = [*CHECK, "all_gather_object"]  # then the layouts exchanged
+GROUP_KEYS = 1 << 62  # cache keys no real group has (those are ids)
+
+
+class _Keyed(Comm):
+    """The world group under a cache key of the test's choosing."""
+
+    def __init__(self, key: int) -> None:
+        super().__init__(dist.group.WORLD)
+        self._key = key
+
+    @property
+    def key(self) -> int:
+        return self._key
 
 
 class _Rank:
-    """One of two ranks of a group, for ``agree``: its calls meet the other rank's."""
+    """One rank's agreements, each recorded as (keys, held by all, voted, collectives)."""
 
-    world = 2
-    device = torch.device("cpu")
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.counted = Counted()
+        self.next_group = GROUP_KEYS
 
-    def __init__(self, rank: int, key: int, meeting: list, barrier: threading.Barrier) -> None:
-        self.rank, self.key = rank, key
-        self._meeting, self._barrier = meeting, barrier
-        self.calls: list[str] = []
+    def group(self) -> int:
+        self.next_group += 1
+        return self.next_group
 
-    def _meet(self, mine: object) -> list:
-        self._meeting[self.rank] = mine
-        self._barrier.wait()
-        both = list(self._meeting)
-        self._barrier.wait()  # both have read before either writes again
-        return both
+    def agree(self, group: int, layouts: tuple[dict, dict], votes=(False, False)) -> tuple:
+        self.counted.take()
+        agreed, voted = agree(_Keyed(group), layouts[self.rank], votes[self.rank])
+        calls = [name for name, _ in self.counted.take()]
+        return agreed.keys, agreed.held_by_all, dict(agreed.layouts), voted, calls
 
-    def all_reduce(self, tensor: torch.Tensor, op: dist.ReduceOp) -> torch.Tensor:
-        assert op == dist.ReduceOp.MIN
-        self.calls.append("all_reduce")
-        return torch.minimum(*self._meet(tensor.clone()))
-
-    def all_gather_object(self, obj: object) -> list[object]:
-        self.calls.append("all_gather_object")
-        return self._meet(obj)
+    def union(self, group: int, i: int) -> list[str]:
+        """Agree union ``i`` (rank 0 holds ``x<i>``, rank 1 ``y<i>``: no other union covers
+        either); the keys, then the collectives made."""
+        keys, held_by_all, _, _, calls = self.agree(group, ({f"x{i}": ONE}, {f"y{i}": ONE}))
+        return [keys, held_by_all, *calls]
 
 
-def _agree(key: int, layouts: tuple[dict, dict], votes=(False, False)) -> list:
-    """Both ranks' ``(agreed key set, voted, collectives made)`` from one agreement in
-    group ``key``."""
-    barrier = threading.Barrier(2, timeout=10)
-    meeting: list = [None, None]
-    ranks = [_Rank(r, key, meeting, barrier) for r in range(2)]
-    with ThreadPoolExecutor(2) as pool:
-        done = [pool.submit(agree, ranks[r], layouts[r], votes[r]) for r in range(2)]
-        results = [future.result(timeout=10) for future in done]
-    return [(agreed, voted, rank.calls) for (agreed, voted), rank in zip(results, ranks)]
+def _exchange_then_cache(me: _Rank) -> list:
+    group = me.group()
+    return [me.agree(group, ({"a": ONE}, {"a": ONE})), me.union(group, 0), me.union(group, 0)]
 
 
-def _union(key: int, i: int) -> list[str]:
-    """Agree union ``i`` (rank 0 holds ``x<i>``, rank 1 ``y<i>``: no other union covers
-    either); the collectives rank 0 made, after checking both ranks got the union."""
-    results = _agree(key, ({f"x{i}": ONE}, {f"y{i}": ONE}))
-    for agreed, _, _ in results:
-        assert agreed.keys == (f"x{i}", f"y{i}")
-        assert not agreed.held_by_all  # the reduction counts each key's holders
-    return results[0][2]
+def _unions_per_group(me: _Rank) -> list:
+    group = me.group()
+    steps = [me.union(group, i) for i in range(CACHED_UNIONS)]
+    steps += [me.union(group, i) for i in (0, CACHED_UNIONS, 0, 1)]
+    return steps + [me.union(group, i) for i in (0, *range(3, CACHED_UNIONS + 1))]
 
 
-CHECK = ["all_reduce"]  # the 40-byte check alone: equal key sets, or a cached union
-EXCHANGE = [*CHECK, "all_gather_object"]  # then the layouts exchanged
+def _groups(me: _Rank) -> list:
+    first, second, *others = [me.group() for _ in range(CACHED_GROUPS + 1)]
+    steps = [me.union(group, 0) for group in (first, second, *others[:-1])]
+    return steps + [me.union(group, 0) for group in (first, others[-1], second, first)]
 
 
-def test_equal_key_sets_agree_at_once_and_unequal_ones_exchange_then_use_the_cache():
-    group = next(_groups)
-    for agreed, _, calls in _agree(group, ({"a": ONE}, {"a": ONE})):
-        assert agreed.keys == ("a",) and agreed.held_by_all and calls == CHECK
-    assert _union(group, 0) == EXCHANGE
-    assert _union(group, 0) == CHECK  # the proposals agree: no exchange
+def _other_layout(me: _Rank) -> list:
+    group = me.group()
+    return [me.union(group, 0), me.agree(group, ({"x0": OTHER}, {"y0": ONE}))]
 
 
-def test_a_group_remembers_its_last_unions_and_an_agreement_refreshes_one():
-    group = next(_groups)
-    for i in range(CACHED_UNIONS):
-        assert _union(group, i) == EXCHANGE, i
-    assert _union(group, 0) == CHECK  # the oldest, now the most recent
-    assert _union(group, CACHED_UNIONS) == EXCHANGE  # one more: union 1 is forgotten
-    assert _union(group, 0) == CHECK
-    assert _union(group, 1) == EXCHANGE
-    for i in (0, *range(3, CACHED_UNIONS + 1)):
-        assert _union(group, i) == CHECK, i
+def _most_recent_first(me: _Rank) -> list:
+    group, one, two = me.group(), ({"x0": ONE}, {"y0": ONE}), ({"x0": ONE, "z0": ONE}, {"y0": ONE})
+    return [me.agree(group, layouts) for layouts in (one, two, one)]
 
 
-def test_the_cache_keeps_the_most_recently_agreed_groups():
-    first, second, *others = [next(_groups) for _ in range(CACHED_GROUPS + 1)]
-    assert _union(first, 0) == EXCHANGE
-    assert _union(second, 0) == EXCHANGE
-    for group in others[:-1]:  # CACHED_GROUPS groups in all
-        assert _union(group, 0) == EXCHANGE
-    assert _union(first, 0) == CHECK  # the least recently agreed, now the most recent
-    assert _union(others[-1], 0) == EXCHANGE  # one group more: the second is forgotten
-    assert _union(second, 0) == EXCHANGE
-    assert _union(first, 0) == CHECK
-
-
-def test_a_cached_union_is_not_proposed_for_a_key_of_another_layout():
-    group = next(_groups)
-    assert _union(group, 0) == EXCHANGE
-    results = _agree(group, ({"x0": OTHER}, {"y0": ONE}))
-    for agreed, _, calls in results:
-        assert agreed.keys == ("x0", "y0") and agreed.layouts["x0"] == OTHER
-        assert calls == EXCHANGE
-
-
-def test_any_ranks_vote_is_every_ranks_answer_on_each_path():
+def _votes(me: _Rank) -> list:
     same, union = ({"a": ONE}, {"a": ONE}), ({"x0": ONE}, {"y0": ONE})
-    paths = (("same keys", same, CHECK), ("exchange", union, EXCHANGE), ("cached", union, CHECK))
+    steps = []
     for votes in ((False, False), (False, True), (True, False), (True, True)):
-        group = next(_groups)
-        for path, layouts, calls in paths:
-            results = _agree(group, layouts, votes)
-            assert results[0][2] == calls, (path, votes)
-            assert [voted for _, voted, _ in results] == [any(votes)] * 2, (path, votes)
+        group = me.group()
+        steps += [me.agree(group, layouts, votes) for layouts in (same, union, union)]
+    return steps
 
 
-def test_a_single_rank_agrees_with_itself_without_a_collective():
-    rank = _Rank(0, next(_groups), [None], threading.Barrier(1))
-    rank.world = 1
-    keys, voted = agree(rank, {"b": ONE, "a": ONE}, vote=True)
-    assert keys.keys == ("a", "b") and voted is True and rank.calls == []
+SCENARIOS = {
+    "exchange then cache": _exchange_then_cache,
+    "unions per group": _unions_per_group,
+    "groups": _groups,
+    "other layout": _other_layout,
+    "most recent first": _most_recent_first,
+    "votes": _votes,
+}
+
+
+def _run_scenarios(rank: int, world: int) -> dict[str, list]:
+    me = _Rank(rank)
+    return {name: scenario(me) for name, scenario in SCENARIOS.items()}
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[dict[str, list]]:
+    results = run_ranks(_run_scenarios, 2, timeout=120)
+    for name in SCENARIOS:  # both ranks saw the same agreements
+        mine, theirs = ([step[:2] for step in r[name]] for r in results)
+        assert mine == theirs, name
+    return results
+
+
+def _union_calls(steps: list) -> list[list[str]]:
+    for keys, held_by_all, *_ in steps:
+        assert len(keys) == 2 and keys[0].startswith("x") and keys[1].startswith("y")
+        assert keys[0][1:] == keys[1][1:] and not held_by_all  # holders are counted
+    return [calls for _, _, *calls in steps]
+
+
+def test_equal_key_sets_agree_at_once_and_unequal_ones_exchange_then_use_the_cache(ranks):
+    same, *unions = ranks[0]["exchange then cache"]
+    keys, held_by_all, _, _, calls = same
+    assert keys == ("a",) and held_by_all and calls == CHECK
+    assert _union_calls(unions) == [EXCHANGE, CHECK]  # the proposals agree: no exchange
+
+
+def test_a_group_remembers_its_last_unions_and_an_agreement_refreshes_one(ranks):
+    calls = _union_calls(ranks[0]["unions per group"])
+    assert calls[:CACHED_UNIONS] == [EXCHANGE] * CACHED_UNIONS
+    assert calls[CACHED_UNIONS : CACHED_UNIONS + 4] == [
+        CHECK,  # union 0: the oldest, now the most recent
+        EXCHANGE,  # one union more: union 1 is forgotten
+        CHECK,  # union 0 again
+        EXCHANGE,  # union 1, agreed anew (union 2 forgotten)
+    ]
+    assert calls[CACHED_UNIONS + 4 :] == [CHECK] * (CACHED_UNIONS - 1)
+
+
+def test_the_cache_keeps_the_most_recently_agreed_groups(ranks):
+    calls = _union_calls(ranks[0]["groups"])
+    assert calls[:CACHED_GROUPS] == [EXCHANGE] * CACHED_GROUPS
+    assert calls[CACHED_GROUPS:] == [
+        CHECK,  # the first group: the least recently agreed, now the most recent
+        EXCHANGE,  # one group more: the second is forgotten
+        EXCHANGE,  # the second, agreed anew
+        CHECK,  # the first is still there
+    ]
+
+
+def test_a_cached_union_is_not_proposed_for_a_key_of_another_layout(ranks):
+    for steps in (r["other layout"] for r in ranks):
+        assert _union_calls(steps[:1]) == [EXCHANGE]
+        keys, _, layouts, _, calls = steps[1]
+        assert keys == ("x0", "y0") and layouts["x0"] == OTHER and calls == EXCHANGE
+
+
+def test_of_two_cached_unions_that_cover_the_keys_the_most_recent_is_proposed(ranks):
+    steps = ranks[0]["most recent first"]
+    assert [keys for keys, *_ in steps] == [("x0", "y0"), ("x0", "y0", "z0"), ("x0", "y0", "z0")]
+    assert [calls for *_, calls in steps] == [EXCHANGE, EXCHANGE, CHECK]
+
+
+def test_any_ranks_vote_is_every_ranks_answer_on_each_path(ranks):
+    votes = ((False, False), (False, True), (True, False), (True, True))
+    paths = (("same keys", CHECK), ("exchange", EXCHANGE), ("cached", CHECK))
+    for n, vote in enumerate(votes):
+        for p, (path, calls) in enumerate(paths):
+            steps = [r["votes"][3 * n + p] for r in ranks]
+            assert steps[0][4] == calls, (path, vote)
+            assert [voted for _, _, _, voted, _ in steps] == [any(vote)] * 2, (path, vote)
+
+
+def test_a_single_rank_agrees_with_itself_without_a_collective(monkeypatch):
+    def no_collective(*args, **kwargs):
+        raise AssertionError("a single rank made a collective")
+
+    for name in ("all_reduce", "all_gather_object"):
+        monkeypatch.setattr(dist, name, no_collective)
+    keys, voted = agree(Comm(None), {"b": ONE, "a": ONE}, vote=True)
+    assert keys.keys == ("a", "b") and voted is True

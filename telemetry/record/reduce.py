@@ -236,10 +236,10 @@ def reduce_with_spread(
 
 def reduce_and_vote(
     states: Mapping[Key, State],
-    group: dist.ProcessGroup | None = None,
-    spread: Callable[[Key], bool] = lambda key: False,
+    group: dist.ProcessGroup | None,
+    spread: Callable[[Key], bool],
     *,
-    series: Callable[[Key], bool] = lambda key: False,
+    series: Callable[[Key], bool],
     vote: bool = False,
 ) -> tuple[ReducedStates, Spreads, bool]:
     """Reduce every state across ``group``, with the straggler view of chosen keys, and

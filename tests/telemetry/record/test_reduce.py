@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import StatReduce
+from telemetry.record import reduce
 from telemetry.record.layout import (
     DENOMINATOR_LAYOUT,
     SCALAR_LAYOUT,
@@ -158,6 +159,37 @@ def test_single_process_has_no_collectives():
     out = reduce_states({"a": (layout, torch.tensor([2.0], dtype=torch.float64))})
     assert out["a"][0] is layout and out["a"][1].tolist() == [2.0]
     assert collectives_issued() == before
+
+
+def test_single_process_reduces_a_0_dim_and_a_2_dim_state_as_flat_vectors():
+    one = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM,))
+    four = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.SUM))
+    out = reduce_states(
+        {
+            "scalar": (one, torch.tensor(2.5, dtype=torch.float64)),
+            "grid": (four, torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64)),
+        }
+    )
+    assert out["scalar"][1].tolist() == [2.5]
+    assert out["grid"][1].tolist() == [1.0, 2.0, 3.0, 4.0]  # row-major, as the layout's ops
+
+
+def test_single_process_plan_cache_keeps_the_most_recently_used_key_sets():
+    layout = StateLayout(StateKind.CUSTOM, (ReduceOp.SUM,))
+
+    def key_set(i: int) -> dict:
+        return {f"plan{i}.{j}": (layout, torch.tensor([1.0], dtype=torch.float64)) for j in (0, 1)}
+
+    def cached() -> list[tuple]:
+        return [tuple(plan.offsets) for plan in reduce._plans.values()]
+
+    size = reduce._PLANS
+    for i in range(size + 3):
+        reduce_states(key_set(i))
+    assert cached() == [tuple(key_set(i)) for i in range(3, size + 3)]
+    reduce_states(key_set(3))  # used again: now the most recent
+    reduce_states(key_set(size + 3))  # one more: key set 4 is forgotten
+    assert cached() == [tuple(key_set(i)) for i in (*range(5, size + 3), 3, size + 3)]
 
 
 def test_wrong_state_size_is_rejected():

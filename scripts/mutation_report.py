@@ -146,6 +146,13 @@ _DIGEST_SIZE = (
     "only a digest's length: a checkpoint's digest is compared with a retry's, both made"
     " by this code"
 )
+_WORLD_OF_ONE = (
+    "one rank then makes the header and its own 'collectives', which a world of one skips"
+    " (Comm), and agrees with itself: the same key set and vote"
+)
+_MIN_MAX = "low[0] is the least digest and -low[1] the greatest: never greater, so >= is =="
+_HOLDERS = "holder counts are only compared with 0 and are never negative"
+
 JUDGED: dict[str, dict[str, str]] = {
     "telemetry/record/kernels.py": {
         "fills = (padding & inf, padding * sign)": (
@@ -239,6 +246,41 @@ JUDGED: dict[str, dict[str, str]] = {
         ),
     },
     "telemetry/record/reduce.py": {
+        **{
+            f"{name} = {value}{comment}": (
+                "a cache bound's value; the tests read the constant and pin the bound's"
+                " behaviour (test_key_agreement.py, test_reduce.py's plan cache)"
+            )
+            for name, size, comment in (
+                ("_PLANS", 16, "  # element plans cached, by digest of the key specs"),
+                ("CACHED_UNIONS", 8, ""),
+                ("CACHED_GROUPS", 64, ""),
+            )
+            for value in (size - 1, size + 1)
+        },
+        "@dataclass(frozen=False, slots=True)": "nothing assigns to a key set's fields",
+        "digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size= 7).digest(),"
+        ' "little")': ("another digest, the same on every rank (collisions 2**-56, not 2**-64)"),
+        "return cls(keys, {key: layouts[key] for key in keys}, digest >> 2, held_by_all)": (
+            "a 62-bit digest instead of 63: still non-negative, and its negation fits int64"
+        ),
+        "if comm.world == 0:": _WORLD_OF_ONE,
+        "if comm.world < 1:": _WORLD_OF_ONE,
+        "if comm.world <= 1:": "a world size is at least 1",
+        "voted = low[4] != 0": "low[4] is -int(vote): 0 or -1",
+        "if low[2] >= -low[3]:": _MIN_MAX,
+        "if low[0] >= -low[1]:": _MIN_MAX,
+        "cache = [u for u in _unions.pop(group_key, ()) if u.digest is not union.digest]": (
+            "a union already cached is only remembered again as the proposal itself (the same"
+            " object, so the same digest object); an exchanged union is in no cache, else every"
+            " rank would have proposed a covering one"
+        ),
+        "/,": "the callers pass series and vote by keyword",
+        "vote: bool = True,": (
+            "the one caller without a vote (reduce_with_spread) discards the answer"
+        ),
+        "held = [ 2.0 if key in states else 0.0 for key in keys.keys]": _HOLDERS,
+        "return {key for key, count in zip(keys, counts) if count != 0}": _HOLDERS,
         'return int.from_bytes(hashlib.blake2b(text, digest_size= 7).digest(), "little", '
         "signed=True)": "another digest, the same on every rank (collisions 2**-56, not 2**-64)",
         "if not len(by_device) == 1:": _ONE_DEVICE,

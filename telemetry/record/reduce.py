@@ -101,14 +101,14 @@ class _KeySet:
     keys: tuple[Key, ...]
     layouts: Mapping[Key, StateLayout]
     digest: int
-    held_by_all: bool = True
+    held_by_all: bool
 
-    @staticmethod
-    def of(layouts: Mapping[Key, StateLayout], held_by_all: bool = True) -> _KeySet:
+    @classmethod
+    def of(cls, layouts: Mapping[Key, StateLayout], held_by_all: bool = True) -> _KeySet:
         keys = tuple(sorted(layouts))
         text = "\n".join(f"{spelling(key)}\t{layouts[key].description}" for key in keys)
         digest = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-        return _KeySet(keys, {key: layouts[key] for key in keys}, digest >> 1, held_by_all)
+        return cls(keys, {key: layouts[key] for key in keys}, digest >> 1, held_by_all)
 
     def covers(self, layouts: Mapping[Key, StateLayout]) -> bool:
         """Whether every key of ``layouts`` is here with the same layout."""
@@ -119,9 +119,7 @@ class _KeySet:
         )
 
 
-def agree(
-    comm: Comm, layouts: Mapping[Key, StateLayout], vote: bool = False
-) -> tuple[_KeySet, bool]:
+def agree(comm: Comm, layouts: Mapping[Key, StateLayout], vote: bool) -> tuple[_KeySet, bool]:
     """The key set every rank of ``comm`` reduces over (see the module docstring), and
     whether any rank passed ``vote=True`` (the same answer on every rank).
 

@@ -1,5 +1,7 @@
 """What a spool on disk holds, as a fresh process would replay it, read from a copy: a live
-spool's files are left as they are (opening a spool deletes its delivered segments)."""
+spool's files are left as they are (opening a spool deletes its delivered segments). A file
+the live spool deletes while it is copied held only acknowledged records, so it is left out
+of the copy."""
 
 from __future__ import annotations
 
@@ -15,7 +17,11 @@ from exporters.otlp.spool import Part, Spool
 def held(directory: Path) -> list[Part]:
     """The entries the spool in ``directory`` holds, oldest first."""
     with tempfile.TemporaryDirectory() as copy:
-        shutil.copytree(directory, copy, dirs_exist_ok=True)
+        for path in directory.iterdir():
+            try:
+                shutil.copy2(path, copy)
+            except FileNotFoundError:
+                continue  # acknowledged and deleted by the live spool meanwhile
         spool = Spool(copy, 1 << 62)
         parts = []
         while (part := spool.peek()) is not None:

@@ -7,6 +7,7 @@ their addresses.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import struct
@@ -39,7 +40,10 @@ def bound_sockets(pid: int) -> set[tuple[str, str, int]]:
     """``(protocol, address, port)`` of every listening TCP and bound UDP socket of ``pid``."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = fd.readlink().name if fd.is_symlink() else ""
+        try:
+            target = os.readlink(fd)
+        except OSError:  # the process closed it meanwhile
+            continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:[") : -1])
     found = set()

@@ -19,7 +19,7 @@ def held(directory: Path) -> list[Part]:
     with tempfile.TemporaryDirectory() as copy:
         for path in directory.iterdir():
             try:
-                shutil.copy2(path, copy)
+                shutil.copyfile(path, Path(copy, path.name))
             except FileNotFoundError:
                 continue  # acknowledged and deleted by the live spool meanwhile
         spool = Spool(copy, 1 << 62)

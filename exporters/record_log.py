@@ -4,7 +4,8 @@ The collector's write-ahead journals (:mod:`exporters.journal`) and the OTLP sin
 (:mod:`exporters.otlp.spool`) both keep their queue here; a record's payload is bytes the
 user chooses. On disk: segment files ``<first seq>.seg`` of framed records (payload length,
 CRC-32 of the payload, sequence number: :data:`HEADER`; then the payload), and a file
-``acked`` with the last acknowledged sequence number, replaced atomically. Every record is
+``acked`` with the last acknowledged sequence number, written over in place (one
+fixed-width ``pwrite``: :meth:`RecordLog.ack`). Every record is
 one ``os.write`` to a segment opened ``O_APPEND``: in the page cache when :meth:`append`
 returns, so a killed process loses none, and with ``fsync=True`` on disk once :meth:`sync`
 returns. A write that fails is cut off again (the segment truncated to its last whole

@@ -596,6 +596,27 @@ def test_a_healthy_queue_spills_only_from_half_full():
     queued.shutdown(WAIT_S)
 
 
+def test_a_queue_of_one_keeps_a_failed_snapshot_in_memory_while_it_is_empty():
+    """Half of 1 rounds down to 0, yet an empty queue is not half full: a snapshot that
+    failed once waits for its retry in memory. (A snapshot queued while the worker is
+    between two takes is half the queue and goes through the overflow: then nothing is
+    held in memory, and the count does not move either.)"""
+    queued, sink = overflowing(1, spill_after_s=WAIT_S, backoff_s=0.01, max_backoff_s=0.01)
+    assert queued.submit(snap(0))
+    assert queued.force_flush(WAIT_S)
+    sink.gate.clear()
+    sink.entered.clear()
+    sink.results = [ExportResult.FAILURE]
+    assert queued.submit(snap(1))
+    assert sink.entered.wait(WAIT_S)
+    spilled = sink.overflow.spilled
+    sink.gate.set()
+    assert queued.force_flush(WAIT_S)
+    assert sink.overflow.spilled == spilled and sink.snapshots == [snap(0), snap(1)]
+    assert queued.stats().retried == 1
+    queued.shutdown(WAIT_S)
+
+
 def test_a_snapshot_held_through_a_long_backoff_spills_once_failures_last():
     queued, sink = overflowing(8, backoff_s=WAIT_S, max_backoff_s=WAIT_S, spill_after_s=0.2)
     sink.results = [ExportResult.FAILURE] * 100

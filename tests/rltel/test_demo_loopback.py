@@ -7,42 +7,13 @@ import ipaddress
 import os
 import socket
 import traceback
-from pathlib import Path
 
 import torch.multiprocessing as mp
 
 from rltel.demo.loopback import init_loopback_group, loopback_interface, rendezvous
+from tests.proc_sockets import listening
 
 TIMEOUT_S = 120.0
-LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
-
-
-def _address(hex_address: str) -> str:
-    """``/proc/net/tcp{,6}``'s local address (little-endian 32-bit words) as an IP."""
-    raw = bytes.fromhex(hex_address)
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    return str(ipaddress.ip_address(words))
-
-
-def listening(pid: int | str = "self") -> list[tuple[str, int]]:
-    """``(address, port)`` of every TCP socket process ``pid`` listens on (IPv4 and IPv6)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:  # closed meanwhile
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found = []
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            local, state, inode = fields[1], fields[3], fields[9]
-            if state == LISTEN and inode in inodes:
-                address, port = local.split(":")
-                found.append((_address(address), int(port, 16)))
-    return found
 
 
 def _rank(rank: int, world: int, init_method: str, queue) -> None:

@@ -30,8 +30,8 @@ from rltel.logger import StatsLogger
 from rltel.report.runs import load_run
 from rltel.report.timeline import read_timeline
 from tests.distributed import free_port
+from tests.proc_sockets import listening
 from tests.rltel.test_demo import assert_families, assert_trackio, listed_files, read_tensorboard
-from tests.rltel.test_demo_loopback import listening
 
 RLTEL = Path(sys.executable).with_name("rltel")
 STEPS = 4

@@ -132,6 +132,18 @@ def test_drop_forgets_the_keys_of_every_kind_and_empties_their_stat_rows():
     assert window.take(None, reset=False).states()["b"][1].tolist() == [4.0, 2.0, 1.0, -3.0]
 
 
+def test_a_key_keeps_the_last_reduce_group_given_and_a_call_without_one_keeps_it():
+    window = accumulate.Window()
+    window.set_group("a", None)
+    assert "a" not in window.groups  # no group given: the key has none
+    first, second = object(), object()
+    window.set_group("a", first)
+    window.set_group("a", None)
+    assert window.groups["a"] is first  # a later call without a group keeps the last one
+    window.set_group("a", second)
+    assert window.groups == {"a": second}  # AReaL keeps the last group given
+
+
 def test_take_under_a_prefix_takes_the_key_and_its_subkeys_only():
     prefix = "".join(["b", "b"])  # made at run time: equal to the key "bb", not the same object
     window = _window_with_stats("a", "bb", "bb/x", "bba", "c")

@@ -144,6 +144,27 @@ def test_a_key_keeps_the_last_reduce_group_given_and_a_call_without_one_keeps_it
     assert window.groups == {"a": second}  # AReaL keeps the last group given
 
 
+# The meta device is a second device on any machine: a window's checks and banks tell
+# devices apart by equality, never by identity (a tensor's ``device`` is a new object).
+META = torch.device("meta")
+
+
+def test_a_stat_recorded_on_one_device_is_refused_on_another_by_name():
+    window = _window_with_stats("a")
+    window.check_stat("a", StatReduce.AVG_MIN_MAX, torch.device("cpu"))  # equal, other object
+    with pytest.raises(InvalidValueError, match="'a': recorded on cpu, now on meta"):
+        window.check_stat("a", StatReduce.AVG_MIN_MAX, META)
+
+
+def test_drop_empties_each_key_in_its_own_devices_bank_only():
+    window = _window_with_stats("a")
+    window.add_stat("m", StatReduce.AVG_MIN_MAX, META, ())
+    window.bank(META).take(["m"], reset=False)  # a row for "m" in the meta bank
+    window.drop(["a", "m"])
+    assert set(window.bank(torch.device("cpu")).rows) == {"a"}  # no row made for "m"
+    assert set(window.bank(META).rows) == {"m"}  # nor for "a"
+
+
 def test_take_under_a_prefix_takes_the_key_and_its_subkeys_only():
     prefix = "".join(["b", "b"])  # made at run time: equal to the key "bb", not the same object
     window = _window_with_stats("a", "bb", "bb/x", "bba", "c")

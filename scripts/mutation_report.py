@@ -366,15 +366,14 @@ JUDGED: dict[str, dict[str, str]] = {
         "if value.dtype is torch.bool or value.is_complex():": "torch dtypes are singletons",
     },
     "exporters/queued.py": {
-        "if reserved and self._reserved != 0:": "_reserved is never negative (release clamps at 0)",
-        "if worker is not None and worker != threading.current_thread():": (
+        "if thread is not None and thread != threading.current_thread():": (
             "threads compare by identity: != is is not"
         ),
         (
-            "worker.join(max( -1.0, deadline - min(CANCEL_GRACE_S, timeout_s / 4)"
+            "thread.join(max( -1.0, deadline - min(CANCEL_GRACE_S, timeout_s / 4)"
             " - time.monotonic()))"
         ): _JOIN_NEGATIVE,
-        "worker.join(max( -1.0, deadline - time.monotonic()))": _JOIN_NEGATIVE,
+        "thread.join(max( -1.0, deadline - time.monotonic()))": _JOIN_NEGATIVE,
         "return self._tally.streak != 0 or failing or self._caller.stalled": (
             "the failure streak is never negative: != 0 is > 0"
         ),

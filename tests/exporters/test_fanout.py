@@ -8,6 +8,7 @@ import time
 import pytest
 
 from exporters.base import ExportResult, InMemorySink, Sink
+from exporters.factory import BuildContext, SinkFactory
 from exporters.fanout import FanOut, QueuedSink
 from exporters.registry import build_sinks, enabled
 from telemetry.config import load_config
@@ -179,6 +180,21 @@ def test_unused_queued_sink_shuts_down():
     flaky = Flaky([])
     QueuedSink(flaky).shutdown(1.0)
     assert flaky.shutdowns == 1
+
+
+def test_built_by_finds_the_first_sink_a_package_built_and_none_for_another():
+    ours, theirs = (
+        SinkFactory(name, "enabled", bool, lambda config, context: InMemorySink())
+        for name in ("ours", "theirs")
+    )
+    by_hand = InMemorySink()  # built by no factory
+    first, second = (ours.build(None, BuildContext()) for _ in range(2))
+    fanout = FanOut([by_hand, first, second])
+    try:
+        assert fanout.built_by(ours) is first
+        assert fanout.built_by(theirs) is None
+    finally:
+        fanout.shutdown(1.0)
 
 
 def enabled_sinks(config) -> list[str]:

@@ -8,7 +8,7 @@ import logging
 import pytest
 import torch
 
-from telemetry.model.errors import UnknownDenominatorError
+from telemetry.model.errors import InvalidValueError, UnknownDenominatorError
 from telemetry.record.tracker import DistributedStatsTracker, ReduceType
 
 MASK = torch.tensor([True, True, False, True])
@@ -83,3 +83,50 @@ def test_ownership_ends_with_the_export_that_takes_the_key() -> None:
         tracker.denominator(n=MASK)  # a plain call on a key p no longer owns
     assert tracker.export() == {"a/n": 3.0, "b/n": 3.0}
     assert not tracker.refusals.counts
+
+
+def test_a_call_on_another_tracker_inside_a_producer_call_records_at_once() -> None:
+    """Only the tracker a producer call is for records into its window, whichever of two
+    trackers it is."""
+    first, second = DistributedStatsTracker(), DistributedStatsTracker()
+    for producer, other in ((first, second), (second, first)):
+        with producer.producing("p"):
+            producer.scalar(mine=1.0)
+            other.scalar(theirs=2.0)
+            assert dict(other.export()) == {"theirs": 2.0, "theirs__count": 1}
+            assert dict(producer.export()) == {}  # its call is not joined yet
+        assert dict(producer.export()) == {"mine": 1.0, "mine__count": 1}
+
+
+def test_owners_are_told_apart_by_name() -> None:
+    """A producer named at run time (an equal name, another string object) is the same
+    owner: its calls pool and a plain call takes all of its keys back; the keys of other
+    producers, named before and after it, stay."""
+    tracker = DistributedStatsTracker()
+    for key in ("n", "m"):
+        with tracker.producing("".join(["pro", "ducer"])):
+            tracker.denominator(**{key: MASK})
+    with tracker.producing("a"):
+        tracker.denominator(a=MASK)
+    with tracker.producing("z"):
+        tracker.denominator(z=MASK)
+    with tracker.producing("".join(["pro", "ducer"])):
+        tracker.denominator(n=MASK)  # the same owner: pooled, not refused
+    assert not tracker.refusals.counts
+    tracker.scalar(n=1.0)  # takes back every key of "producer", n and m
+    assert dict(tracker.export()) == {"n": 1.0, "n__count": 1, "a": 3.0, "z": 3.0}
+    assert tracker.refusals.counts == {"producer": 1}
+
+
+def test_a_producer_that_records_its_own_stat_with_another_reduce_type_is_refused() -> None:
+    tracker = DistributedStatsTracker()
+    with tracker.producing("p"):
+        tracker.denominator(n=MASK)
+        tracker.stat(x=X, denominator="n")
+    with (
+        pytest.raises(InvalidValueError, match="'x': recorded with reduce type avg_min_max"),
+        tracker.producing("p"),
+    ):
+        tracker.denominator(n=MASK)
+        tracker.stat(x=X, denominator="n", reduce_type=ReduceType.SUM)
+    assert tracker.export()["x/avg"] == pytest.approx(7 / 3)  # the first call's only

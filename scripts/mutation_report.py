@@ -220,6 +220,17 @@ JUDGED: dict[str, dict[str, str]] = {
             "within one series the cumulative min never rises (a restart returned earlier)"
         ),
     },
+    "telemetry/record/checks.py": {
+        "if value.dtype is not torch.bool:": _DTYPE_IDENTITY,
+        "if value.dtype is torch.bool or value.is_complex():": _DTYPE_IDENTITY,
+        "or counts.dtype is not torch.float64": _DTYPE_IDENTITY,
+        "or rows.dtype is not torch.float64": _DTYPE_IDENTITY,
+        "if value.numel() <= 0:": "numel() is never negative",
+        "if value.ndim > 0:  # float() refuses these too (numpy 2)": "ndim is never negative",
+        (
+            "if not isinstance(reduce_type, StatReduce) or reduce_type == StatReduce.SCALAR:"
+        ): _ENUM_IDENTITY,
+    },
     "telemetry/record/produce.py": {
         "rows = part.bank(device).take(keys, reset=False)": (
             "the producer call's window is dropped once merged: its rows are never read again"
@@ -381,6 +392,15 @@ JUDGED: dict[str, dict[str, str]] = {
         "thread.join(max( -1.0, deadline - time.monotonic()))": _JOIN_NEGATIVE,
         "return self._tally.streak != 0 or failing or self._caller.stalled": (
             "the failure streak is never negative: != 0 is > 0"
+        ),
+    },
+    "exporters/bounded_queue.py": {
+        "if not TYPE_CHECKING:": (
+            "importing MemoryCharge and Snapshot at run time as well changes nothing (no cycle)"
+        ),
+        "if reserved and self._reserved != 0:": "_reserved is never negative (release clamps at 0)",
+        "return deadline is not None and time.monotonic() >= deadline": (
+            "a monotonic reading exactly at the drain deadline: a tie no test can arrange"
         ),
     },
     "exporters/timed_call.py": {

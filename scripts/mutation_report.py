@@ -220,6 +220,12 @@ JUDGED: dict[str, dict[str, str]] = {
             "within one series the cumulative min never rises (a restart returned earlier)"
         ),
     },
+    "telemetry/record/declared.py": {
+        "/,": (
+            "add_state's name and reduce: every caller passes them by position, size and"
+            " per_rank by keyword"
+        ),
+    },
     "telemetry/record/checks.py": {
         "if value.dtype is not torch.bool:": _DTYPE_IDENTITY,
         "if value.dtype is torch.bool or value.is_complex():": _DTYPE_IDENTITY,
@@ -401,6 +407,16 @@ JUDGED: dict[str, dict[str, str]] = {
         "if reserved and self._reserved != 0:": "_reserved is never negative (release clamps at 0)",
         "return deadline is not None and time.monotonic() >= deadline": (
             "a monotonic reading exactly at the drain deadline: a tie no test can arrange"
+        ),
+    },
+    "exporters/tally.py": {
+        "def add(self, /, dropped: int = 0, retried: int = 0, timed_out: int = 0) -> None:": (
+            "every caller passes the counts by keyword"
+        ),
+        "if self.streak <= 1:": "streak was just incremented: it is at least 1",
+        "default_factory=threading.Lock, init=True, repr=False, compare=False": (
+            "a copy then shares the live stats' lock: each call holds it briefly; no counter"
+            " is shared"
         ),
     },
     "exporters/timed_call.py": {

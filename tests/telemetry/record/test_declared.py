@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -36,6 +38,13 @@ def test_a_declaration_gives_the_layout_and_the_keys():
     reduced = {k: (lay, v.numpy()) for k, (lay, v) in collected.items()}
     reduced["other/x"] = reduced["queue/rows"]  # another producer's key
     assert set(states.values(reduced)) == {"depth", "rows"}
+
+
+def test_a_declaration_cannot_be_changed_once_made():
+    """The layout ranks compare is built from it: it stays as declared."""
+    declaration = DeclaredStates("queue/").add_state("depth", SUM, size=2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        declaration.size = 3  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ format: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# Mutation testing of the core modules (cosmic-ray, in a clone of HEAD): about 2 hours,
+# Mutation testing of the core modules (cosmic-ray, in a clone of HEAD): about 7 to 8 hours on 2 cores,
 # not part of make test; see docs/development.md for the last scores.
 mutation: venv
 	$(PY) -c "import cosmic_ray" 2>/dev/null || $(PY) -m pip install --quiet "cosmic-ray==8.7.0"

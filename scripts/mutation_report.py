@@ -220,6 +220,21 @@ JUDGED: dict[str, dict[str, str]] = {
             "within one series the cumulative min never rises (a restart returned earlier)"
         ),
     },
+    "telemetry/record/layout.py": {
+        "if self.kind == StateKind.STAT:": _ENUM_IDENTITY,
+        "elif self.kind == StateKind.CUSTOM:": _ENUM_IDENTITY,
+        "return len(self.ops) - len(STAT_OPS) if self.kind == StateKind.STAT else 0": (
+            _ENUM_IDENTITY
+        ),
+        "if kind == StateKind.STAT:": _ENUM_IDENTITY,
+        "if not isinstance(reduce, StatReduce) or reduce == StatReduce.SCALAR:": _ENUM_IDENTITY,
+        "if n_buckets < -1 or ops != STAT_OPS + (ReduceOp.SUM,) * n_buckets:": (
+            "three ops (n_buckets -1) differ from STAT_OPS, so the second test refuses them too"
+        ),
+        "description: str = field(init=False, repr=False, compare=True)": (
+            "the description is made from compared fields: equal layouts describe alike"
+        ),
+    },
     "telemetry/record/declared.py": {
         "/,": (
             "add_state's name and reduce: every caller passes them by position, size and"

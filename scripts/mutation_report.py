@@ -554,7 +554,7 @@ JUDGED: dict[str, dict[str, str]] = {
         ),
         "return next((q.sink for q in self.queued if q.sink.factory == factory), None)": (
             "a package's factory is one module constant: a factory equal in every field"
-            " (name, switch, the same functions) is that constant, so == finds what is finds"
+            " (name, switch, the same functions) is that constant, so == finds what identity finds"
         ),
     },
     "exporters/otlp/spool.py": {

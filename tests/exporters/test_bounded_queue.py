@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 from exporters.bounded_queue import BoundedQueue
-from telemetry.model.snapshot import Gauge, Snapshot, Step
-
-
-def snap(step: int) -> Snapshot:
-    return Snapshot(points=(Gauge("loss", float(step)),), step=Step(0, step, step))
+from tests.exporters.test_queued import snap
 
 
 def test_an_earlier_process_items_count_in_the_depth_whatever_the_size():

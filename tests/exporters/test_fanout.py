@@ -12,12 +12,8 @@ from exporters.factory import BuildContext, SinkFactory
 from exporters.fanout import FanOut, QueuedSink
 from exporters.registry import build_sinks, enabled
 from telemetry.config import load_config
-from telemetry.model.snapshot import Gauge, Snapshot, Step
 from tests.exporters.overflows import ListOverflow
-
-
-def snap(step: int) -> Snapshot:
-    return Snapshot(points=(Gauge("loss", float(step)),), step=Step(0, step, step))
+from tests.exporters.test_queued import snap
 
 
 class Raising(Sink):

@@ -13,13 +13,10 @@ import time
 
 from exporters.base import Delivery, ExportResult, InMemorySink, Sink
 from exporters.fanout import FanOut
-from telemetry.model.snapshot import Gauge, Snapshot, Step
+from telemetry.model.snapshot import Snapshot
+from tests.exporters.test_queued import snap
 
 WAIT_S = 30.0  # never reached unless the code under test hangs
-
-
-def snap(step: int) -> Snapshot:
-    return Snapshot(points=(Gauge("loss", float(step)),), step=Step(0, step, step))
 
 
 class Gated(Sink):

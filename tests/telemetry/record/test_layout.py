@@ -69,6 +69,7 @@ def test_a_stats_bucket_count_is_its_ops_past_the_four_moments():
     assert stat_layout(StatReduce.AVG_MIN_MAX, 3).n_buckets == 3
     assert stat_layout(StatReduce.AVG_MIN_MAX, 3).ops == (*STAT_OPS, SUM, SUM, SUM)
     assert stat_layout(StatReduce.AVG_MIN_MAX, 0).n_buckets == 0
+    assert stat_layout(StatReduce.AVG, 5).n_buckets == 5
     assert StateLayout(StateKind.CUSTOM, (SUM,) * 6).n_buckets == 0  # only a stat has buckets
 
 
@@ -102,4 +103,3 @@ def test_layouts_compare_by_kind_ops_spread_and_reduce_type():
     assert stat_layout(StatReduce.AVG, 5) == StateLayout(
         StateKind.STAT, (*STAT_OPS, *(SUM,) * 5), SCALAR_LAYOUT.per_rank, StatReduce.AVG
     )
-    assert stat_layout(StatReduce.AVG, 5).n_buckets == 5

@@ -29,13 +29,21 @@ STEPS, WORKERS, PER_RANK = (1, 2), 2, 6
 BIG_STEP, BIG = 2, 10_000  # rank 1 logs this many samples at BIG_STEP
 
 
+# who logs a step's lowest (-1) and highest (+1) rollout reward: as the extremes are always
+# kept, rank 1's and both workers' samples reach the trackers whatever the reservoir draws
+EXTREME = {(1, "t1"): -1, (1, "w0"): 1, (2, "w1"): -1, (2, "t1"): 1}
+
+
 def logged(who: str, step: int, stream: str, i: int) -> dict:
     """Sample ``i`` of ``who`` (``t0``, ``t1``, ``w0``, ``w1``) at ``step``, before redaction."""
     tail = "y" * 150 if i % 4 == 1 else ""
+    reward = float((i * 7 + 3 * len(who) + step) % 23) + (0.5 if who[0] == "w" else 0.0)
+    if stream == "rollout" and i == 0 and (step, who) in EXTREME:
+        reward = EXTREME[step, who] * (100.0 + step)
     return {
         "prompt": f"{who} prompt {i}",
         "completion": f"{who}/{step}/{i} key=SECRET-{i}{tail}",
-        "reward": float((i * 7 + 3 * len(who) + step) % 23) + (0.5 if who[0] == "w" else 0.0),
+        "reward": reward,
     }
 
 

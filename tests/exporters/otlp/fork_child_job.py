@@ -50,6 +50,11 @@ def main(endpoint: str, fileroot: str, forks: int, hung_after_s: float) -> None:
 
     committer = threading.Thread(target=commit_steps)
     committer.start()
+    # the first fork once calls flow (opening the channel is slow on a loaded machine); the
+    # receiver stalls each call, so from then on one is almost always in flight
+    deadline = time.monotonic() + 60.0
+    while not logger.health()["otlp"]["requests_exported"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     codes = []
     for _ in range(forks):
         time.sleep(0.01)

@@ -145,7 +145,6 @@ def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) 
     record = logger.config.run_dir / "rollout-workers" / f"worker-{worker}.jsonl"
     record.parent.mkdir(parents=True, exist_ok=True)
     model, generator = TinyMoELM(), torch.Generator().manual_seed(500 + worker)
-    exported = 0
     try:
         while (command := _next_command(link.commands[worker])) is not None:
             step, version = command
@@ -161,7 +160,7 @@ def _serve(worker: int, options: DemoOptions, endpoint: str, link: RolloutLink) 
                 stats_tracker.get("rollout").scalar(reward=value)
             log_rollout_samples(tokens, reward, "rollout")
             logger.commit(0, step, step, stats_tracker.export_all())
-            exported = wait_exported(logger, exported)
+            wait_delivered(logger)
             _save(
                 {"tokens": tokens, "logp": logp, "version": version}, link.batch_path(step, worker)
             )
@@ -189,21 +188,18 @@ def _next_command(queue) -> tuple[int, int] | None:
                 return None
 
 
-def wait_exported(logger, before: int) -> int:
-    """Wait until the last commit was accepted by the collector; the new export count.
+def wait_delivered(logger) -> None:
+    """Wait until everything the logger queued so far, its last commit included, was
+    accepted by the collector.
 
     The collector merges rollout windows into the next training step it receives, in the
     order it accepts them: a worker's commit must arrive before the trainer's commit of the
-    same step, and the trainer's before any worker's commit of the next step. After
-    ``EXPORT_WAIT_S`` the caller goes on (the OTLP sink's queue keeps retrying or spools).
+    same step, and the trainer's before any worker's commit of the next step. A count of
+    exported requests cannot tell this: a commit with samples is two requests, and the span
+    batches share the queue. After ``EXPORT_WAIT_S`` the caller goes on (the OTLP sink's
+    queue keeps retrying or spools).
     """
-    deadline = time.monotonic() + EXPORT_WAIT_S
-    while time.monotonic() < deadline:
-        health = logger.health()["otlp"]
-        if health["requests_exported"] > before and health["queue_depth"] == 0:
-            return health["requests_exported"]
-        time.sleep(0.005)
-    return logger.health()["otlp"]["requests_exported"]
+    logger.fanout.force_flush(EXPORT_WAIT_S)
 
 
 def start_workers(options: DemoOptions, endpoint: str, scratch: Path) -> tuple[RolloutLink, list]:

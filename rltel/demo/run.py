@@ -54,7 +54,7 @@ from rltel.demo.rollout import (
     load_rollouts,
     log_rollout_samples,
     request_rollouts,
-    wait_exported,
+    wait_delivered,
 )
 from rltel.demo.tracing import TRACING, rank_tracing
 from telemetry.config import TENSORBOARD_DIR
@@ -121,7 +121,7 @@ def _train(
         files = RunFiles(Path(options.fileroot) / EXPERIMENT / TRIAL)
         logger = StatsLogger(_logger_config(options, endpoint), sinks=_extra_sinks(options))
         progress = StepProgress(options.steps, enabled=not options.verbose)
-    behavior, behavior_version, exported = copy.deepcopy(model), 0, 0
+    behavior, behavior_version = copy.deepcopy(model), 0
     evaluator = Evaluator({"freq_steps": 4, "eval_before_train": True}, options.steps)
 
     def evaluate() -> None:  # the current policy on held-out prompts (eval-rollout stream)
@@ -201,7 +201,7 @@ def _train(
             if logger is not None:
                 logger.commit(epoch=0, epoch_step=step, global_step=step, data=stats)
                 if link is not None:  # this step reaches the collector before the next rollouts
-                    exported = wait_exported(logger, exported)
+                    wait_delivered(logger)
                 progress.update(step, stats)
             if link is None and step % 2 == 1:  # rollout one version behind, refreshed every 2nd
                 behavior, behavior_version = copy.deepcopy(model), step

@@ -26,12 +26,14 @@ from collector.server import CollectorServer
 from rltel.demo.cli import parse
 from rltel.demo.health import HealthUnavailable, settled_health
 from rltel.demo.hints import collector_hints, print_hints
+from rltel.demo.rollout import wait_delivered
 from rltel.logger import StatsLogger
 from rltel.report.runs import load_run
 from rltel.report.timeline import read_timeline
 from tests.distributed import free_port
 from tests.proc_sockets import listening
 from tests.rltel.test_demo import assert_families, assert_trackio, listed_files, read_tensorboard
+from tests.telemetry.otlp_receiver import Receiver
 
 RLTEL = Path(sys.executable).with_name("rltel")
 STEPS = 4
@@ -295,6 +297,24 @@ def test_demo_sends_to_a_running_collector(tmp_path: Path):
     events = read_tensorboard(run_dir / "tensorboard")
     assert_families(events, list(range(STEPS)))
     assert_count_weighted(local, events, workers=1)
+
+
+def test_the_demo_waits_until_every_commit_it_queued_was_delivered(tmp_path: Path):
+    """Two commits queued, the receiver slow: the wait returns with both received. (A count of
+    exported requests, as the demo once waited, returned when the first was acknowledged; a
+    rollout window arriving after its training step is merged into the next one.)"""
+    with Receiver() as receiver:
+        receiver.stall_s = 0.2
+        config = {"experiment_name": RUN[0], "trial_name": RUN[1], "fileroot": str(tmp_path)}
+        config["otlp"] = {"endpoint": receiver.endpoint}
+        logger = StatsLogger(config, role="rollout", worker_id=0)
+        try:
+            for step in (1, 2):
+                logger.commit(0, step, step, {"rollout/reward": float(step)})
+            wait_delivered(logger)
+            assert len(receiver.requests) == 2
+        finally:
+            logger.close()
 
 
 def test_hints_name_only_what_a_running_collector_wrote(tmp_path: Path):

@@ -133,10 +133,12 @@ def test_scope_func_wrapper_scopes_sync_and_async_functions():
 
     @stats_tracker.get("rollout").scope_func_wrapper("workflow")
     async def rollout():
+        """Coroutine docstring kept."""
         await asyncio.sleep(0)
         stats_tracker.get("rollout").scalar(reward=0.5)
 
     assert train(3.0) == 6.0 and train.__doc__ == "Docstring kept."
+    assert rollout.__name__ == "rollout" and rollout.__doc__ == "Coroutine docstring kept."
     asyncio.run(rollout())
     stats_tracker.scalar(outside=1.0)
     out = stats_tracker.export_all()

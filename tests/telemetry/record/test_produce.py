@@ -60,16 +60,24 @@ def test_a_producer_refuses_keys_another_caller_recorded(caplog) -> None:
     ]
 
 
-def test_another_callers_call_takes_a_producers_keys_back(caplog) -> None:
+@pytest.mark.parametrize(
+    ("call", "kept"),
+    [
+        (lambda t: t.scalar(x=5.0), {"x": 5.0, "x__count": 1}),  # the user's own x
+        (lambda t: t.denominator(n=~MASK), {"n": 1.0}),  # the user's own mask n
+    ],
+)
+def test_another_callers_call_takes_a_producers_keys_back(caplog, call, kept) -> None:
     tracker = DistributedStatsTracker()
     with tracker.producing("p"):
         tracker.denominator(n=MASK)
         tracker.stat(x=X, y=X, denominator="n")
     with caplog.at_level(logging.WARNING, logger="telemetry.record.produce"):
-        tracker.scalar(x=5.0)  # the user's own x: p's x, y and n leave the window
-    assert dict(tracker.export()) == {"x": 5.0, "x__count": 1}
+        call(tracker)  # p's x, y and n leave the window
+    assert dict(tracker.export()) == kept
     assert tracker.refusals.counts == {"p": 1}
-    assert len(caplog.records) == 1 and "'x'" in caplog.records[0].getMessage()
+    (key,) = kept.keys() - {"x__count"}
+    assert len(caplog.records) == 1 and f"'{key}'" in caplog.records[0].getMessage()
 
 
 def test_ownership_ends_with_the_export_that_takes_the_key() -> None:

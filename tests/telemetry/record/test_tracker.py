@@ -439,3 +439,64 @@ def test_a_key_keeps_its_kind_and_a_refused_call_records_nothing(first, second, 
     with pytest.raises(InvalidValueError, match=message):
         record(second, "b")
     assert dict(tracker.export()) == expected
+
+
+def test_record_timing_records_the_clocks_difference(monkeypatch):
+    """The value is the end minus the start of ``time.perf_counter``, exactly."""
+    import telemetry.record.tracker as tracker_module
+
+    clock = iter([100.0, 250.5])
+    monkeypatch.setattr(tracker_module.time, "perf_counter", lambda: next(clock))
+    tracker = DistributedStatsTracker()
+    with tracker.record_timing("step"):
+        pass
+    monkeypatch.undo()
+    assert tracker.export()["timeperf/step"] == 150.5
+
+
+def test_values_and_masks_are_taken_by_keyword_only(tracker):
+    """As in AReaL: a positional value is refused, never taken for the reduce group."""
+    with pytest.raises(TypeError, match="positional"):
+        tracker.scalar(1.0)
+    with pytest.raises(TypeError, match="positional"):
+        tracker.denominator(torch.ones(2, dtype=torch.bool))
+    assert tracker.export() == {}
+
+
+def test_an_unknown_denominator_lists_those_declared(tracker):
+    with pytest.raises(
+        UnknownDenominatorError, match=r"'x': unknown denominator 'n'; declared: none$"
+    ):
+        tracker.stat(x=torch.ones(2), denominator="n")
+    tracker.denominator(valid=torch.ones(2, dtype=torch.bool))
+    with pytest.raises(UnknownDenominatorError, match=r"declared: \['valid'\]$"):
+        tracker.stat(x=torch.ones(2), denominator="n")
+
+
+def test_declared_mask_is_the_mask_with_its_count(tracker):
+    mask = torch.tensor([True, False, True])
+    with tracker.scope("s"):
+        tracker.denominator(valid=mask)
+        declared = tracker.declared_mask("valid")
+        with pytest.raises(UnknownDenominatorError, match="'s/n'"):
+            tracker.declared_mask("n")
+    assert torch.equal(declared.mask, mask) and float(declared.count) == 2.0
+    with pytest.raises(UnknownDenominatorError, match="'valid'"):
+        tracker.declared_mask("valid")  # declared in scope s only
+
+
+def test_reset_drops_what_was_recorded(tracker):
+    tracker.scalar(a=1.0)
+    tracker.reset()
+    assert tracker.export() == {}
+
+
+def test_fold_moment_rows_with_an_odd_number_of_bounds():
+    """Three bounds make four buckets (the count is the bounds plus one, for any number)."""
+    tracker = DistributedStatsTracker()
+    tracker.set_bucket_bounds("x", (0.0, 1.0, 2.0))
+    rows = torch.tensor([[3.0, 2.0, 0.5, -2.5]], dtype=torch.float64)
+    counts = torch.tensor([0.0, 1.0, 0.0, 1.0], dtype=torch.float64)
+    tracker.fold_moment_rows(["x"], rows, ReduceType.AVG, {"x": counts})
+    (point,) = tracker.export().points
+    assert point.bucket_counts == (0, 1, 0, 1)

@@ -235,6 +235,11 @@ JUDGED: dict[str, dict[str, str]] = {
             "the description is made from compared fields: equal layouts describe alike"
         ),
     },
+    "telemetry/record/tracker.py": {
+        "tag = f\"{self.name and 'default'}_{id(self)}\"": (
+            "only the scope variables' debugging names read the tag, and id(self) keeps them apart"
+        ),
+    },
     "telemetry/record/declared.py": {
         "/,": (
             "add_state's name and reduce: every caller passes them by position, size and"

@@ -116,3 +116,35 @@ def test_a_key_mismatch_between_ranks_names_the_users_key_and_its_source():
             assert "'tracker:" not in message and "source:" not in message  # the old tags
             assert "|" not in message and "SourceKey" not in message
             assert "fine" not in message and "valid" not in message
+
+
+class EqualDepth(Depth):
+    """A source that compares equal to any other of its kind (as a dataclass would)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EqualDepth)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_registered_sources_join_export_all_each_once_until_unregistered():
+    """Registration is by identity: twice is once, equal sources are two, and
+    unregistering one leaves the others."""
+    a, b, c = Depth("reg-a", 1.0), EqualDepth("reg-b", 2.0), EqualDepth("reg-c", 3.0)
+    try:
+        for source in (a, a, b, c):
+            stats_tracker.register_source(source)
+        mine = [s for s in stats_tracker.registered_sources() if s in (a, b, c)]
+        assert [id(s) for s in mine] == [id(a), id(b), id(c)]
+        got = {k: v for k, v in stats_tracker.export_all().items() if k.startswith("reg-")}
+        assert got == {"reg-a/total": 1.0, "reg-b/total": 2.0, "reg-c/total": 3.0}
+        stats_tracker.unregister_source(b)
+        stats_tracker.unregister_source(Depth("reg-a", 1.0))  # not registered: ignored
+        labels = [s.label for s in stats_tracker.registered_sources() if s in (a, c)]
+        assert labels == ["reg-a", "reg-c"]
+        got = [k for k in stats_tracker.export_all() if k.startswith("reg-")]
+        assert got == ["reg-a/total", "reg-c/total"]
+    finally:
+        for source in (a, b, c):
+            stats_tracker.unregister_source(source)
+    assert not [s for s in stats_tracker.registered_sources() if s in (a, b, c)]

@@ -24,11 +24,15 @@ def test_without_a_group_every_call_is_rank_local():
 
 
 def _calls(rank: int, world: int) -> dict:
+    fresh = collectives_issued()  # a new process has issued none
+    local = Comm(None)  # rank-local, though a world is initialised
     comm = Comm(dist.group.WORLD)
     before = collectives_issued()
     summed = comm.all_reduce(torch.tensor([rank + 1.0]), dist.ReduceOp.SUM)
     empty = comm.all_reduce(torch.empty(0), dist.ReduceOp.SUM)  # skipped: no collective
     return {
+        "fresh": fresh,
+        "local": (local.world, local.rank, local.all_gather_object(rank)),
         "world, rank": (comm.world, comm.rank),
         "key": comm.key == id(dist.group.WORLD),
         "summed": summed.tolist(),
@@ -47,6 +51,7 @@ def _listed(tensor: torch.Tensor | None) -> list | None:
 def test_on_two_ranks_each_call_reaches_the_group_and_is_counted():
     first, second = run_ranks(_calls, 2)
     for rank, out in enumerate((first, second)):
+        assert out["fresh"] == 0 and out["local"] == (1, 0, [rank])
         assert out["world, rank"] == (2, rank) and out["key"]
         assert out["summed"] == [3.0] and out["empty"] == 0
         assert out["all"] == [{"rank": 0}, {"rank": 1}]

@@ -148,3 +148,32 @@ def test_registered_sources_join_export_all_each_once_until_unregistered():
         for source in (a, b, c):
             stats_tracker.unregister_source(source)
     assert not [s for s in stats_tracker.registered_sources() if s in (a, b, c)]
+
+
+def _reduce_flags(rank: int, world: int) -> dict:
+    from telemetry.record.export import reduce_sources
+
+    group = dist.group.WORLD
+    tracker = stats_tracker.DistributedStatsTracker("flags")
+    tracker.scalar(**{"timeperf/step": 1.0 + rank})  # a straggler view by default
+    tracker.scalar(own=1.0, reduce_group=group)  # a per-key group: a second reduction
+    plain = reduce_sources([tracker], group, reset=False)
+    untracked = reduce_sources([tracker], group, reset=False, rank_spreads=False)
+    voted = reduce_sources([tracker], group, reset=False, vote=rank == 1)
+    first = reduce_sources([tracker], group)  # resets by default
+    again = reduce_sources([tracker], group)
+    return {
+        "gather": (plain.gather, untracked.gather, voted.gather),
+        "spreads": ([str(k) for k in plain.spreads], len(untracked.spreads)),
+        "keys": (sorted(first.of(0)), sorted(again.of(0))),
+    }
+
+
+def test_reduce_sources_votes_only_when_asked_and_tracks_only_when_asked():
+    """No rank voted: no gather, though a per-key group adds a reduction; one rank voted:
+    every rank knows. ``rank_spreads=False`` (Twinkle's) computes no straggler view; the
+    default resets each source."""
+    for out in run_ranks(_reduce_flags, 2):
+        assert out["gather"] == (False, False, True)
+        assert out["spreads"] == (["key 'flags/timeperf/step' of tracker 'flags'"], 0)
+        assert out["keys"] == (["flags/own", "flags/timeperf/step"], [])

@@ -153,6 +153,9 @@ _WORLD_OF_ONE = (
 _MIN_MAX = "low[0] is the least digest and -low[1] the greatest: never greater, so >= is =="
 _HOLDERS = "holder counts are only compared with 0 and are never negative"
 
+_WORLD = "a group has at least one rank: world is never below 1"
+_RANK = "a rank is never negative: rank <= 0 is rank == 0"
+
 JUDGED: dict[str, dict[str, str]] = {
     "telemetry/record/kernels.py": {
         "fills = (padding & inf, padding * sign)": (
@@ -234,6 +237,13 @@ JUDGED: dict[str, dict[str, str]] = {
         "description: str = field(init=False, repr=False, compare=True)": (
             "the description is made from compared fields: equal layouts describe alike"
         ),
+    },
+    "telemetry/record/comm.py": {
+        "if self.world != 1 and tensor.numel():": _WORLD,
+        "if self.world <= 1:": _WORLD,
+        "out: list[object] | None = [None] * self.world if self.rank <= 0 else None": _RANK,
+        "parts = [torch.empty_like(tensor) for _ in range(self.world)]"
+        " if self.rank <= 0 else None": _RANK,
     },
     "telemetry/record/tracker.py": {
         "tag = f\"{self.name and 'default'}_{id(self)}\"": (

@@ -58,3 +58,17 @@ def test_on_two_ranks_each_call_reaches_the_group_and_is_counted():
         assert out["issued"] == 1 + 2 + 2 + 1  # gather_object is two collectives
     assert first["first"] == ["r0", "r1"] and second["first"] is None
     assert first["stacked"] == [[0.0, 10.0], [1.0, 11.0]] and second["stacked"] is None
+
+
+def _after_teardown(rank: int, world: int, store: str) -> tuple:
+    group = dist.group.WORLD
+    dist.destroy_process_group()
+    comm = Comm(group)  # a group kept from a world torn down since
+    out = (comm.world, comm.rank, comm.all_gather_object("x"))
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    return out  # (a world again, for run_ranks to tear down)
+
+
+def test_a_group_of_a_torn_down_world_is_rank_local(tmp_path):
+    (out,) = run_ranks(_after_teardown, 1, str(tmp_path / "store"))
+    assert out == (1, 0, ["x"])

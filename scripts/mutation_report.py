@@ -156,6 +156,11 @@ _HOLDERS = "holder counts are only compared with 0 and are never negative"
 _WORLD = "a group has at least one rank: world is never below 1"
 _RANK = "a rank is never negative: rank <= 0 is rank == 0"
 
+_TRACKER_REF = (
+    "a tracker's reference needs only be the same on every rank (trackers are unique by"
+    " name, and a tracker's key names it without the index): any constant does"
+)
+
 JUDGED: dict[str, dict[str, str]] = {
     "telemetry/record/kernels.py": {
         "fills = (padding & inf, padding * sign)": (
@@ -244,6 +249,19 @@ JUDGED: dict[str, dict[str, str]] = {
         "out: list[object] | None = [None] * self.world if self.rank <= 0 else None": _RANK,
         "parts = [torch.empty_like(tensor) for _ in range(self.world)]"
         " if self.rank <= 0 else None": _RANK,
+    },
+    "telemetry/record/export.py": {
+        "refs.append((source_id, -1))": _TRACKER_REF,
+        "refs.append((source_id, 1))": _TRACKER_REF,
+        "/,": (
+            "reduce_sources' callers (export_sources, a Twinkle metric) pass every argument"
+            " after reduce_group by keyword, and export_sources' one caller"
+            " (stats_tracker.export_sources) passes key_sync_group by keyword"
+        ),
+        "reset: bool = False,": (
+            "export_sources' default: its one caller, stats_tracker.export_sources, passes"
+            " reset (reduce_sources' default is tested)"
+        ),
     },
     "telemetry/record/tracker.py": {
         "tag = f\"{self.name and 'default'}_{id(self)}\"": (

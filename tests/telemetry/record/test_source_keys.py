@@ -11,6 +11,7 @@ from telemetry import stats_tracker
 from telemetry.model.errors import KeyMismatchError
 from telemetry.model.snapshot import Gauge, Point
 from telemetry.record.declared import DeclaredStates
+from telemetry.record.export import registered_sources
 from telemetry.record.layout import Reduced, ReduceOp
 from telemetry.record.source import Collected, SourceKey, key_name
 from tests.distributed import run_ranks
@@ -134,20 +135,20 @@ def test_registered_sources_join_export_all_each_once_until_unregistered():
     try:
         for source in (a, a, b, c):
             stats_tracker.register_source(source)
-        mine = [s for s in stats_tracker.registered_sources() if s in (a, b, c)]
+        mine = [s for s in registered_sources() if s in (a, b, c)]
         assert [id(s) for s in mine] == [id(a), id(b), id(c)]
         got = {k: v for k, v in stats_tracker.export_all().items() if k.startswith("reg-")}
         assert got == {"reg-a/total": 1.0, "reg-b/total": 2.0, "reg-c/total": 3.0}
         stats_tracker.unregister_source(b)
         stats_tracker.unregister_source(Depth("reg-a", 1.0))  # not registered: ignored
-        labels = [s.label for s in stats_tracker.registered_sources() if s in (a, c)]
+        labels = [s.label for s in registered_sources() if s in (a, c)]
         assert labels == ["reg-a", "reg-c"]
         got = [k for k in stats_tracker.export_all() if k.startswith("reg-")]
         assert got == ["reg-a/total", "reg-c/total"]
     finally:
         for source in (a, b, c):
             stats_tracker.unregister_source(source)
-    assert not [s for s in stats_tracker.registered_sources() if s in (a, b, c)]
+    assert not [s for s in registered_sources() if s in (a, b, c)]
 
 
 def _reduce_flags(rank: int, world: int) -> dict:

@@ -111,7 +111,9 @@ def written(tmp_path_factory) -> Iterator[Written]:
             "prometheus": stack.enter_context(receiver(tmp, free_port())),
         }
         now = int(time.time() * 1000)
-        base = now - 120_000
+        # two minutes back, half a second past a whole second: the range query's 1 s steps
+        # fall 0.5 s from the edges of y's staleness window, wherever the clock stood
+        base = (now // 1000 - 120) * 1000 + 500
         answers = {}
         late = _late_through_the_sink(stores["victoria"], now)
         for scenario, requests in _writes(now, base).items():

@@ -193,26 +193,21 @@ def _logger_config(endpoint: str) -> dict:
     }
 
 
-def _wait_exported(logger, before: int, timeout: float = 30.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        health = logger.health()["otlp"]
-        if health["requests_exported"] > before and health["queue_depth"] == 0:
-            return health["requests_exported"]
-        time.sleep(0.01)
-    raise AssertionError(f"export did not complete: {logger.health()}")
+def wait_sent(logger, timeout: float = 60.0) -> None:
+    """Until everything ``logger`` queued was delivered (a commit's logs request, if it
+    logged samples, after its metrics)."""
+    assert logger.fanout.force_flush(timeout), f"export did not complete: {logger.health()}"
 
 
 def rollout_worker(worker: int, endpoint: str, commands, done) -> None:
     from rltel.logger import StatsLogger
 
     logger = StatsLogger(_logger_config(endpoint), role="rollout", worker_id=worker)
-    exported = 0
     while (round_ := commands.get(timeout=60)) is not None:
         rewards = rollout_rewards(worker, round_)
         data = {"rollout/reward": float(rewards.mean()), "rollout/reward__count": len(rewards)}
         logger.commit(0, round_, round_, data)
-        exported = _wait_exported(logger, exported)
+        wait_sent(logger, timeout=30.0)
         done.put(("worker", worker, round_))
     logger.close()
 
@@ -225,7 +220,6 @@ def trainer_rank(rank: int, world: int, endpoint: str, commands, done) -> None:
     from telemetry import stats_tracker
 
     logger = StatsLogger(_logger_config(endpoint), role="trainer")
-    exported = 0
     while (step := commands[rank].get(timeout=60)) is not None:
         loss, mask = trainer_losses(rank, step)
         stats_tracker.denominator(mask=torch.tensor(mask))
@@ -233,7 +227,7 @@ def trainer_rank(rank: int, world: int, endpoint: str, commands, done) -> None:
         stats = stats_tracker.export_all(reduce_group=dist.group.WORLD)
         logger.commit(0, step, step, stats)
         if rank == 0:
-            exported = _wait_exported(logger, exported)
+            wait_sent(logger, timeout=30.0)
         dist.barrier()
         done.put(("trainer", rank, step))
     logger.close()

@@ -10,7 +10,6 @@ import json
 import multiprocessing as mp
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ pytest.importorskip("wandb")
 pytest.importorskip("swanlab")
 
 from telemetry.model.sample import TRUNCATION_MARK
-from tests.collector.test_integration import CollectorProcess
+from tests.collector.test_integration import CollectorProcess, wait_sent
 from tests.telemetry.test_samples_trackers import normal, swanlab_rows, tensorboard_rows
 from tests.wandb_log import inspect_wandb
 
@@ -70,30 +69,18 @@ def config(endpoint: str, root: str) -> dict:
     return {**names, "otlp": otlp, "samples": BOUND}
 
 
-def wait_sent(logger, before: int, timeout: float = 60.0) -> int:
-    """Until the commit's samples went out (its logs request follows its metrics)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        health = logger.health()["otlp"]
-        if health["log_records_exported"] > before and health["queue_depth"] == 0:
-            return health["log_records_exported"]
-        time.sleep(0.01)
-    raise AssertionError(f"export did not complete: {logger.health()}")
-
-
 def worker(w: int, endpoint: str, root: str, commands, done) -> None:
     from rltel.logger import StatsLogger
     from telemetry import samples
 
     samples.set_redact(redact)
     logger = StatsLogger(config(endpoint, root), role="rollout", worker_id=w)
-    exported = 0
     while (step := commands.get(timeout=90)) is not None:
         log_all(sent(f"w{w}", step, "rollout", PER_RANK), "rollout")
         if w == 0:
             log_all(sent("w0", step, "eval-rollout", 2), "eval-rollout")
         logger.commit(0, step, step, {"rollout/reward": 1.0})
-        exported = wait_sent(logger, exported)
+        wait_sent(logger)
         done.put(("worker", w, step))
     logger.close()
 
@@ -109,14 +96,13 @@ def trainer(rank: int, world: int, endpoint: str, root: str, commands, done) -> 
     samples.set_redact(redact)
     copy = InMemorySink()  # beside the OTLP sink: the snapshots it sends
     logger = StatsLogger(config(endpoint, root), role="trainer", sinks=[copy])
-    exported = 0
     while (step := commands[rank].get(timeout=90)) is not None:
         n = BIG if (rank, step) == (1, BIG_STEP) else PER_RANK
         log_all(sent(f"t{rank}", step, "rollout", n), "rollout")
         stats_tracker.get("").scalar(loss=float(step))
         logger.commit(0, step, step, stats_tracker.export_all(reduce_group=dist.group.WORLD))
         if rank == 0:
-            exported = wait_sent(logger, exported)
+            wait_sent(logger)
         dist.barrier()
         done.put(("trainer", rank, step))
     logger.close()

@@ -23,8 +23,7 @@ import pytest
 pytest.importorskip("tensorboard")
 pytest.importorskip("wandb")
 
-from tests.collector.test_integration import CollectorProcess
-from tests.collector.test_samples_e2e import wait_sent
+from tests.collector.test_integration import CollectorProcess, wait_sent
 from tests.telemetry.test_samples_trackers import normal, tensorboard_rows
 from tests.wandb_log import inspect_wandb
 
@@ -57,13 +56,12 @@ def sender(who: str, root: str, commands, done) -> None:
         logger = StatsLogger(config, role="rollout", worker_id=int(who[1:]))
     else:
         logger = StatsLogger(config, role="trainer")
-    exported = 0
     while (step := commands.get(timeout=120)) is not None:
         for row in rows_of(who, step):
             text = {"completion": row["completion"]}
             log_sample(row["stream"], text=text, numbers={"reward": row["reward"]})
         logger.commit(0, step, step, {"loss" if who == "t0" else "rollout/reward": 1.0})
-        exported = wait_sent(logger, exported, timeout=120)
+        wait_sent(logger, timeout=120)
         done.put((who, step))
     logger.close()
 

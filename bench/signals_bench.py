@@ -153,7 +153,13 @@ def service_rate(spans: list, requests: int) -> tuple[float, float]:
     config = from_dict({"receiver": {"port": 0}, "durable": {"enabled": False}})
 
     class Nothing:
-        def consume_traces(self, request) -> None:
+        def consume(self, request) -> None:
+            pass
+
+        def flush(self) -> bool:
+            return True
+
+        def shutdown(self, timeout_s: float) -> None:
             pass
 
     server = CollectorServer(

@@ -9,7 +9,7 @@ would send them (children before their parents), timed on the calling thread:
 - ``parse``: ``ExportTraceServiceRequest.FromString`` of each request's bytes, what the
   trace service does before any consumer: the least a consumer could cost;
 - ``read``: parse plus :func:`collector.traces.spans.read_spans` (attributes as plain values);
-- ``merge``: parse plus ``consume_traces`` with the merged file on and the duration
+- ``merge``: parse plus ``consume`` with the merged file on and the duration
   histograms off (the file written, whole after each request);
 - ``merge+durations``: the same with the duration windows built and delivered (to a list).
 
@@ -95,7 +95,7 @@ def _run(bodies: list[bytes], variant: str, root: Path) -> float:
         if variant == "read":
             list(read_spans(request))
         elif merge is not None:
-            merge.consume_traces(request)
+            merge.consume(request)
     seconds = time.perf_counter() - start
     if merge is not None:
         merge.shutdown()

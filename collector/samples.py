@@ -1,6 +1,6 @@
 """The collector's samples consumer: OTLP log records into each run's snapshots, at their step.
 
-:class:`SamplesConsumer` is the logs service's consumer (``consume_logs``): it decodes the
+:class:`SamplesConsumer` is the logs service's consumer (a ``SignalConsumer``): it decodes the
 samples of a request (:func:`telemetry.otlp.samples.decode_samples`) and hands each to its
 run's :class:`~collector.run_samples.RunSamples`, which releases each training step's
 samples to the run's step-based sinks (W&B, TensorBoard, SwanLab, ``samples.jsonl``) as one
@@ -60,7 +60,7 @@ class SamplesConsumer:
         self.received = self.dropped = 0
         self._unrouted = 0  # samples of no run in a row (logged once per run of them)
 
-    def consume_logs(self, request: ExportLogsServiceRequest) -> None:
+    def consume(self, request: ExportLogsServiceRequest) -> None:
         """Hand every sample of ``request`` to its run; queue the steps it releases."""
         if not self._config.enabled:
             return
@@ -133,3 +133,8 @@ class SamplesConsumer:
         return not any(
             run.samples is not None and run.samples.holding for _, run in self._runs.items()
         )
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Nothing to close here: the server calls :meth:`release` before the services stop,
+        and the samples' sinks are their runs', shut down with the pipeline."""
+        del timeout_s

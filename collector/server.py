@@ -56,13 +56,7 @@ from collector.refusals import Refused
 from collector.samples import SamplesConsumer
 from collector.scrape import Scraper
 from collector.selfmetrics import SelfMetrics
-from collector.signal_service import (
-    LOGS,
-    TRACES,
-    LogConsumer,
-    SignalService,
-    TraceConsumer,
-)
+from collector.signal_service import LOGS, TRACES, SignalConsumer, SignalService
 from collector.sinks import RunSinkFactory, shared_sinks
 from collector.traces import TraceMerge
 from collector.traces.metrics import TraceMetrics
@@ -100,10 +94,10 @@ class CollectorServer:
         prometheus: the Prometheus sink that serves the self-metrics (with a given
             ``pipeline``); default: the one built from ``config.sinks``, if enabled.
         trace_consumers: handed every accepted ``TraceService/Export`` request
-            (:class:`~collector.signal_service.TraceConsumer`); with the pipeline built here, the
+            (:class:`~collector.signal_service.SignalConsumer`); with the pipeline built here, the
             trace merge of ``config.traces`` (:func:`trace_merge`) first.
         log_consumers: handed every accepted ``LogsService/Export`` request
-            (:class:`~collector.signal_service.LogConsumer`); with the pipeline built here, the
+            (:class:`~collector.signal_service.SignalConsumer`); with the pipeline built here, the
             samples' consumer of ``config.sinks.samples``
             (:class:`collector.samples.SamplesConsumer`) first.
 
@@ -121,8 +115,8 @@ class CollectorServer:
         pipeline: Pipeline | None = None,
         prometheus: PrometheusSink | None = None,
         *,
-        trace_consumers: Sequence[TraceConsumer] = (),
-        log_consumers: Sequence[LogConsumer] = (),
+        trace_consumers: Sequence[SignalConsumer] = (),
+        log_consumers: Sequence[SignalConsumer] = (),
     ) -> None:
         self.config = config
         self.run_sinks: RunSinkFactory | None = None

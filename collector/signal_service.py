@@ -20,18 +20,17 @@ DEADLINE_EXCEEDED   the sender's deadline passed before the request was handed o
 UNAVAILABLE         shutting down
 ==================  ============================================================
 
-**Consumers.** Accepted requests go to consumers: a :class:`TraceConsumer` has
-``consume_traces(request)``, a :class:`LogConsumer` ``consume_logs(request)``. Register
-them where the server is built: ``CollectorServer(config, trace_consumers=[...],
-log_consumers=[...])`` (``python -m collector`` builds its server in
-:func:`collector.__main__.main`). Every consumer is called, in order, on the gRPC thread of
-the request, which waits for them; a consumer keeps what it needs (the request is the
-caller's again once it returns), must not block for long, and is called from many threads
-at once. One that raises is logged (once per run of failures) and counted; the others still
-get the request, and the sender gets OK. A consumer may
-define ``flush() -> bool`` (True: everything consumed so far is held for good; the durable
-journal is acknowledged only after one) and ``shutdown(timeout_s)``, called once when the
-server stops. Self-metrics per signal (:mod:`collector.selfmetrics`):
+**Consumers.** Accepted requests go to consumers, each a :class:`SignalConsumer`:
+``consume(request)``, ``flush()`` and ``shutdown(timeout_s)``. Register them where the server
+is built: ``CollectorServer(config, trace_consumers=[...], log_consumers=[...])`` (``python -m
+collector`` builds its server in :func:`collector.__main__.main`). Every consumer is called,
+in order, on the gRPC thread of the request, which waits for them; a consumer keeps what it
+needs (the request is the caller's again once it returns), must not block for long, and is
+called from many threads at once. One that raises is logged (once per run of failures) and
+counted; the others still get the request, and the sender gets OK. ``flush()`` returns True
+when everything consumed so far is held for good (the durable journal is acknowledged only
+after every consumer's flush says so); ``shutdown(timeout_s)`` is called once when the server
+stops. Self-metrics per signal (:mod:`collector.selfmetrics`):
 ``rltel_collector_signal_requests{signal,code}``,
 ``..._signal_items_accepted{signal}``, ``..._signal_items_refused{signal}``,
 ``..._signal_consumer_errors{signal}``.
@@ -65,26 +64,26 @@ from collector.signal_journal import SignalJournal
 __all__ = [
     "LOGS",
     "TRACES",
-    "LogConsumer",
+    "SignalConsumer",
     "SignalService",
-    "TraceConsumer",
 ]
 
 logger = logging.getLogger(__name__)
 
 
-class TraceConsumer(Protocol):
-    """Takes every trace request the collector accepted (see the module docstring)."""
+class SignalConsumer(Protocol):
+    """Takes every request of one signal the collector accepted (see the module docstring)."""
 
-    def consume_traces(self, request: ExportTraceServiceRequest) -> None:
-        """Keep what is needed of ``request``; called from many gRPC threads at once."""
+    def consume(self, request: Message) -> None:
+        """Keep what is needed of ``request`` (an ``ExportTraceServiceRequest`` from the trace
+        service, an ``ExportLogsServiceRequest`` from the logs service); called from many gRPC
+        threads at once."""
 
+    def flush(self) -> bool:
+        """True when everything consumed so far is held for good."""
 
-class LogConsumer(Protocol):
-    """Takes every logs request the collector accepted (see the module docstring)."""
-
-    def consume_logs(self, request: ExportLogsServiceRequest) -> None:
-        """Keep what is needed of ``request``; called from many gRPC threads at once."""
+    def shutdown(self, timeout_s: float) -> None:
+        """Release what is held, once, when the server stops."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,6 @@ class _SignalKind:
     response: type[Message]
     items: str  # what the request holds, for messages
     limit_key: str  # the limits key of the per-request cap
-    consume: str  # the consumers' method
     count: Callable[[Any], int]
 
 
@@ -108,7 +106,6 @@ TRACES = _SignalKind(
     ExportTraceServiceResponse,
     "spans",
     "max_spans_per_request",
-    "consume_traces",
     lambda request: sum(
         len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans
     ),
@@ -120,7 +117,6 @@ LOGS = _SignalKind(
     ExportLogsServiceResponse,
     "log records",
     "max_log_records_per_request",
-    "consume_logs",
     lambda request: sum(
         len(scope.log_records)
         for resource in request.resource_logs
@@ -133,18 +129,15 @@ class _SignalConsumers:
     """Hands each request of one signal to every consumer, in order.
 
     A consumer that raises is logged at its first failure of a run (and when it works
-    again) and counted; it loses that request, and the others still get it. ``flush()`` and
-    ``shutdown(timeout_s)`` reach the consumers that define them.
+    again) and counted; it loses that request, and the others still get it.
 
     Args:
         signal: the signal's name (``traces``, ``logs``), for messages.
-        method: the consumers' method (``consume_traces``, ``consume_logs``).
         consumers: the consumers, called on the caller's thread.
     """
 
-    def __init__(self, signal: str, method: str, consumers: Sequence[object]) -> None:
+    def __init__(self, signal: str, consumers: Sequence[SignalConsumer]) -> None:
         self.signal = signal
-        self.method = method
         self.consumers = list(consumers)
         self._lock = threading.Lock()
         self._failing: dict[int, int] = {}  # consumer index -> failures in a row
@@ -160,7 +153,7 @@ class _SignalConsumers:
         """Call every consumer with ``request``; one that raises is logged and counted."""
         for index, consumer in enumerate(self.consumers):
             try:
-                getattr(consumer, self.method)(request)
+                consumer.consume(request)
             except Exception as exc:  # one consumer's bug costs it this request, no more
                 with self._lock:
                     self._errors += 1
@@ -185,21 +178,19 @@ class _SignalConsumers:
                     )
 
     def flush(self) -> bool:
-        """Every consumer's ``flush()`` (those without one hold what they consumed)."""
-        results = [bool(getattr(c, "flush", lambda: True)()) for c in self.consumers]
+        """Every consumer's ``flush()``; True when each holds what it consumed."""
+        results = [bool(consumer.flush()) for consumer in self.consumers]
         return all(results)
 
     def shutdown(self, timeout_s: float) -> bool:
         """Shut every consumer down; False when one raised (what it held may be lost)."""
         clean = True
         for consumer in self.consumers:
-            stop = getattr(consumer, "shutdown", None)
-            if stop is not None:
-                try:
-                    stop(timeout_s)
-                except Exception:
-                    clean = False
-                    logger.exception("collector: %s consumer shutdown failed", self.signal)
+            try:
+                consumer.shutdown(timeout_s)
+            except Exception:
+                clean = False
+                logger.exception("collector: %s consumer shutdown failed", self.signal)
         return clean
 
 
@@ -216,12 +207,12 @@ class SignalService:
     def __init__(
         self,
         kind: _SignalKind,
-        consumers: Sequence[object],
+        consumers: Sequence[SignalConsumer],
         limits: LimitsConfig,
         heavy: threading.Semaphore,
     ) -> None:
         self.kind = kind
-        self.consumers = _SignalConsumers(kind.name, kind.consume, consumers)
+        self.consumers = _SignalConsumers(kind.name, consumers)
         self.max_items: int = getattr(limits, kind.limit_key)
         self.heavy_items = limits.heavy_request_points
         self._heavy = heavy
@@ -299,7 +290,7 @@ class SignalService:
         self.consumers.consume(request)
 
     def flush(self) -> bool:
-        """Every consumer's ``flush()`` (those without one hold what they consumed)."""
+        """Every consumer's ``flush()``; True when each holds what it consumed."""
         return self.consumers.flush()
 
     def shutdown(self, timeout_s: float) -> None:

@@ -1,8 +1,8 @@
 """The collector's trace consumer: every accepted trace request into each run's merged
 timeline, the span duration histograms and the forward queue.
 
-:class:`TraceMerge` is a ``TraceConsumer`` (:mod:`collector.signal_service`): the trace service
-calls :meth:`TraceMerge.consume_traces` with each request it accepted, from its gRPC
+:class:`TraceMerge` is a ``SignalConsumer`` (:mod:`collector.signal_service`): the trace service
+calls :meth:`TraceMerge.consume` with each request it accepted, from its gRPC
 threads. Nothing here raises into the service: a span that cannot be read (an attribute over
 the ``limits`` section's bounds) or a run that cannot be opened (a name that is no
 directory, past ``max_runs``) is counted and logged once per kind; a file that cannot be
@@ -82,7 +82,7 @@ class TraceMerge:
         self._spans = self._rejected = 0
         self._logged: set[str] = set()
 
-    def consume_traces(self, request: ExportTraceServiceRequest) -> None:
+    def consume(self, request: ExportTraceServiceRequest) -> None:
         """Forward ``request``, write its spans into their runs' timelines and deliver their
         duration histograms. Never raises."""
         try:

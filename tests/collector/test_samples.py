@@ -145,21 +145,21 @@ def test_the_consumer_queues_each_steps_samples_in_the_runs_sinks_after_its_metr
     for step in (1, 2):
         at = Step(0, step, step)
         logs = Snapshot((), None, worker, step, "rollout", kept_set(3, step, tag="w"))
-        consumer.consume_logs(encode_samples(logs))  # before the step: it waits for it
-        consumer.consume_logs(encode_samples(logs))  # a retry (the answer was lost): skipped
+        consumer.consume(encode_samples(logs))  # before the step: it waits for it
+        consumer.consume(encode_samples(logs))  # a retry (the answer was lost): skipped
         train = Snapshot((Gauge("loss", 1.0),), at, trainer, 2, "train")
         runs.of(train).route(train, None)
         assert not consumer.flush()  # held until the trainer's samples close the step
         logs = Snapshot((), at, trainer, 3, "train", kept_set(2, step, tag="t"))
-        consumer.consume_logs(encode_samples(logs))
+        consumer.consume(encode_samples(logs))
         assert consumer.flush()
     late = Snapshot((), None, worker, 9, "rollout", kept_set(1, 9, tag="late"))
-    consumer.consume_logs(encode_samples(late))  # waits for a step that never comes
+    consumer.consume(encode_samples(late))  # waits for a step that never comes
     assert not consumer.flush()
     consumer.release()  # the server stops: at the last training step, and acknowledged
     assert consumer.flush()
     stray = Snapshot((), None, ((names.ROLE, "rollout"),), 1, "rollout", kept_set(2, 0))
-    consumer.consume_logs(encode_samples(stray))  # names no run
+    consumer.consume(encode_samples(stray))  # names no run
     assert consumer.received == 2 * (3 + 3 + 2) + 1 + 2 and consumer.dropped == 2
     (run,) = [run for _, run in runs.items()]
     assert run.samples.duplicates == 2

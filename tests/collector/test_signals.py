@@ -46,13 +46,18 @@ class Recording:
         self.logs: list[ExportLogsServiceRequest] = []
         self.lock = threading.Lock()
 
-    def consume_traces(self, request: ExportTraceServiceRequest) -> None:
+    def consume(self, request: ExportTraceServiceRequest | ExportLogsServiceRequest) -> None:
         with self.lock:
-            self.traces.append(request)
+            if isinstance(request, ExportTraceServiceRequest):
+                self.traces.append(request)
+            else:
+                self.logs.append(request)
 
-    def consume_logs(self, request: ExportLogsServiceRequest) -> None:
-        with self.lock:
-            self.logs.append(request)
+    def flush(self) -> bool:
+        return True
+
+    def shutdown(self, timeout_s: float) -> None:
+        del timeout_s
 
     def spans(self) -> list:
         with self.lock:

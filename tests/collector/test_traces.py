@@ -50,7 +50,7 @@ def merge_all(tmp_path: Path, requests: Sequence, **config) -> None:
     shuts down."""
     merge = merge_of(tmp_path, **config)
     for request in requests:
-        merge.consume_traces(request)
+        merge.consume(request)
     merge.shutdown()
 
 
@@ -70,7 +70,7 @@ def test_two_ranks_and_two_workers_merge_into_one_file_valid_after_every_request
         counts[role, rank] = record_steps(provider(made, role, rank, **extra), range(3))
     merge = merge_of(tmp_path)
     for request in made.requests:  # one span a request: children before their parents
-        merge.consume_traces(request)
+        merge.consume(request)
         if (run_dir(tmp_path) / CURRENT).exists():
             check_format(load(run_dir(tmp_path) / CURRENT))  # whole after every write
     merge.shutdown()
@@ -206,7 +206,7 @@ def test_duration_windows_match_the_spans(tmp_path):
     )
     for n, request in enumerate(made.requests):
         run_step[0] = None if n < 2 else Step(0, n // 5, n // 5)  # no step yet, then some
-        merge.consume_traces(request)
+        merge.consume(request)
     merge.shutdown()
     last = handed[-1](Step(0, 99, 99))  # what came after the run's last step
     figures += [last] if last is not None else []
@@ -242,7 +242,7 @@ def test_spans_without_a_run_or_with_an_unusable_run_name_are_counted(tmp_path):
     delivered = []
     merge = TraceMerge(TracesConfig(), run_dir_of, lambda s, at: delivered.append(s))
     for request in made.requests:
-        merge.consume_traces(request)
+        merge.consume(request)
     merge.shutdown()
     stats = merge.stats()
     assert stats.spans == stats.rejected == 4 and stats.runs == {} and delivered == []
@@ -254,7 +254,7 @@ def test_non_finite_attributes_stay_json(tmp_path):
     with tracer.start_as_current_span("s", attributes={"rltel.args.loss": float("nan")}):
         pass
     merge = merge_of(tmp_path)
-    merge.consume_traces(made.requests[0])
+    merge.consume(made.requests[0])
     merge.shutdown()
     (event,) = [
         e
@@ -279,10 +279,10 @@ def test_flush_is_true_only_when_no_span_waits_for_its_root(tmp_path):
     record_steps(provider(made, "trainer", 0), range(1))
     merge = merge_of(tmp_path)
     assert merge.flush()
-    merge.consume_traces(made.requests[0])  # a phase: its step span comes last
+    merge.consume(made.requests[0])  # a phase: its step span comes last
     assert not merge.flush()
     for request in made.requests[1:]:
-        merge.consume_traces(request)
+        merge.consume(request)
     assert merge.flush()
     merge.shutdown()
 
@@ -310,10 +310,10 @@ def test_a_quiet_runs_orphans_are_written_when_other_spans_arrive_or_at_a_flush(
     record_steps(provider(made, "trainer", 0), range(1))
     record_steps(provider(other, "trainer", 0, **{names.TRIAL: "t2"}), range(1))
     merge = TraceMerge(TracesConfig(hold_s=0.5), lambda e, t: tmp_path / e / t)
-    merge.consume_traces(made.requests[0])  # a phase; its step span never comes
+    merge.consume(made.requests[0])  # a phase; its step span never comes
     assert not merge.flush() and not (run_dir(tmp_path) / CURRENT).exists()
     time.sleep(0.6)  # past hold_s (time passing, not a synchronisation)
-    merge.consume_traces(other.requests[0])  # another run's spans: the waits are checked
+    merge.consume(other.requests[0])  # another run's spans: the waits are checked
     runs = merge.stats().runs
     assert (runs["exp_t1"].orphans, runs["exp_t1"].spans, runs["exp_t2"].pending) == (1, 1, 1)
     assert (run_dir(tmp_path) / CURRENT).exists() and not merge.flush()
@@ -328,8 +328,8 @@ def test_the_merge_counters_as_prometheus_families(tmp_path):
     record_steps(provider(made, "trainer", 0), range(3))
     merge = merge_of(tmp_path, rotate_steps=1)
     for request in made.requests[1:]:
-        merge.consume_traces(request)
-    merge.consume_traces(made.requests[0])  # step 0's first phase, after its root and 2 steps
+        merge.consume(request)
+    merge.consume(made.requests[0])  # step 0's first phase, after its root and 2 steps
     registry = CollectorRegistry()
     metrics = TraceMetrics(merge)
     registry.register(metrics)

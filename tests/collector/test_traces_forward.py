@@ -98,7 +98,7 @@ def test_every_request_reaches_the_receiver_once_in_order(tmp_path, receiver_of)
     merge = TraceMerge(config, lambda e, t: tmp_path / e / t)
     sent = requests()
     for request in sent:
-        merge.consume_traces(request)
+        merge.consume(request)
     merge.shutdown(30)
     assert receiver.kept == sent
     assert all(m.get("authorization") == "Bearer t" for m in receiver.metadata)

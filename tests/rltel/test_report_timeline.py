@@ -65,7 +65,7 @@ def traced_run(tmp_path: Path) -> Path:
     record(made, range(5))
     merge = TraceMerge(TracesConfig(rotate_steps=2), lambda e, t: tmp_path / e / t)
     for request in made.requests:
-        merge.consume_traces(request)
+        merge.consume(request)
     merge.shutdown()
     write_run(run_dir / "tb", 5, {"timeperf/train_step": lambda s: 1.0})
     return run_dir

@@ -35,7 +35,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from collector.signal_journal import RequestJournal
+from collector.signal_journal import request_journal
 from telemetry.otlp.decode import Decoder
 from telemetry.otlp.series import SeriesState
 from telemetry.otlp.temporality import HistogramState, SumState
@@ -68,7 +68,7 @@ class Baselines:
     def __init__(self, directory: str | Path, decoder: Decoder, fsync: bool) -> None:
         self.directory = Path(directory)
         self.fsync = fsync
-        self.journal = RequestJournal(self.directory, sys.maxsize, fsync)  # never full
+        self.journal = request_journal(self.directory, sys.maxsize, fsync)  # never full
         self._lock = threading.Lock()
         self._log_bytes = 0
         self._state_bytes = 0

@@ -20,11 +20,10 @@ import threading
 from collections.abc import Callable
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
 
 from exporters.journal import Checkpoints, Journal
 
-__all__ = ["RequestJournal", "SignalJournal", "replaying"]
+__all__ = ["SignalJournal", "replaying", "request_journal"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,14 +37,9 @@ def replaying() -> bool:
     return _REPLAYING.get()
 
 
-class RequestJournal(Journal):
+def request_journal(directory: str | Path, limit_bytes: int, fsync: bool = True) -> Journal:
     """A journal whose records are raw request bytes (``pending``: ``(seq, bytes)``)."""
-
-    def _encode(self, snapshot: Any) -> bytes:
-        return bytes(snapshot)
-
-    def _decode(self, payload: bytes) -> Any:
-        return payload
+    return Journal(directory, limit_bytes, fsync, encode=bytes, decode=bytes)
 
 
 class SignalJournal:
@@ -71,7 +65,7 @@ class SignalJournal:
         flush: Callable[[], bool],
     ) -> None:
         self.root = Path(state_dir) / DIRECTORY
-        self.journal = RequestJournal(self.root / signal, limit_bytes, fsync)
+        self.journal = request_journal(self.root / signal, limit_bytes, fsync)
         self._acks = Checkpoints(self.journal, flush)
         self._lock = threading.Lock()
         self._refused = 0  # requests refused in a row (full, or a write failed)

@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from exporters.record_log import RecordLog
 from telemetry.model.snapshot import Snapshot
@@ -41,22 +42,35 @@ class Journal:
         directory: where the segments live; created if missing.
         limit_bytes: :attr:`full` once the records not acknowledged hold this many bytes.
         fsync: fsync the segment on every :meth:`sync` (else the page cache keeps it).
+        encode: a record's payload; default: a snapshot as the spool's JSON (:func:`encoded`).
+        decode: the record of a payload ``encode`` wrote (``bytes`` with ``encode=bytes``
+            keeps raw records, as the collector's request journals do).
 
     Attributes:
-        pending: ``(seq, snapshot)`` left unacknowledged by an earlier process, in order.
+        pending: ``(seq, record)`` left unacknowledged by an earlier process, in order.
 
     Raises:
         OSError: the directory cannot be created or read.
     """
 
-    def __init__(self, directory: str | Path, limit_bytes: int, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        limit_bytes: int,
+        fsync: bool = True,
+        *,
+        encode: Callable[[Any], bytes] | None = None,
+        decode: Callable[[bytes], Any] | None = None,
+    ) -> None:
+        self._encode = encode or encoded
+        self._decode = decode or _snapshot_of
         self.log = RecordLog(directory, limit_bytes, fsync)
         self.directory = self.log.directory
         self.limit_bytes = limit_bytes
         self._undecodable = 0
         self._error_lock = threading.Lock()
         self._error: OSError | None = None  # of a failed append, raised by the next sync
-        self.pending: list[tuple[int, Snapshot]] = []
+        self.pending: list[tuple[int, Any]] = []
         for record, payload in self.log.held():
             try:
                 self.pending.append((record.seq, self._decode(payload)))
@@ -88,23 +102,16 @@ class Journal:
         until acks."""
         return self.log.full
 
-    def append(self, snapshot: Snapshot) -> int | None:
-        """Write ``snapshot`` at the tail (durable once :meth:`sync` returns); its seq, or
-        None when the write failed (the next :meth:`sync` raises the error)."""
+    def append(self, record: Any) -> int | None:
+        """Write ``record`` (a snapshot, by default) at the tail (durable once :meth:`sync`
+        returns); its seq, or None when the write failed (the next :meth:`sync` raises the
+        error)."""
         try:
-            return self.log.append(self._encode(snapshot)).seq
+            return self.log.append(self._encode(record)).seq
         except OSError as exc:
             with self._error_lock:
                 self._error = exc
             return None
-
-    def _encode(self, snapshot: Snapshot) -> bytes:
-        """A record's payload (a subclass may journal other records)."""
-        return encoded(snapshot)
-
-    def _decode(self, payload: bytes) -> Snapshot:
-        """The record of a payload written by :meth:`_encode`."""
-        return batch_from_json(payload.decode()).snapshot
 
     def sync(self) -> None:
         """Make every append so far durable (fsync with ``fsync=True``); cheap when clean.
@@ -125,6 +132,11 @@ class Journal:
     def close(self) -> None:
         """Close the open segment (sync first); safe to call twice."""
         self.log.close()
+
+
+def _snapshot_of(payload: bytes) -> Snapshot:
+    """The snapshot of a payload :func:`encoded` wrote."""
+    return batch_from_json(payload.decode()).snapshot
 
 
 _last: tuple[Snapshot, bytes] | None = None

@@ -22,7 +22,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as pb
 from collector import baselines
 from collector.baselines import Baselines
 from collector.durable import DurableState
-from collector.signal_journal import RequestJournal
+from collector.signal_journal import request_journal
 from telemetry.model.snapshot import StatReduce
 from telemetry.otlp.decode import Decoder
 from telemetry.otlp.temporality import SumState
@@ -234,7 +234,7 @@ def test_taking_up_series_is_logged_only_when_there_are_some(tmp_path, caplog):
     assert taken_up() == [f"baselines {tmp_path}: 3 series taken up"]
 
     empty = tmp_path / "empty"
-    log = RequestJournal(empty, 1 << 20, False)
+    log = request_journal(empty, 1 << 20, False)
     log.append(b"not json")  # a log of one unreadable record: taken up, nothing in it
     log.close()
     Baselines(empty, Decoder(), fsync=False)
@@ -249,7 +249,7 @@ def test_closing_a_store_of_no_series_twice_removes_its_directory_once(tmp_path)
 
 
 def test_unreadable_log_records_are_logged_and_skipped(tmp_path, caplog):
-    log = RequestJournal(tmp_path, 1 << 20, False)
+    log = request_journal(tmp_path, 1 << 20, False)
     good = baselines.to_json([(_key("a"), SumState(START, 2.0))])
     for record in (
         b"not json",  # ValueError

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from collector.signal_journal import RequestJournal
+from collector.signal_journal import request_journal
 from exporters import journal as journal_module
 from exporters import record_log
 from exporters.base import ExportResult, InMemorySink
@@ -184,8 +184,8 @@ def test_a_queued_sink_replays_what_its_journal_holds_before_anything_new(tmp_pa
     first.shutdown(10)
 
 
-def _raw(tmp_path, limit_bytes: int = 1 << 30) -> RequestJournal:
-    return RequestJournal(tmp_path, limit_bytes, fsync=False)
+def _raw(tmp_path, limit_bytes: int = 1 << 30) -> Journal:
+    return request_journal(tmp_path, limit_bytes, fsync=False)
 
 
 def test_a_segment_takes_records_until_it_holds_4_mib(tmp_path):
@@ -302,12 +302,12 @@ def test_fsync_only_with_fsync_once_per_dirty_sync_and_at_a_dirty_close(tmp_path
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
     _raw(tmp_path / "off").append(b"a")
-    off = RequestJournal(tmp_path / "off", 1 << 20, fsync=False)
+    off = request_journal(tmp_path / "off", 1 << 20, fsync=False)
     off.append(b"b")
     off.sync()
     off.close()
     assert synced == []
-    on = RequestJournal(tmp_path / "on", 1 << 20, fsync=True)
+    on = request_journal(tmp_path / "on", 1 << 20, fsync=True)
     on.sync()  # nothing written: nothing to sync
     on.append(b"a")
     assert len(synced) == 1  # the directory, for the new segment's name
@@ -316,11 +316,11 @@ def test_fsync_only_with_fsync_once_per_dirty_sync_and_at_a_dirty_close(tmp_path
     on.sync()  # clean
     on.close()  # clean
     assert len(synced) == 2
-    again = RequestJournal(tmp_path / "on", 1 << 20, fsync=True)
+    again = request_journal(tmp_path / "on", 1 << 20, fsync=True)
     again.append(b"b")
     again.close()  # dirty: synced before it closes
     assert len(synced) == 4
-    RequestJournal(tmp_path / "default", 1 << 20).append(b"c")  # fsync by default
+    request_journal(tmp_path / "default", 1 << 20).append(b"c")  # fsync by default
     assert len(synced) == 5
 
 

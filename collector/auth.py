@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from exporters.bearer import LOG_INTERVAL_S, RefusalLog, refusal
+from exporters.bearer import LOG_INTERVAL_S, BearerCheck
 
 logger = logging.getLogger(__name__)
 
@@ -24,38 +24,32 @@ def peer_host(peer: str) -> str:
     return head if sep and port.isdigit() and ":" in head else peer
 
 
-class BearerCheck:
-    """Checks ``authorization: Bearer <token>`` and logs the calls it refuses.
+def receiver_check(
+    token: str,
+    log_interval_s: float = LOG_INTERVAL_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> BearerCheck:
+    """The receiver's check of ``token``, logging refused calls under this module's logger.
 
     Args:
         token: the expected token.
         log_interval_s: at most one line per peer this often, after its first.
         clock: monotonic seconds (injectable for tests).
     """
+    what = "collector: refused an unauthenticated call"
+    return BearerCheck(token, logger, what, log_interval_s, clock)
 
-    def __init__(
-        self,
-        token: str,
-        log_interval_s: float = LOG_INTERVAL_S,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._expected = token
-        self._log = RefusalLog(
-            logger, "collector: refused an unauthenticated call", log_interval_s, clock
-        )
 
-    def reason(self, metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
-        """Why the call's metadata is refused, or None when it carries the token."""
-        header = None
-        for key, value in metadata:
-            if key == "authorization":
-                header = value if isinstance(value, str) else value.decode("latin-1")
-        return refusal(header, self._expected)
+def authorization(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
+    """The ``authorization`` value of a call's metadata (the last one), or None."""
+    header = None
+    for key, value in metadata:
+        if key == "authorization":
+            header = value if isinstance(value, str) else value.decode("latin-1")
+    return header
 
-    def allowed(self, metadata: Iterable[tuple[str, str | bytes]], peer: str) -> bool:
-        """True when the call may pass; a refusal is logged as the class says."""
-        why = self.reason(metadata)
-        if why is None:
-            return True
-        self._log.refused(peer_host(peer), why)
-        return False
+
+def allows_call(check: BearerCheck, metadata: Iterable[tuple[str, str | bytes]], peer: str) -> bool:
+    """True when the call's metadata carries the token; a refusal is logged by ``check``
+    under the peer's host (:func:`peer_host`)."""
+    return check.allowed(authorization(metadata), peer_host(peer))

@@ -18,9 +18,10 @@ from google.protobuf.message import Message
 from google.rpc.error_details_pb2 import RetryInfo
 
 from collector.admission import PARSE_EXPANSION
-from collector.auth import BearerCheck
+from collector.auth import allows_call
 from collector.pipeline import Pipeline
 from collector.refusals import Refused
+from exporters.bearer import BearerCheck
 from telemetry.otlp.wire import PUSHBACK_KEY, RETRY_INFO_KEY
 
 __all__ = ["RequestGate", "retry_metadata"]
@@ -79,8 +80,8 @@ class RequestGate:
         return Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, message, retry=True)
 
     def _handle(self, data: bytes, context: Any, ingest: Ingest) -> Message:
-        if self.auth is not None and not self.auth.allowed(
-            context.invocation_metadata(), context.peer()
+        if self.auth is not None and not allows_call(
+            self.auth, context.invocation_metadata(), context.peer()
         ):
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         expired = self._expired(context)

@@ -47,7 +47,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceResponse,
 )
 
-from collector.auth import BearerCheck
+from collector.auth import receiver_check
 from collector.config import ROOT, CollectorConfig
 from collector.durable import DurableState
 from collector.gate import RequestGate
@@ -135,7 +135,7 @@ class CollectorServer:
         self.limits = pipeline.limits
         token = config.auth.token()
         self._gate = RequestGate(
-            BearerCheck(token) if token is not None else None,
+            receiver_check(token) if token is not None else None,
             pipeline,
             threading.Semaphore(self.limits.max_heavy_requests),
         )

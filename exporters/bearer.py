@@ -1,5 +1,5 @@
-"""The bearer-token rule both doors share (the collector's OTLP receiver and the Prometheus
-endpoint), and the log of the requests they refuse.
+"""The bearer-token check both doors share (the collector's OTLP receiver and the Prometheus
+endpoint), with the log of the requests it refuses.
 
 A header passes when it is ``<scheme> 1*SP <token>`` with the scheme ``Bearer`` in any case
 (RFC 7235 section 2.1: the auth scheme is case-insensitive; RFC 6750 section 2.1:
@@ -28,22 +28,12 @@ MAX_PEERS = 1024  # clients whose last line is remembered; the oldest is forgott
 _OWS = " \t"
 
 
-def refusal(header: str | None, expected: str) -> str | None:
-    """Why an ``Authorization`` value is refused, or None when it carries ``expected``."""
-    if header is None:
-        return "no authorization header"
-    scheme, _, rest = header.strip(_OWS).partition(" ")
-    token = rest.lstrip(" ")
-    matches = hmac.compare_digest(token.encode(), expected.encode())
-    if scheme.lower() != "bearer" or not token:
-        return "not a bearer token"
-    return None if matches else "wrong bearer token"
-
-
-class RefusalLog:
-    """Logs refused requests: one line per client at once, then once per interval.
+class BearerCheck:
+    """Checks ``Authorization`` values against one token and logs the requests it refuses:
+    one line per client at once, then at most one per interval.
 
     Args:
+        token: the token a request must carry.
         log: the logger to write to.
         what: the line's start, e.g. ``collector: refused an unauthenticated call``.
         log_interval_s: at most one line per client this often, after its first.
@@ -52,11 +42,13 @@ class RefusalLog:
 
     def __init__(
         self,
+        token: str,
         log: logging.Logger,
         what: str,
         log_interval_s: float = LOG_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._expected = token.encode()
         self._log, self._what = log, what
         self._interval = log_interval_s
         self._clock = clock
@@ -64,8 +56,23 @@ class RefusalLog:
         # client -> (time of its last line, refusals since that line)
         self._clients: OrderedDict[str, tuple[float, int]] = OrderedDict()
 
-    def refused(self, client: str, why: str) -> None:
-        """Count a refusal of ``client``; log it when its line is due."""
+    def reason(self, header: str | None) -> str | None:
+        """Why an ``Authorization`` value is refused, or None when it carries the token."""
+        if header is None:
+            return "no authorization header"
+        scheme, _, rest = header.strip(_OWS).partition(" ")
+        token = rest.lstrip(" ")
+        matches = hmac.compare_digest(token.encode(), self._expected)
+        if scheme.lower() != "bearer" or not token:
+            return "not a bearer token"
+        return None if matches else "wrong bearer token"
+
+    def allowed(self, header: str | None, client: str) -> bool:
+        """True when ``header`` carries the token; else the refusal of ``client`` is counted
+        and logged when its line is due."""
+        why = self.reason(header)
+        if why is None:
+            return True
         now = self._clock()
         with self._lock:
             last, count = self._clients.pop(client, (None, 0))
@@ -77,3 +84,4 @@ class RefusalLog:
         if due:
             since = "" if count == 1 else f" ({count} refused from it since its last line)"
             self._log.warning("%s from %s: %s%s", self._what, client, why, since)
+        return False

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from exporters.bearer import RefusalLog, refusal
+from exporters.bearer import BearerCheck
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +59,9 @@ def http_server(
 
 
 class TokenDoor:
-    """The endpoint's bearer-token check (:func:`exporters.bearer.refusal`'s rule); a refused
+    """The endpoint's bearer-token check (:class:`exporters.bearer.BearerCheck`); a refused
     request is answered 401 and logged with the client's address and the reason, at once for a
-    client's first and then at most once a minute per client (:class:`RefusalLog`).
+    client's first and then at most once a minute per client.
 
     Args:
         token: the token a request must send; None: every request passes.
@@ -69,19 +69,16 @@ class TokenDoor:
     """
 
     def __init__(self, token: str | None, clock: Callable[[], float] = time.monotonic) -> None:
-        self._token = token
-        self._log = RefusalLog(
-            logger, "prometheus endpoint: refused an unauthenticated request", clock=clock
-        )
+        what = "prometheus endpoint: refused an unauthenticated request"
+        self._check = None if token is None else BearerCheck(token, logger, what, clock=clock)
 
     def admits(self, request: BaseHTTPRequestHandler) -> bool:
         """True when ``request`` may pass; else answers it 401 and returns False."""
-        if self._token is None:
+        check = self._check
+        if check is None or check.allowed(
+            request.headers.get("Authorization"), request.client_address[0]
+        ):
             return True
-        why = refusal(request.headers.get("Authorization"), self._token)
-        if why is None:
-            return True
-        self._log.refused(request.client_address[0], why)
         body = b"a bearer token is required (Authorization: Bearer <token>)\n"
         request.send_response(401)
         request.send_header("WWW-Authenticate", 'Bearer realm="rltel"')

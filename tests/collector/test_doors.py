@@ -14,7 +14,7 @@ import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from collector.auth import BearerCheck, peer_host
+from collector.auth import allows_call, authorization, peer_host, receiver_check
 from exporters.bearer import MAX_PEERS
 from tests.collector.conftest import samples, scrape
 from tests.collector.test_cli import collector, error_line
@@ -97,25 +97,25 @@ class Clock:
     ],
 )
 def test_the_reason_of_each_refusal(metadata, reason):
-    assert BearerCheck("s3cret").reason(metadata) == reason
+    assert receiver_check("s3cret").reason(authorization(metadata)) == reason
 
 
 def test_one_line_per_peer_per_interval_with_the_count_since_its_last(caplog):
     clock = Clock()
-    check = BearerCheck("s3cret", log_interval_s=10.0, clock=clock)
+    check = receiver_check("s3cret", log_interval_s=10.0, clock=clock)
     caplog.set_level(logging.WARNING, logger="collector.auth")
     a, b = "ipv4:10.0.0.1:40000", "ipv6:[::1]:5000"
     for port in range(40000, 40004):  # new connections of one peer: one line
-        assert not check.allowed((), f"ipv4:10.0.0.1:{port}")
-    assert not check.allowed((), b)
-    assert check.allowed((("authorization", "Bearer s3cret"),), a)
+        assert not allows_call(check, (), f"ipv4:10.0.0.1:{port}")
+    assert not allows_call(check, (), b)
+    assert allows_call(check, (("authorization", "Bearer s3cret"),), a)
     clock.now += 9.999
-    assert not check.allowed((), a)
+    assert not allows_call(check, (), a)
     assert len(refused_lines(caplog)) == 2
     clock.now += 0.001
-    assert not check.allowed((), a)
+    assert not allows_call(check, (), a)
     clock.now += 10.0
-    assert not check.allowed((), a)
+    assert not allows_call(check, (), a)
     assert refused_lines(caplog) == [
         "collector: refused an unauthenticated call from ipv4:10.0.0.1: no authorization header",
         "collector: refused an unauthenticated call from ipv6:[::1]: no authorization header",
@@ -126,12 +126,12 @@ def test_one_line_per_peer_per_interval_with_the_count_since_its_last(caplog):
 
 
 def test_the_peers_remembered_are_bounded(caplog):
-    check = BearerCheck("s3cret", clock=Clock())
+    check = receiver_check("s3cret", clock=Clock())
     caplog.set_level(logging.WARNING, logger="collector.auth")
     for n in range(MAX_PEERS + 1):
-        check.allowed((), f"ipv4:10.1.{n // 256}.{n % 256}:1")
-    check.allowed((), "ipv4:10.1.0.0:2")  # the oldest was forgotten: a line again
-    check.allowed((), f"ipv4:10.1.{MAX_PEERS // 256}.{MAX_PEERS % 256}:2")  # remembered
+        allows_call(check, (), f"ipv4:10.1.{n // 256}.{n % 256}:1")
+    allows_call(check, (), "ipv4:10.1.0.0:2")  # the oldest was forgotten: a line again
+    allows_call(check, (), f"ipv4:10.1.{MAX_PEERS // 256}.{MAX_PEERS % 256}:2")  # remembered
     assert len(refused_lines(caplog)) == MAX_PEERS + 2
 
 

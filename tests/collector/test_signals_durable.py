@@ -121,3 +121,78 @@ def test_a_full_journal_refuses_with_a_retry_delay_and_keeps_nothing(tmp_path, c
         server.stop(10)
     refusals = [r for r in caplog.records if "refusing requests" in r.getMessage()]
     assert len(refusals) == 1  # once for the run of refusals, not once a request
+
+
+class Failing(Recording):
+    """A consumer that raises while ``failing`` is set, and whose shutdown may raise."""
+
+    def __init__(self, failing: bool, shutdown_raises: bool = False) -> None:
+        super().__init__()
+        self.failing = failing
+        self.shutdown_raises = shutdown_raises
+
+    def consume(self, request) -> None:
+        if self.failing:
+            raise RuntimeError("consumer bug")
+        super().consume(request)
+
+    def shutdown(self, timeout_s: float) -> None:
+        if self.shutdown_raises:
+            raise RuntimeError("shutdown bug")
+
+
+def start_with(tmp_path, consumers: list) -> CollectorServer:
+    token = tmp_path / "token"
+    token.write_text(dict(AUTH)["authorization"].split()[1])
+    config = from_dict(
+        {
+            "receiver": {"port": 0},
+            "auth": {"token_file": str(token)},
+            "sinks": {"prometheus": {"enabled": False}, "fileroot": str(tmp_path / "runs")},
+            "durable": {"directory": str(tmp_path / "state")},
+        }
+    )
+    server = CollectorServer(config, trace_consumers=consumers, log_consumers=consumers)
+    server.start()
+    return server
+
+
+def test_a_consumer_that_raises_is_counted_logged_once_a_run_and_the_others_still_get_it(
+    tmp_path, caplog
+):
+    failing, recording = Failing(True), Recording()
+    server = start_with(tmp_path, [failing, recording])
+    try:
+        for i in range(3):
+            assert call(server.endpoint, METHODS["traces"], spans(f"r{i}")) is grpc.StatusCode.OK
+        assert call(server.endpoint, METHODS["logs"], records("l0")) is grpc.StatusCode.OK
+        failing.failing = False
+        assert call(server.endpoint, METHODS["traces"], spans("r3")) is grpc.StatusCode.OK
+        traces, logs = (service.counts() for service in server.signals)
+    finally:
+        server.stop(10)
+    assert [span.name for span in recording.spans()][::2] == ["r0.0", "r1.0", "r2.0", "r3.0"]
+    assert bodies(recording) == ["l0"]
+    assert [span.name for span in failing.spans()] == ["r3.0", "r3.1"]
+    assert (traces.consumer_errors, logs.consumer_errors) == (3, 1)
+    messages = [r.getMessage() for r in caplog.records if r.name == "collector.signal_service"]
+    assert [m for m in messages if "failed" in m] == [
+        "collector: traces consumer Failing failed: RuntimeError: consumer bug (repeats counted)",
+        "collector: logs consumer Failing failed: RuntimeError: consumer bug (repeats counted)",
+    ]
+    assert "collector: traces consumer Failing works again after 3 failures" in messages
+
+
+def test_a_consumer_whose_shutdown_raises_leaves_its_requests_to_the_next_collector(tmp_path):
+    first = Failing(False, shutdown_raises=True)
+    server = start_with(tmp_path, [first])
+    try:
+        assert call(server.endpoint, METHODS["traces"], spans("r0")) is grpc.StatusCode.OK
+        assert call(server.endpoint, METHODS["logs"], records("l0")) is grpc.StatusCode.OK
+    finally:
+        server.stop(10)  # the consumer held everything (flush True), then its shutdown raised
+    second = Recording()
+    server = start_with(tmp_path, [second])
+    server.stop(10)
+    assert [span.name for span in second.spans()] == ["r0.0", "r0.1"]  # handed on again
+    assert bodies(second) == ["l0"]

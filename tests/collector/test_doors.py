@@ -94,6 +94,8 @@ class Clock:
         ((("authorization", "BEARER s3cret"),), None),
         ((("authorization", "Bearer \ts3cret"),), "wrong bearer token"),
         ((("authorization", "Bearer"),), "not a bearer token"),
+        ((("authorization", "Token s3cret"),), "not a bearer token"),  # the right token
+        ((("accept", "Bearer s3cret"),), "no authorization header"),  # another key's value
     ],
 )
 def test_the_reason_of_each_refusal(metadata, reason):
@@ -128,11 +130,30 @@ def test_one_line_per_peer_per_interval_with_the_count_since_its_last(caplog):
 def test_the_peers_remembered_are_bounded(caplog):
     check = receiver_check("s3cret", clock=Clock())
     caplog.set_level(logging.WARNING, logger="collector.auth")
-    for n in range(MAX_PEERS + 1):
-        allows_call(check, (), f"ipv4:10.1.{n // 256}.{n % 256}:1")
-    allows_call(check, (), "ipv4:10.1.0.0:2")  # the oldest was forgotten: a line again
-    allows_call(check, (), f"ipv4:10.1.{MAX_PEERS // 256}.{MAX_PEERS % 256}:2")  # remembered
-    assert len(refused_lines(caplog)) == MAX_PEERS + 2
+
+    def refuse(n: int, port: int) -> int:
+        allows_call(check, (), f"ipv4:10.1.{n // 256}.{n % 256}:{port}")
+        return len(refused_lines(caplog))
+
+    for n in range(MAX_PEERS + 1):  # one more than remembered: a line each
+        refuse(n, 1)
+    assert refuse(1, 2) == MAX_PEERS + 1  # the second oldest is remembered: no line
+    assert refuse(MAX_PEERS, 2) == MAX_PEERS + 1  # and the newest
+    assert refuse(0, 2) == MAX_PEERS + 2  # the oldest was forgotten: a line again
+
+
+def test_a_peer_is_logged_again_once_a_minute_by_default(caplog):
+    clock = Clock()
+    check = receiver_check("s3cret", clock=clock)
+    caplog.set_level(logging.WARNING, logger="collector.auth")
+    for clock.now in (10.0, 35.0, 69.999, 70.0, 129.0, 140.0):
+        assert not allows_call(check, (), "ipv4:10.0.0.1:1")
+    line = "collector: refused an unauthenticated call from ipv4:10.0.0.1: no authorization header"
+    assert refused_lines(caplog) == [
+        line,  # at 10 s
+        line + " (3 refused from it since its last line)",  # at 70 s
+        line + " (2 refused from it since its last line)",  # at 140 s
+    ]
 
 
 @pytest.mark.parametrize(
@@ -143,6 +164,7 @@ def test_the_peers_remembered_are_bounded(caplog):
         ("ipv6:%5B::1%5D:80", "ipv6:%5B::1%5D"),
         ("unix:/tmp/s.sock", "unix:/tmp/s.sock"),
         ("ipv4:127.0.0.1", "ipv4:127.0.0.1"),
+        ("ipv6:[::1]", "ipv6:[::1]"),  # no port: the colons inside stay
     ],
 )
 def test_a_peer_is_its_address_without_the_port(peer, host):

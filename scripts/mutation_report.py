@@ -161,6 +161,14 @@ _TRACKER_REF = (
     " name, and a tracker's key names it without the index): any constant does"
 )
 
+_BOUND_VALUE = (
+    "the bound's value is a choice; the tests check the behaviour at the bound, whatever it is"
+    " (they read the constant)"
+)
+_POPPED_FIRST = (
+    "the consumer's failure count was read just before, under the same lock's protocol: the"
+    " default is reached only when a concurrent success of the same consumer popped it first"
+)
 JUDGED: dict[str, dict[str, str]] = {
     "telemetry/record/kernels.py": {
         "fills = (padding & inf, padding * sign)": (
@@ -465,6 +473,31 @@ JUDGED: dict[str, dict[str, str]] = {
         "default_factory=threading.Lock, init=True, repr=False, compare=False": (
             "a copy then shares the live stats' lock: each call holds it briefly; no counter"
             " is shared"
+        ),
+    },
+    "exporters/bearer.py": {
+        (
+            "MAX_PEERS = 1023  # clients whose last line is remembered; the oldest is"
+            " forgotten past it"
+        ): _BOUND_VALUE,
+        (
+            "MAX_PEERS = 1025  # clients whose last line is remembered; the oldest is"
+            " forgotten past it"
+        ): _BOUND_VALUE,
+        "while len(self._clients) == MAX_PEERS:": (
+            "clients are added one at a time, so the count passes the bound by one at most"
+        ),
+        'since = "" if count <= 1 else f" ({count} refused from it since its last line)"': (
+            "count was just incremented: it is at least 1"
+        ),
+    },
+    "collector/signal_service.py": {
+        "if failures <= 1:": "failures was just incremented: it is at least 1",
+        "failures = self._failing.pop(index, -1)": _POPPED_FIRST,
+        "failures = self._failing.pop(index, 1)": _POPPED_FIRST,
+        "@dataclass(frozen=False)": "nothing assigns to a signal kind or to a counts copy",
+        "flushed = self.flush() if self.journal is not None else True": (
+            "flushed is read only when there is a journal"
         ),
     },
     "exporters/timed_call.py": {

@@ -322,6 +322,8 @@ def test_fsync_only_with_fsync_once_per_dirty_sync_and_at_a_dirty_close(tmp_path
     assert len(synced) == 4
     request_journal(tmp_path / "default", 1 << 20).append(b"c")  # fsync by default
     assert len(synced) == 5
+    Journal(tmp_path / "snapshots", 1 << 20).append(snap(1))  # a snapshot journal's too
+    assert len(synced) == 6
 
 
 def test_the_directory_is_made_with_its_parents_and_segments_are_0o644(tmp_path):
@@ -358,6 +360,11 @@ def test_a_record_that_checks_but_does_not_decode_is_counted_and_skipped(tmp_pat
     again = Journal(tmp_path, 1 << 20)
     assert [seq for seq, _ in again.pending] == [1] and again.unreadable == 1
     assert "record 0 unreadable" in caplog.text
+    journal.close()
+    segment = sorted(tmp_path.glob("*.seg"))[-1]  # the one holding record 1
+    with segment.open("ab") as torn:
+        torn.write(b"\x07\x00")  # and a torn tail: the log's own count, added to the journal's
+    assert Journal(tmp_path, 1 << 20).unreadable == 2
 
 
 def test_checkpoints_flush_only_what_is_new_and_final_acks_only_what_is_done(tmp_path):

@@ -484,9 +484,6 @@ JUDGED: dict[str, dict[str, str]] = {
             "MAX_PEERS = 1025  # clients whose last line is remembered; the oldest is"
             " forgotten past it"
         ): _BOUND_VALUE,
-        "while len(self._clients) == MAX_PEERS:": (
-            "clients are added one at a time, so the count passes the bound by one at most"
-        ),
         'since = "" if count <= 1 else f" ({count} refused from it since its last line)"': (
             "count was just incremented: it is at least 1"
         ),

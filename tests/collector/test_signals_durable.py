@@ -27,7 +27,8 @@ class Holding(Recording):
         return self.holds
 
 
-def start(tmp_path, consumer: Recording, limit_bytes: int = 1 << 30) -> CollectorServer:
+def start(tmp_path, *consumers: Recording, limit_bytes: int = 1 << 30) -> CollectorServer:
+    """A durable collector handing both signals to ``consumers``, in order."""
     token = tmp_path / "token"
     token.write_text(dict(AUTH)["authorization"].split()[1])
     config = from_dict(
@@ -38,7 +39,7 @@ def start(tmp_path, consumer: Recording, limit_bytes: int = 1 << 30) -> Collecto
             "durable": {"directory": str(tmp_path / "state"), "limit_bytes": limit_bytes},
         }
     )
-    server = CollectorServer(config, trace_consumers=[consumer], log_consumers=[consumer])
+    server = CollectorServer(config, trace_consumers=consumers, log_consumers=consumers)
     server.start()
     return server
 
@@ -141,27 +142,11 @@ class Failing(Recording):
             raise RuntimeError("shutdown bug")
 
 
-def start_with(tmp_path, consumers: list) -> CollectorServer:
-    token = tmp_path / "token"
-    token.write_text(dict(AUTH)["authorization"].split()[1])
-    config = from_dict(
-        {
-            "receiver": {"port": 0},
-            "auth": {"token_file": str(token)},
-            "sinks": {"prometheus": {"enabled": False}, "fileroot": str(tmp_path / "runs")},
-            "durable": {"directory": str(tmp_path / "state")},
-        }
-    )
-    server = CollectorServer(config, trace_consumers=consumers, log_consumers=consumers)
-    server.start()
-    return server
-
-
 def test_a_consumer_that_raises_is_counted_logged_once_a_run_and_the_others_still_get_it(
     tmp_path, caplog
 ):
     failing, recording = Failing(True), Recording()
-    server = start_with(tmp_path, [failing, recording])
+    server = start(tmp_path, failing, recording)
     try:
         for i in range(3):
             assert call(server.endpoint, METHODS["traces"], spans(f"r{i}")) is grpc.StatusCode.OK
@@ -185,14 +170,14 @@ def test_a_consumer_that_raises_is_counted_logged_once_a_run_and_the_others_stil
 
 def test_a_consumer_whose_shutdown_raises_leaves_its_requests_to_the_next_collector(tmp_path):
     first = Failing(False, shutdown_raises=True)
-    server = start_with(tmp_path, [first])
+    server = start(tmp_path, first)
     try:
         assert call(server.endpoint, METHODS["traces"], spans("r0")) is grpc.StatusCode.OK
         assert call(server.endpoint, METHODS["logs"], records("l0")) is grpc.StatusCode.OK
     finally:
         server.stop(10)  # the consumer held everything (flush True), then its shutdown raised
     second = Recording()
-    server = start_with(tmp_path, [second])
+    server = start(tmp_path, second)
     server.stop(10)
     assert [span.name for span in second.spans()] == ["r0.0", "r0.1"]  # handed on again
     assert bodies(second) == ["l0"]

@@ -29,9 +29,9 @@ needs (the request is the caller's again once it returns), must not block for lo
 called from many threads at once. One that raises is logged (once per run of failures) and
 counted; the others still get the request, and the sender gets OK. ``flush()`` returns True
 when everything consumed so far is held for good (the durable journal is acknowledged only
-after every consumer's flush says so); ``shutdown(timeout_s)`` is called once when the server
-stops. Self-metrics per signal (:mod:`collector.selfmetrics`):
-``rltel_collector_signal_requests{signal,code}``,
+after every consumer's flush says so); ``shutdown(timeout_s)`` is called when the server
+stops, once by each service the consumer is registered with. Self-metrics per signal
+(:mod:`collector.selfmetrics`): ``rltel_collector_signal_requests{signal,code}``,
 ``..._signal_items_accepted{signal}``, ``..._signal_items_refused{signal}``,
 ``..._signal_consumer_errors{signal}``.
 """
@@ -83,7 +83,7 @@ class SignalConsumer(Protocol):
         """True when everything consumed so far is held for good."""
 
     def shutdown(self, timeout_s: float) -> None:
-        """Release what is held, once, when the server stops."""
+        """Release what is held when the server stops (once per service registered with)."""
 
 
 @dataclass(frozen=True)
